@@ -118,6 +118,8 @@ class IntImm(Expr):
     loc: LocT = loc_field()
 
     def __post_init__(self) -> None:
+        # numpy and bool values become plain ints, so equal constants compare and hash equal.
+        object.__setattr__(self, "value", int(self.value))
         if not (self.type.is_int or self.type.is_bool):
             raise IRError(f"IntImm requires an integer dtype, got {self.type}", self.loc)
         if not self.type.min <= self.value <= self.type.max:
@@ -138,6 +140,7 @@ class FloatImm(Expr):
     loc: LocT = loc_field()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "value", float(self.value))
         if not self.type.is_float:
             raise IRError(f"FloatImm requires a float dtype, got {self.type}", self.loc)
 
