@@ -1,0 +1,334 @@
+"""Building one :class:`~intrinsics.model.Intrinsic` from a schema-checked YAML entry.
+
+Operands become ``ir.Buffer``\\ s, iterators ``ir.IterVar``\\ s, and the semantics is parsed by
+the kernel language's statement parser, at its real position in the YAML file. Every problem
+is recorded as a finding; :func:`build_intrinsic` returns None when there was one.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+import ir
+from intrinsics import checks
+from intrinsics.model import Cost, Intrinsic, Operand, Scope, StrideRule, frozen_mapping
+from intrinsics.source import Findings, YNode
+from intrinsics.templates import ATTRIBUTES, Placeholder, TemplateError, placeholders
+from ir import IterKind
+from ir.script import parse_compute
+
+COMPANION_FIELDS = {"loads": "load", "stores": "store", "fill": "fill"}
+
+
+@dataclass(frozen=True)
+class Context:
+    """What an entry is built against: its family's name, target, scopes and file."""
+
+    family: str
+    target: str
+    scopes: dict[str, Scope]
+    file: str
+
+
+@dataclass(frozen=True)
+class CompanionRef:
+    """A companion named by a compute intrinsic, to resolve once the whole family is built."""
+
+    owner: Intrinsic
+    field: str
+    operand: str
+    name: str
+    loc: ir.SourceLoc
+
+
+def build_intrinsic(node: YNode, params: dict[str, Any], ctx: Context, findings: Findings,
+                    where: str) -> tuple[Intrinsic, list[CompanionRef]] | None:
+    """The intrinsic described by ``node`` (one variant, already substituted), or None."""
+    before = len(findings)
+    name = node.value["name"].value
+    iter_vars = _iterators(node.value["iterators"], findings, where)
+    operands = _operands(node.value["operands"], ctx, findings, where)
+    _check_names(iter_vars, operands, params, node, findings, where)
+    if len(findings) > before:
+        return None
+    store = _semantics(node.value["semantics"], iter_vars, operands, findings, where)
+    if store is None:
+        return None
+    resets_node = node.get("resets")
+    resets = bool(resets_node.value) if resets_node is not None else False
+    parts = checks.Parts(where, node.value["kind"].value, store, operands, iter_vars, resets,
+                         _text_loc(node.value["semantics"]), node.at("resets"))
+    checks.check_all(parts, findings)
+    emit = {backend: child.value for backend, child in node.value["emit"].value.items()}
+    _check_templates(node.value["emit"], operands, ctx.target, findings, where)
+    companions = {field: _companions(node, field, operands, findings, where)
+                  for field in COMPANION_FIELDS}
+    if len(findings) > before:
+        return None
+    cost_node = node.value["cost"].value
+    intrinsic = Intrinsic(
+        name=name, family=ctx.family, target=ctx.target, kind=node.value["kind"].value,
+        iter_vars=iter_vars, operands=operands, semantics=store,
+        semantics_text=node.value["semantics"].value.strip(), emit=frozen_mapping(emit),
+        cost=Cost(cost_node["latency"].value, cost_node["interval"].value),
+        reference=node.value["reference"].value,
+        loads=frozen_mapping({k: v[0] for k, v in companions["loads"].items()}),
+        stores=frozen_mapping({k: v[0] for k, v in companions["stores"].items()}),
+        fill=frozen_mapping({k: v[0] for k, v in companions["fill"].items()}),
+        resets=resets, params=frozen_mapping(params),
+        description=_optional(node, "description", ""), loc=node.value["name"].loc)
+    refs = [CompanionRef(intrinsic, field, operand, target, loc)
+            for field, by_operand in companions.items()
+            for operand, (targets, loc) in by_operand.items() for target in targets]
+    return intrinsic, refs
+
+
+def _optional(node: YNode, key: str, default: Any) -> Any:
+    child = node.get(key)
+    return default if child is None else child.value
+
+
+def _iterators(node: YNode, findings: Findings, where: str) -> tuple[ir.IterVar, ...]:
+    result = []
+    seen: dict[str, ir.SourceLoc] = {}
+    for item in node.value:
+        name = item.value["name"].value
+        if name in seen:
+            findings.add(item.value["name"].loc, f"{where}: duplicate iterator {name} (first "
+                         f"declared at line {seen[name].line})")
+            continue
+        seen[name] = item.loc
+        kind = IterKind(_optional(item, "kind", "spatial"))
+        var = ir.Var(name, loc=item.value["name"].loc)
+        result.append(ir.IterVar(var, item.value["extent"].value, kind, item.loc))
+    return tuple(result)
+
+
+def _operands(node: YNode, ctx: Context, findings: Findings, where: str) -> tuple[Operand, ...]:
+    result = []
+    seen: dict[str, ir.SourceLoc] = {}
+    for item in node.value:
+        name = item.value["name"].value
+        if name in seen:
+            findings.add(item.value["name"].loc, f"{where}: duplicate operand {name} (first "
+                         f"declared at line {seen[name].line})")
+            continue
+        seen[name] = item.loc
+        result.append(_operand(item, ctx, findings, f"{where}, operand {name}"))
+    return tuple(result)
+
+
+def _operand(item: YNode, ctx: Context, findings: Findings, where: str) -> Operand:
+    fields = item.value
+    scope_node = fields["scope"]
+    scopes = tuple(c.value for c in scope_node.value) if scope_node.is_sequence \
+        else (scope_node.value,)
+    dtype = ir.dtype(fields["dtype"].value)
+    buffer = ir.Buffer(fields["name"].value, tuple(c.value for c in fields["shape"].value),
+                       dtype, scopes[0], loc=item.loc)
+    layout = _optional(item, "layout", "row_major")
+    if layout == "col_major" and buffer.ndim < 2:
+        findings.add(item.at("layout"), f"{where}: layout col_major requires at least 2 "
+                     f"dimensions, got shape {list(buffer.shape)}")
+    strides = None
+    strides_node = item.get("strides")
+    if strides_node is not None:
+        strides = StrideRule(dense=True) if strides_node.value == "dense" else StrideRule(
+            leading_multiple_of=strides_node.value["leading_multiple_of"].value)
+    alignment = _optional(item, "alignment", max(dtype.bits // 8, 1))
+    if alignment & (alignment - 1):
+        findings.add(item.at("alignment"), f"{where}: alignment requires a power of two, "
+                     f"got {alignment}")
+    value_range = None
+    range_node = item.get("range")
+    if range_node is not None:
+        low, high = (c.value for c in range_node.value)
+        if low < dtype.min or high > dtype.max:
+            findings.add(range_node.loc, f"{where}: range requires values of {dtype} "
+                         f"[{dtype.min}, {dtype.max}], got [{low}, {high}]")
+        value_range = (low, high)
+    operand = Operand(fields["name"].value, fields["role"].value, buffer, layout, strides,
+                      alignment, scopes, value_range, _optional(item, "description", ""),
+                      item.loc)
+    for scope_name, loc in zip(scopes, _scope_locs(scope_node)):
+        _check_scope(operand, scope_name, loc, ctx, findings, where)
+    return operand
+
+
+def _scope_locs(node: YNode) -> list[ir.SourceLoc]:
+    return [c.loc for c in node.value] if node.is_sequence else [node.loc]
+
+
+def _check_scope(operand: Operand, name: str, loc: ir.SourceLoc, ctx: Context,
+                 findings: Findings, where: str) -> None:
+    scope = ctx.scopes.get(name)
+    if scope is None:
+        close = difflib.get_close_matches(name, list(ctx.scopes), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else \
+            f"; declared scopes: {', '.join(ctx.scopes)}"
+        findings.add(loc, f"{where}: unknown scope '{name}'{hint}")
+        return
+    if scope.capacity is not None and operand.nbytes > scope.capacity:
+        findings.add(loc, f"{where}: scope {name} requires tiles of at most {scope.capacity} "
+                     f"bytes (its capacity), got {operand.nbytes} bytes for shape "
+                     f"{list(operand.shape)} of {operand.dtype}")
+    if scope.dtypes and operand.dtype not in scope.dtypes:
+        held = ", ".join(d.name for d in scope.dtypes)
+        findings.add(loc, f"{where}: scope {name} holds {held}, got an operand of "
+                     f"{operand.dtype}")
+
+
+def _check_names(iter_vars: tuple[ir.IterVar, ...], operands: tuple[Operand, ...],
+                 params: dict[str, Any], node: YNode, findings: Findings, where: str) -> None:
+    """Operands, iterators and parameters share the template and semantics namespaces."""
+    iterators = {iv.var.name: iv for iv in iter_vars}
+    for operand in operands:
+        if operand.name in iterators:
+            findings.add(operand.loc, f"{where}: operand {operand.name} has the name of an "
+                         "iterator; rename one of them")
+        if operand.name in params:
+            findings.add(operand.loc, f"{where}: operand {operand.name} has the name of a "
+                         f"variant parameter, so {{{operand.name}}} in a template is "
+                         "ambiguous; rename one of them")
+        if ir.dtypes.is_dtype_name(operand.name) or operand.name in ir.expr.MATH_FUNCTIONS:
+            findings.add(operand.loc, f"{where}: operand {operand.name} has the name of a "
+                         "function of the semantics language; rename it")
+
+
+def _text_loc(node: YNode) -> ir.SourceLoc:
+    """Where the text of a scalar starts (after an opening quote; next line for blocks)."""
+    loc = node.loc
+    if node.style in ('"', "'"):
+        return ir.SourceLoc(loc.file, loc.line, loc.col + 1)
+    if node.style in ("|", ">"):
+        line = ir.SourceLoc(loc.file, loc.line + 1).source_line() or ""
+        return ir.SourceLoc(loc.file, loc.line + 1, len(line) - len(line.lstrip()) + 1)
+    return ir.SourceLoc(loc.file, loc.line, loc.col)
+
+
+def _semantics(node: YNode, iter_vars: tuple[ir.IterVar, ...], operands: tuple[Operand, ...],
+               findings: Findings, where: str) -> ir.BufferStore | None:
+    """Parse the semantics statement; scalar operands stand in as variables while parsing."""
+    text = node.value.strip()
+    loc = _text_loc(node)
+    if node.style == "|" and not node.substituted:
+        # A literal block keeps its lines: re-indent them so positions are the file's.
+        first, *rest = text.split("\n")
+        indent = " " * (loc.col - 1)
+        text = "\n".join([first, *(indent + line if line else line for line in rest)])
+    buffers = {o.name: o.buffer for o in operands if not o.is_scalar}
+    scalars = {o.name: ir.Var(o.name, o.dtype) for o in operands if o.is_scalar}
+    names = {iv.var.name: iv.var for iv in iter_vars}
+    if not _check_names_used(text, loc, buffers, names, scalars, findings, where):
+        return None
+    try:
+        store = parse_compute(text, buffers, {**names, **scalars}, loc.file, loc.line, loc.col)
+    except ir.TensorizeError as err:
+        findings.add(err.loc or loc, f"{where}: semantics: {err.message}",
+                     key=f"semantics: {err.message}")
+        return None
+    loads = {scalars[o.name]: ir.BufferLoad(o.buffer, ()) for o in operands if o.is_scalar}
+    return ir.substitute(store, loads)
+
+
+def _check_names_used(text: str, loc: ir.SourceLoc, buffers: dict[str, ir.Buffer],
+                      iterators: dict[str, ir.Var], scalars: dict[str, ir.Var],
+                      findings: Findings, where: str) -> bool:
+    """Report a name that is no operand and no iterator, with the lists of both."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return True  # the statement parser reports it, at its position
+    callees = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    ok = True
+    for name in (n for n in ast.walk(tree) if isinstance(n, ast.Name)):
+        if id(name) in callees or name.id in buffers or name.id in iterators or \
+                name.id in scalars:
+            continue
+        col = loc.col + name.col_offset if name.lineno == 1 else name.col_offset + 1
+        at = ir.SourceLoc(loc.file, loc.line + name.lineno - 1, col, None,
+                          col + len(name.id) - 1)
+        close = difflib.get_close_matches(name.id, [*buffers, *iterators, *scalars], n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        findings.add(at, f"{where}: semantics uses {name.id}, which is not a declared iterator "
+                     f"({', '.join(iterators)}) nor an operand "
+                     f"({', '.join([*buffers, *scalars])}){hint}")
+        ok = False
+    return ok
+
+
+def _check_templates(node: YNode, operands: tuple[Operand, ...], target: str,
+                     findings: Findings, where: str) -> None:
+    """Placeholders name operands, every operand appears, and the target has a template."""
+    names = [o.name for o in operands]
+    if target not in node.value:
+        findings.add(node.loc, f"{where}: emit requires a template for the family's target "
+                     f"'{target}', got {', '.join(node.value) or 'none'}")
+    for backend, child in node.value.items():
+        try:
+            found = placeholders(child.value)
+        except TemplateError as err:
+            findings.add(child.loc, f"{where}: emit.{backend}: {err}")
+            continue
+        for placeholder in found:
+            if placeholder.operand not in names:
+                close = difflib.get_close_matches(placeholder.operand, names, n=1)
+                hint = f"; did you mean {{{close[0]}}}?" if close else \
+                    f"; operands: {', '.join(names)}"
+                findings.add(child.loc, f"{where}: emit.{backend}: placeholder {{{placeholder}}} "
+                             f"names no operand{hint}")
+            elif placeholder.attribute is not None:
+                _check_attribute(placeholder, operands, f"{where}: emit.{backend}", child,
+                                 findings)
+        used = {p.operand for p in found}
+        for name in names:
+            if name not in used:
+                findings.add(child.loc, f"{where}: emit.{backend}: template requires every "
+                             f"operand, got no {{{name}}}")
+
+
+def _check_attribute(placeholder: Placeholder, operands: tuple[Operand, ...], where: str,
+                     node: YNode, findings: Findings) -> None:
+    """``{A.ld}`` needs a tensor of 2+ dimensions, ``{s.log2}`` a scalar."""
+    attribute = placeholder.attribute
+    if attribute not in ATTRIBUTES:
+        findings.add(node.loc, f"{where}: placeholder {{{placeholder}}} requires an attribute "
+                     f"among {', '.join(ATTRIBUTES)}, got '{attribute}'")
+        return
+    operand = next(o for o in operands if o.name == placeholder.operand)
+    if ATTRIBUTES[attribute] and not operand.is_scalar:
+        findings.add(node.loc, f"{where}: placeholder {{{placeholder}}} requires a scalar "
+                     f"operand, got {operand.name} of shape {list(operand.shape)}")
+    elif not ATTRIBUTES[attribute] and operand.buffer.ndim < 2:
+        findings.add(node.loc, f"{where}: placeholder {{{placeholder}}} requires an operand "
+                     f"of 2 or more dimensions, got {operand.name} of shape "
+                     f"{list(operand.shape)}")
+
+
+def _companions(node: YNode, field: str, operands: tuple[Operand, ...], findings: Findings,
+                where: str) -> dict[str, tuple[tuple[str, ...], ir.SourceLoc]]:
+    """``operand -> (intrinsic names, location)`` of a loads/stores/fill field."""
+    child = node.get(field)
+    if child is None:
+        return {}
+    names = [o.name for o in operands]
+    if node.value["kind"].value != "compute":
+        findings.add(child.key_loc or child.loc, f"{where}: '{field}' requires a compute "
+                     f"intrinsic, got kind {node.value['kind'].value}")
+        return {}
+    result = {}
+    for operand, targets in child.value.items():
+        loc = targets.loc
+        if operand not in names:
+            close = difflib.get_close_matches(operand, names, n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; operands: {', '.join(names)}"
+            findings.add(targets.key_loc or loc, f"{where}: {field} names operand {operand}, "
+                         f"which it does not have{hint}")
+            continue
+        values = tuple(c.value for c in targets.value) if targets.is_sequence \
+            else (targets.value,)
+        result[operand] = (values, loc)
+    return result

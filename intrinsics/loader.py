@@ -1,0 +1,171 @@
+"""Loading one family description: YAML -> schema check -> variants -> built intrinsics.
+
+:func:`load_family` reads a file with PyYAML's safe composer (keeping line marks), checks it
+against :mod:`intrinsics.schema`, expands variant entries, builds each intrinsic
+(:mod:`intrinsics.builder`) and resolves companion intrinsics. Every problem in the file is
+collected, each at its YAML line, and raised once as an ``IntrinsicSpecError`` whose
+``findings`` lists them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import ir
+from intrinsics import schema
+from intrinsics.builder import CompanionRef, Context, build_intrinsic
+from intrinsics.model import Family, Intrinsic, Operand, Scope, frozen_mapping
+from intrinsics.source import Findings, YNode, read_yaml
+from intrinsics.variants import expand
+
+
+def load_family(path: str | os.PathLike[str]) -> Family:
+    """Load and validate the family described by the YAML file at ``path``.
+
+    Raises ``IntrinsicSpecError`` carrying every finding (file, line and field of each).
+    """
+    family, findings = check_family(path)
+    if findings or family is None:
+        raise findings.error(str(path))
+    return family
+
+
+def check_family(path: str | os.PathLike[str]) -> tuple[Family | None, Findings]:
+    """Load ``path`` without raising: the family (None if it could not be built) and findings."""
+    file = Path(path)
+    findings = Findings(str(file))
+    root = read_yaml(file, findings)
+    if root is None:
+        return None, findings
+    where = f"family {file.stem}"
+    schema.check(root, schema.FAMILY, findings, where)
+    if not root.is_mapping or any(root.get(k) is None for k in ("target", "scopes",
+                                                                 "intrinsics")):
+        return None, findings
+    target_node, scopes_node, entries = (root.value[k] for k in ("target", "scopes",
+                                                                 "intrinsics"))
+    if not (isinstance(target_node.value, str) and scopes_node.is_mapping
+            and entries.is_sequence):
+        return None, findings
+    scopes = {name: _scope(name, node) for name, node in scopes_node.value.items()}
+    ctx = Context(file.stem, target_node.value, scopes, str(file))
+    intrinsics, refs = _intrinsics(entries, ctx, findings)
+    by_name = {i.name: i for i in intrinsics}
+    for ref in refs:
+        _check_companion(ref, by_name, findings)
+    machine = root.get("machine")
+    description = root.get("description")
+    family = Family(
+        name=file.stem, target=target_node.value, scopes=frozen_mapping(scopes),
+        intrinsics=tuple(intrinsics), path=file,
+        description=description.value if description is not None else "",
+        machine=machine.raw if machine is not None and machine.is_mapping else None)
+    return (family if not findings else None), findings
+
+
+def _scope(name: str, node: YNode) -> Scope:
+    """A scope from its (schema-checked) entry; a broken entry still declares the name."""
+    if not node.is_mapping or _has_errors(node, schema.SCOPE):
+        return Scope(name, loc=node.key_loc)
+    values = node.plain()
+    kinds = values.get("dtype", ())
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    return Scope(name, values.get("capacity"), tuple(ir.dtype(k) for k in kinds),
+                 values.get("alignment", 1), values.get("banks"),
+                 values.get("description", ""), node.key_loc)
+
+
+def _has_errors(node: YNode, record: schema.Type) -> bool:
+    """True when ``node`` breaks ``record`` (the findings themselves are reported elsewhere)."""
+    scratch = Findings("")
+    record.check(node, scratch, "")
+    return bool(scratch)
+
+
+def _intrinsics(entries: YNode, ctx: Context,
+                findings: Findings) -> tuple[list[Intrinsic], list[CompanionRef]]:
+    """Build every variant of every entry, reporting duplicate names."""
+    built: list[Intrinsic] = []
+    refs: list[CompanionRef] = []
+    first_seen: dict[str, tuple[ir.SourceLoc, int]] = {}
+    for index, entry in enumerate(entries.value):
+        if not entry.is_mapping:
+            continue
+        name_node = entry.get("name")
+        raw = name_node.value if name_node is not None and isinstance(name_node.value, str) \
+            else f"#{index + 1}"
+        raw_where = f"intrinsic {raw}"
+        for params, node in expand(entry, findings, raw_where):
+            name_node = node.get("name")
+            name = name_node.value if name_node is not None else raw
+            where = f"intrinsic {name}"
+            local = Findings(ctx.file)
+            schema.check(node, schema.INTRINSIC, local, where)
+            result = None if local else build_intrinsic(node, params, ctx, local, where)
+            findings.merge(local, _rekey(where, raw_where))
+            if result is None:
+                continue
+            intrinsic, companions = result
+            previous = first_seen.get(intrinsic.name)
+            if previous is not None:
+                same_entry = previous[1] == index
+                hint = ("; two variants expand to it: put the parameter that tells them "
+                        "apart in the name pattern") if same_entry else ""
+                findings.add(intrinsic.loc, f"duplicate intrinsic name {intrinsic.name} "
+                             f"(first at line {previous[0].line}){hint}")
+                continue
+            first_seen[intrinsic.name] = (intrinsic.loc or entry.loc, index)
+            built.append(intrinsic)
+            refs.extend(companions)
+    return built, refs
+
+
+def _rekey(where: str, raw_where: str) -> Callable[[str], str]:
+    """Dedup keys name the entry, not the variant, so one slip in an entry reports once."""
+    return lambda key: key.replace(where, raw_where)
+
+
+def _check_companion(ref: CompanionRef, by_name: dict[str, Intrinsic],
+                     findings: Findings) -> None:
+    """A companion exists, has the right kind, and moves a tile like the operand."""
+    owner = ref.owner
+    where = f"intrinsic {owner.name}: {ref.field}.{ref.operand}"
+    key = f"{ref.field}.{ref.operand} -> {ref.name}"
+    companion = by_name.get(ref.name)
+    if companion is None:
+        close = difflib.get_close_matches(ref.name, list(by_name), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        findings.add(ref.loc, f"{where} names intrinsic {ref.name}, which this family does "
+                     f"not define{hint}", key=f"missing {key}")
+        return
+    wanted = {"loads": "load", "stores": "store", "fill": "fill"}[ref.field]
+    if companion.kind != wanted:
+        findings.add(ref.loc, f"{where} requires a {wanted} intrinsic, got {ref.name} of "
+                     f"kind {companion.kind}", key=f"kind {key}")
+        return
+    operand = owner.operand(ref.operand)
+    moved = companion.output if ref.field != "stores" else _source(companion)
+    if moved is None:
+        return
+    if operand.scope not in moved.scopes or moved.shape != operand.shape or \
+            moved.dtype != operand.dtype:
+        side = "writes" if ref.field != "stores" else "reads"
+        findings.add(ref.loc, f"{where}: {ref.name} requires to move the operand's tile "
+                     f"({_tile(operand, operand.scope)}), got one that {side} "
+                     f"{_tile(moved, '/'.join(moved.scopes))}", key=f"tile {key}")
+
+
+def _source(store: Intrinsic) -> Operand | None:
+    """The operand a store intrinsic reads."""
+    for operand in store.inputs:
+        if not operand.is_scalar:
+            return operand
+    return None
+
+
+def _tile(operand: Operand, scope: str) -> str:
+    shape = "x".join(str(s) for s in operand.shape) or "scalar"
+    return f"{shape} {operand.dtype} in {scope}"

@@ -1,0 +1,185 @@
+"""An intrinsic's semantics computed directly in numpy, independently of any IR executor.
+
+GEMM-like semantics, ``T[t] (+)= cast(X[x]) * cast(Y[y])`` with every index a plain iterator,
+become one ``numpy.einsum`` whose subscripts say which iterators index which operand. Anything
+else is evaluated elementwise over the whole iteration space with numpy broadcasting (one axis
+per iterator), then summed over the reduce iterators. Integer arithmetic wraps in its dtype,
+as the IR defines it.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+import ir
+from intrinsics.checks import accumulated_term
+from intrinsics.model import Intrinsic
+from ir import IterKind
+
+Arrays = Mapping[str, np.ndarray]
+
+
+class UnsupportedSemantics(Exception):
+    """The semantics uses something the numpy model does not know (the check is skipped)."""
+
+
+def numpy_model(intrinsic: Intrinsic, inputs: Arrays) -> np.ndarray:
+    """The output operand's value after one execution on ``inputs`` (by operand name)."""
+    store = intrinsic.semantics
+    out = intrinsic.output
+    term = accumulated_term(store)
+    start = np.zeros(out.shape, out.dtype.numpy) if intrinsic.resets \
+        else np.array(inputs[out.name], dtype=out.dtype.numpy)
+    if term is not None and intrinsic.reduce_vars():
+        with np.errstate(all="ignore"):
+            return _wrap_add(start, _reduced_term(intrinsic, term, inputs))
+    grid = _Grid(intrinsic, inputs, start)
+    with np.errstate(all="ignore"):
+        values = np.broadcast_to(grid.evaluate(store.value), grid.shape)
+    result = start.copy()
+    result[grid.indices(store.indices)] = values
+    return result
+
+
+def einsum_subscripts(intrinsic: Intrinsic, term: ir.Expr) -> tuple[str, list[ir.BufferLoad],
+                                                                      list[ir.DType]] | None:
+    """For a product of two (cast) loads indexed by plain iterators: the einsum subscripts,
+    the two loads and the dtype each is cast to; None for any other term."""
+    if not isinstance(term, ir.BinOp) or term.op != "mul":
+        return None
+    letters = {iv.var: string.ascii_letters[n] for n, iv in enumerate(intrinsic.iter_vars)}
+    loads, casts, subscripts = [], [], []
+    for factor in (term.a, term.b):
+        cast_to = factor.dtype
+        if isinstance(factor, ir.Cast):
+            factor = factor.value
+        if not isinstance(factor, ir.BufferLoad) or \
+                not all(isinstance(i, ir.Var) and i in letters for i in factor.indices):
+            return None
+        loads.append(factor)
+        casts.append(cast_to)
+        subscripts.append("".join(letters[i] for i in factor.indices))  # type: ignore[index]
+    store = intrinsic.semantics
+    if not all(isinstance(i, ir.Var) and i in letters for i in store.indices):
+        return None
+    output = "".join(letters[i] for i in store.indices)  # type: ignore[index]
+    return f"{subscripts[0]},{subscripts[1]}->{output}", loads, casts
+
+
+def _reduced_term(intrinsic: Intrinsic, term: ir.Expr, inputs: Arrays) -> np.ndarray:
+    """The accumulated term summed over the reduce iterators, in the accumulator's dtype."""
+    acc = intrinsic.output.dtype.numpy
+    pattern = einsum_subscripts(intrinsic, term)
+    if pattern is not None:
+        subscripts, loads, casts = pattern
+        x, y = (np.asarray(inputs[_name(intrinsic, load)]).astype(cast.numpy)
+                for load, cast in zip(loads, casts))
+        return np.einsum(subscripts, x, y, dtype=acc, casting="unsafe").astype(acc)
+    grid = _Grid(intrinsic, inputs, None)
+    values = np.broadcast_to(grid.evaluate(term), grid.shape)
+    reduce_axes = tuple(n for n, iv in enumerate(intrinsic.iter_vars)
+                        if iv.kind is IterKind.REDUCE)
+    summed = values.sum(axis=reduce_axes, dtype=acc)
+    # The sum is over the grid's spatial axes, in declared order; place it where the store
+    # indexes (a transpose when the output lists its iterators in another order).
+    spatial = [iv.var for iv in intrinsic.iter_vars if iv.kind is IterKind.SPATIAL]
+    order = [spatial.index(i) for i in intrinsic.semantics.indices if isinstance(i, ir.Var)]
+    if len(order) != len(spatial):
+        raise UnsupportedSemantics("the output is indexed by expressions of iterators")
+    return np.transpose(summed, order)
+
+
+def _wrap_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.add(a, b.astype(a.dtype), dtype=a.dtype)
+
+
+def _name(intrinsic: Intrinsic, load: ir.BufferLoad) -> str:
+    for operand in intrinsic.operands:
+        if operand.buffer is load.buffer:
+            return operand.name
+    raise UnsupportedSemantics(f"the semantics reads {load.buffer.name}, which is no operand")
+
+
+_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "floordiv": np.floor_divide, "floormod": np.mod, "min": np.minimum, "max": np.maximum,
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal, "and": np.logical_and, "or": np.logical_or,
+}
+_MATH: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "abs": np.abs,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+}
+
+
+class _Grid:
+    """Elementwise evaluation with one broadcast axis per iterator, in declared order."""
+
+    def __init__(self, intrinsic: Intrinsic, inputs: Arrays, output: np.ndarray | None) -> None:
+        self.intrinsic = intrinsic
+        self.inputs = inputs
+        self.output = output
+        count = len(intrinsic.iter_vars)
+        self.shape = tuple(iv.extent for iv in intrinsic.iter_vars)
+        self.axes = {}
+        for n, iv in enumerate(intrinsic.iter_vars):
+            shape = [1] * count
+            shape[n] = iv.extent
+            self.axes[iv.var] = np.arange(iv.extent, dtype=np.int64).reshape(shape)
+
+    def indices(self, exprs: tuple[ir.Expr, ...]) -> tuple[np.ndarray, ...]:
+        """Index arrays for an access, broadcast over the grid."""
+        return tuple(np.broadcast_to(self.evaluate(e), self.shape).astype(np.int64)
+                     for e in exprs)
+
+    def evaluate(self, expr: ir.Expr) -> np.ndarray:
+        """``expr``'s value at every point of the grid (broadcastable to it)."""
+        method = getattr(self, "_" + type(expr).__name__, None)
+        if method is None:
+            raise UnsupportedSemantics(f"no numpy model for {type(expr).__name__}")
+        return method(expr)
+
+    def _IntImm(self, expr: ir.IntImm) -> np.ndarray:
+        return np.array(expr.value, dtype=expr.dtype.numpy)
+
+    def _FloatImm(self, expr: ir.FloatImm) -> np.ndarray:
+        return np.array(expr.value, dtype=expr.dtype.numpy)
+
+    def _Var(self, expr: ir.Var) -> np.ndarray:
+        if expr not in self.axes:
+            raise UnsupportedSemantics(f"variable {expr.name} is no iterator")
+        return self.axes[expr].astype(expr.dtype.numpy)
+
+    def _BufferLoad(self, expr: ir.BufferLoad) -> np.ndarray:
+        name = _name(self.intrinsic, expr)
+        source = self.output if self.output is not None and \
+            expr.buffer is self.intrinsic.output.buffer else np.asarray(self.inputs[name])
+        if not expr.indices:
+            return np.asarray(source)[...]
+        return source[self.indices(expr.indices)]
+
+    def _Cast(self, expr: ir.Cast) -> np.ndarray:
+        # numpy's conversions are the IR's: integers keep their low bits, floats round to
+        # nearest even, float to integer truncates toward zero.
+        return self.evaluate(expr.value).astype(expr.dtype.numpy)
+
+    def _BinOp(self, expr: ir.BinOp) -> np.ndarray:
+        a, b = self.evaluate(expr.a), self.evaluate(expr.b)
+        result = _BINARY[expr.op](a, b)
+        return np.asarray(result).astype(expr.dtype.numpy)
+
+    def _Not(self, expr: ir.Not) -> np.ndarray:
+        return np.logical_not(self.evaluate(expr.a))
+
+    def _Select(self, expr: ir.Select) -> np.ndarray:
+        return np.where(self.evaluate(expr.cond), self.evaluate(expr.true_value),
+                        self.evaluate(expr.false_value)).astype(expr.dtype.numpy)
+
+    def _Call(self, expr: ir.Call) -> np.ndarray:
+        function = _MATH.get(expr.name)
+        if function is None:
+            raise UnsupportedSemantics(f"no numpy model for function {expr.name}")
+        return function(self.evaluate(expr.args[0])).astype(expr.dtype.numpy)

@@ -1,0 +1,414 @@
+"""The shape of an intrinsic description: which fields each record has, and their types.
+
+The tables here are the single statement of the YAML format (``docs/intrinsics.md`` explains
+each field). :func:`check` walks a :class:`~intrinsics.source.YNode` tree against a type and
+records every problem it finds (unknown field, with a "did you mean"; missing field; wrong
+type) at the line it concerns. It does not stop at the first problem.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from intrinsics.source import Findings, YNode
+from ir import dtypes
+
+ROLES = ("input", "output", "accumulator")
+KINDS = ("compute", "load", "store", "fill")
+ITER_KINDS = ("spatial", "reduce")
+LAYOUTS = ("row_major", "col_major")
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SCOPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def describe(node: YNode) -> str:
+    """How a value reads in a "got ..." clause."""
+    if node.is_mapping:
+        return "a mapping"
+    if node.is_sequence:
+        return "a list"
+    if node.value is None:
+        return "nothing"
+    return f"{type(node.value).__name__} {node.value!r}"
+
+
+class Type:
+    """A field type: ``wants`` says in words what it accepts, ``check`` records problems."""
+
+    wants = "a value"
+
+    def check(self, node: YNode, findings: Findings, where: str) -> None:
+        """Record a finding for every way ``node`` breaks this type."""
+        raise NotImplementedError
+
+
+class Scalar(Type):
+    """A scalar accepted by ``accepts``; ``wants`` describes it."""
+
+    def __init__(self, wants: str) -> None:
+        self.wants = wants
+
+    def accepts(self, value: object) -> bool:
+        """True when ``value`` is of this type."""
+        raise NotImplementedError
+
+    def check(self, node: YNode, findings: Findings, where: str) -> None:
+        if node.is_scalar and self.accepts(node.value):
+            return
+        findings.add(node.loc, f"{where} requires {self.wants}, got {describe(node)}"
+                     f"{_hint(node)}")
+
+
+class Text(Scalar):
+    """A non-empty string."""
+
+    def __init__(self) -> None:
+        super().__init__("a non-empty string")
+
+    def accepts(self, value: object) -> bool:
+        return isinstance(value, str) and bool(value.strip())
+
+
+class Name(Scalar):
+    """An identifier (letters, digits, underscore); scope names may also hold dots."""
+
+    def __init__(self, dotted: bool = False) -> None:
+        super().__init__("a name of letters, digits and '_'" + (" (dots allowed)" if dotted
+                                                                 else ""))
+        self.pattern = _SCOPE_NAME if dotted else _NAME
+
+    def accepts(self, value: object) -> bool:
+        return isinstance(value, str) and self.pattern.match(value) is not None
+
+
+class Int(Scalar):
+    """An integer (not a bool) no smaller than ``low``."""
+
+    def __init__(self, low: int) -> None:
+        super().__init__(f"an integer >= {low}")
+        self.low = low
+
+    def accepts(self, value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= self.low
+
+
+class Bool(Scalar):
+    """true or false."""
+
+    def __init__(self) -> None:
+        super().__init__("true or false")
+
+    def accepts(self, value: object) -> bool:
+        return isinstance(value, bool)
+
+
+class ParamValue(Scalar):
+    """A variant parameter's value: a string, number or bool."""
+
+    def __init__(self) -> None:
+        super().__init__("a string, number or true/false")
+
+    def accepts(self, value: object) -> bool:
+        return isinstance(value, (str, int, float, bool))
+
+
+class Number(Scalar):
+    """An integer or a float (not a bool)."""
+
+    def __init__(self) -> None:
+        super().__init__("a number")
+
+    def accepts(self, value: object) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class Interval(Type):
+    """``[low, high]``: two numbers, low <= high."""
+
+    wants = "a list [low, high] of two numbers"
+
+    def check(self, node: YNode, findings: Findings, where: str) -> None:
+        number = Number()
+        if not node.is_sequence or len(node.value) != 2 or \
+                not all(c.is_scalar and number.accepts(c.value) for c in node.value):
+            findings.add(node.loc, f"{where} requires {self.wants}, got {describe(node)}"
+                         f"{_hint(node)}")
+            return
+        low, high = (c.value for c in node.value)
+        if low > high:
+            findings.add(node.loc, f"{where} requires low <= high, got [{low}, {high}]")
+
+
+class Choice(Scalar):
+    """One of a fixed set of words."""
+
+    def __init__(self, options: tuple[str, ...]) -> None:
+        super().__init__("one of " + ", ".join(options))
+        self.options = options
+
+    def accepts(self, value: object) -> bool:
+        return value in self.options
+
+    def check(self, node: YNode, findings: Findings, where: str) -> None:
+        if node.is_scalar and self.accepts(node.value):
+            return
+        close = difflib.get_close_matches(str(node.value), self.options, n=1) \
+            if node.is_scalar else []
+        hint = f"; did you mean '{close[0]}'?" if close else _hint(node)
+        findings.add(node.loc, f"{where} requires {self.wants}, got {describe(node)}{hint}")
+
+
+class DTypeName(Scalar):
+    """A dtype name or alias (``int8``, ``f16``, ``s32``...)."""
+
+    def __init__(self) -> None:
+        super().__init__("a dtype name such as int8, f16, bf16, f32, s32")
+
+    def accepts(self, value: object) -> bool:
+        return isinstance(value, str) and dtypes.is_dtype_name(value)
+
+    def check(self, node: YNode, findings: Findings, where: str) -> None:
+        if node.is_scalar and self.accepts(node.value):
+            return
+        names = [d.name for d in dtypes.ALL_DTYPES]
+        close = difflib.get_close_matches(str(node.value), names, n=1) \
+            if isinstance(node.value, str) else []
+        hint = f"; did you mean '{close[0]}'?" if close else _hint(node)
+        findings.add(node.loc, f"{where} requires {self.wants}, got {describe(node)}{hint}")
+
+
+class ListOf(Type):
+    """A list whose items all have one type; ``min_items`` bounds its length."""
+
+    def __init__(self, item: Type, min_items: int = 0) -> None:
+        self.item = item
+        self.min_items = min_items
+        self.wants = f"a list, each item {item.wants}"
+
+    def check(self, node: YNode, findings: Findings, where: str) -> None:
+        if not node.is_sequence:
+            findings.add(node.loc, f"{where} requires {self.wants}, got {describe(node)}"
+                         f"{_hint(node)}")
+            return
+        if len(node.value) < self.min_items:
+            findings.add(node.loc, f"{where} requires at least {self.min_items} item(s), "
+                         f"got {len(node.value)}")
+        for index, child in enumerate(node.value):
+            self.item.check(child, findings, child_where(where, f"[{index}]"))
+
+
+class OneOrList(Type):
+    """A single value of a type, or a non-empty list of them."""
+
+    def __init__(self, item: Type) -> None:
+        self.item = item
+        self.wants = f"{item.wants}, or a list of them"
+
+    def check(self, node: YNode, findings: Findings, where: str) -> None:
+        if node.is_sequence:
+            ListOf(self.item, 1).check(node, findings, where)
+        else:
+            self.item.check(node, findings, where)
+
+
+class MapOf(Type):
+    """A mapping from names (checked by ``key``) to values of one type."""
+
+    def __init__(self, value: Type, key: Scalar | None = None, what: str = "entry") -> None:
+        self.value = value
+        self.key = key or Name()
+        self.what = what
+        self.wants = f"a mapping from {what} names, each value {value.wants}"
+
+    def check(self, node: YNode, findings: Findings, where: str) -> None:
+        if not node.is_mapping:
+            findings.add(node.loc, f"{where} requires {self.wants}, got {describe(node)}"
+                         f"{_hint(node)}")
+            return
+        for key, child in node.value.items():
+            if not self.key.accepts(key):
+                findings.add(child.key_loc or child.loc,
+                             f"{where}: {self.what} name requires {self.key.wants}, "
+                             f"got {key!r}")
+            self.value.check(child, findings, child_where(where, f".{key}"))
+
+
+class AnyMapping(Type):
+    """A mapping whose contents another component validates (the NPU's ``machine:``)."""
+
+    wants = "a mapping"
+
+    def check(self, node: YNode, findings: Findings, where: str) -> None:
+        if not node.is_mapping:
+            findings.add(node.loc, f"{where} requires a mapping, got {describe(node)}")
+
+
+class Either(Type):
+    """A scalar of one type or a mapping of another (``strides: dense`` or a rule)."""
+
+    def __init__(self, scalar: Scalar, mapping: Type) -> None:
+        self.scalar = scalar
+        self.mapping = mapping
+        self.wants = f"{scalar.wants}, or {mapping.wants}"
+
+    def check(self, node: YNode, findings: Findings, where: str) -> None:
+        if node.is_mapping:
+            self.mapping.check(node, findings, where)
+        elif node.is_scalar and self.scalar.accepts(node.value):
+            return
+        else:
+            findings.add(node.loc, f"{where} requires {self.wants}, got {describe(node)}")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a record: its type, whether it must be present, and what it means."""
+
+    name: str
+    type: Type
+    required: bool
+    doc: str
+
+
+class Record(Type):
+    """A mapping with a fixed set of fields."""
+
+    def __init__(self, what: str, fields: tuple[Field, ...]) -> None:
+        self.what = what
+        self.fields = {f.name: f for f in fields}
+        self.wants = f"a mapping ({what})"
+
+    def check(self, node: YNode, findings: Findings, where: str) -> None:
+        if not node.is_mapping:
+            findings.add(node.loc, f"{where} requires {self.wants}, got {describe(node)}"
+                         f"{_hint(node)}")
+            return
+        meant: set[str] = set()
+        for key, child in node.value.items():
+            spec = self.fields.get(key)
+            if spec is None:
+                close = difflib.get_close_matches(key, list(self.fields), n=1)
+                meant.update(close)
+                findings.add(child.key_loc or child.loc, self.unknown(key, close, where))
+                continue
+            spec.type.check(child, findings, child_where(where, f".{key}"))
+        for spec in self.fields.values():
+            # A misspelt field is reported once, as unknown, not also as missing.
+            if spec.required and spec.name not in node.value and spec.name not in meant:
+                findings.add(node.loc, f"{where} requires field '{spec.name}' ({spec.doc})")
+
+    def unknown(self, key: str, close: list[str], where: str) -> str:
+        """The message for a field this record does not have."""
+        hint = f"; did you mean '{close[0]}'?" if close else \
+            f"; the fields of {self.what} are {', '.join(self.fields)}"
+        return f"{where} has an unknown field '{key}'{hint}"
+
+
+def child_where(where: str, suffix: str) -> str:
+    """The path of a field or item below ``where`` (``intrinsic x: operands[0].shape``)."""
+    if ": " in where:
+        return where + suffix
+    return f"{where}: {suffix.lstrip('.')}"
+
+
+def _hint(node: YNode) -> str:
+    """Advice for two common slips: an unquoted ``{param}`` and an unknown parameter."""
+    if node.is_mapping and len(node.value) == 1:
+        (key, child), = node.value.items()
+        if child.value is None and _NAME.match(key):
+            return (f"; an unquoted {{{key}}} is a YAML mapping: write \"{{{key}}}\" in quotes "
+                    "to use the parameter")
+    if isinstance(node.value, str):
+        names = PLACEHOLDER.findall(node.value)
+        if names:
+            return (f"; {{{names[0]}}} is not a parameter of this entry (declare it in "
+                    "'variants' or 'params')")
+    return ""
+
+
+# ---- the records ------------------------------------------------------------------------
+
+STRIDE_RULE = Record("a stride rule", (
+    Field("leading_multiple_of", Int(1), True,
+          "the leading dimension (stride of the non-contiguous dimension, in elements) must "
+          "be a multiple of this"),
+))
+
+SCOPE = Record("a scope", (
+    Field("capacity", Int(1), False, "size in bytes; absent means unbounded"),
+    Field("dtype", OneOrList(DTypeName()), False, "the element dtype(s) it holds"),
+    Field("alignment", Int(1), False, "address alignment in bytes (default 1)"),
+    Field("banks", Int(1), False, "number of banks"),
+    Field("description", Text(), False, "what this memory is"),
+))
+
+ITERATOR = Record("an iterator", (
+    Field("name", Name(), True, "the name the semantics uses"),
+    Field("extent", Int(1), True, "the number of values it takes"),
+    Field("kind", Choice(ITER_KINDS), False, "spatial (default) or reduce"),
+))
+
+OPERAND = Record("an operand", (
+    Field("name", Name(), True, "the name the semantics and the templates use"),
+    Field("role", Choice(ROLES), True, "input, output or accumulator"),
+    Field("shape", ListOf(Int(1)), True, "extent of each dimension; [] for a scalar"),
+    Field("dtype", DTypeName(), True, "element dtype"),
+    Field("scope", OneOrList(Name(dotted=True)), True, "the memory scope(s) it lives in"),
+    Field("layout", Choice(LAYOUTS), False, "row_major (default) or col_major"),
+    Field("strides", Either(Choice(("dense",)), STRIDE_RULE), False,
+          "'dense', or {leading_multiple_of: N}"),
+    Field("alignment", Int(1), False, "required address alignment in bytes"),
+    Field("range", Interval(), False, "[low, high]: the values it may hold (the self-check "
+          "draws its random inputs from them)"),
+    Field("description", Text(), False, "what it holds"),
+))
+
+COST = Record("a cost", (
+    Field("latency", Int(0), True, "cycles from issue to result"),
+    Field("interval", Int(1), True, "cycles between two issues on one unit"),
+))
+
+COMPANIONS = MapOf(OneOrList(Name()), what="operand")
+
+INTRINSIC = Record("an intrinsic", (
+    Field("name", Name(), True, "its unique name; a pattern like wmma_m{m}n{n}k{k} in a "
+          "variant entry"),
+    Field("kind", Choice(KINDS), True, "compute, load, store or fill"),
+    Field("description", Text(), False, "one line on what it does"),
+    Field("params", MapOf(ParamValue(), what="parameter"), False,
+          "parameter values shared by every variant"),
+    Field("variants", ListOf(MapOf(ParamValue(), what="parameter"), 1), False,
+          "one parameter set per variant"),
+    Field("iterators", ListOf(ITERATOR, 1), True, "the iteration space"),
+    Field("operands", ListOf(OPERAND, 1), True, "the tensors it reads and writes, in "
+          "call order"),
+    Field("semantics", Text(), True, "one statement, e.g. C[i, j] += f32(A[i, k]) * "
+          "f32(B[k, j])"),
+    Field("resets", Bool(), False, "true when the instruction overwrites its accumulator "
+          "instead of adding to it"),
+    Field("loads", COMPANIONS, False, "operand -> load intrinsic(s) that fill its scope"),
+    Field("stores", COMPANIONS, False, "operand -> store intrinsic(s) that drain its scope"),
+    Field("fill", COMPANIONS, False, "operand -> fill intrinsic(s) that zero it"),
+    Field("emit", MapOf(Text(), what="backend"), True, "backend -> code template with "
+          "{operand} placeholders"),
+    Field("cost", COST, True, "latency and issue interval in cycles"),
+    Field("reference", Text(), True, "a link to the vendor manual section"),
+))
+
+FAMILY = Record("a family", (
+    Field("target", Name(), True, "the backend it belongs to: cuda, arm, npu, ..."),
+    Field("description", Text(), False, "what hardware this is"),
+    Field("scopes", MapOf(SCOPE, key=Name(dotted=True), what="scope"), True,
+          "the memory scopes its operands live in"),
+    Field("intrinsics", ListOf(AnyMapping(), 1), True, "its intrinsics"),
+    Field("machine", AnyMapping(), False, "machine parameters for a simulator"),
+))
+
+
+def check(node: YNode, record: Type, findings: Findings, where: str) -> None:
+    """Record every way ``node`` breaks ``record`` (see the module docstring)."""
+    record.check(node, findings, where)

@@ -1,0 +1,201 @@
+"""The self-check: does each intrinsic compute what its description says?
+
+A :class:`Checker` runs one kind of evidence for one intrinsic and returns a
+:class:`CheckResult`. :class:`SemanticsChecker` runs the intrinsic's ``desc_func()`` on random
+inputs with the reference executor (``targets.host``) and compares the output with the
+independent numpy model of :mod:`intrinsics.oracle`: exactly for integers, within a tolerance
+scaled by the dtype's epsilon and the reduction length for floats. A backend checker (the
+emitted instruction run on an emulator, the simulator or a GPU) is another Checker passed to
+:func:`self_check` beside it.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import ml_dtypes
+import numpy as np
+
+import ir
+from intrinsics.checks import accumulated_term
+from intrinsics.model import Intrinsic, Operand
+from intrinsics.oracle import UnsupportedSemantics, einsum_subscripts, numpy_model
+
+OK = "ok"
+MISMATCH = "mismatch"
+ERROR = "error"
+SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One checker's verdict on one intrinsic.
+
+    ``status`` is ``ok``, ``mismatch`` (the numbers disagree: ``max_error`` exceeds
+    ``tolerance``), ``error`` (the check could not run: ``detail`` says why) or ``skipped``
+    (the checker does not apply). ``where`` is the first disagreeing element's index.
+    """
+
+    intrinsic: str
+    checker: str
+    status: str
+    max_error: float = 0.0
+    tolerance: float = 0.0
+    detail: str = ""
+    where: tuple[int, ...] | None = None
+
+    @property
+    def failed(self) -> bool:
+        """True for a mismatch or an error."""
+        return self.status in (MISMATCH, ERROR)
+
+    def __str__(self) -> str:
+        if self.status == OK:
+            return f"{self.intrinsic}: {self.checker}: ok (max error {self.max_error:g})"
+        if self.status == MISMATCH:
+            at = f" at {list(self.where)}" if self.where is not None else ""
+            return (f"{self.intrinsic}: {self.checker}: mismatch: max error {self.max_error:g}"
+                    f"{at} exceeds tolerance {self.tolerance:g}")
+        return f"{self.intrinsic}: {self.checker}: {self.status}: {self.detail}"
+
+
+class Checker(Protocol):
+    """One kind of evidence that an intrinsic does what its description says."""
+
+    name: str
+
+    def applies(self, intrinsic: Intrinsic) -> bool:
+        """Whether this checker has anything to say about ``intrinsic``."""
+        ...
+
+    def check(self, intrinsic: Intrinsic, rng: np.random.Generator) -> CheckResult:
+        """Run the check with random inputs drawn from ``rng``."""
+        ...
+
+
+class SemanticsChecker:
+    """The semantics run by the reference executor vs. the independent numpy model."""
+
+    name = "semantics"
+
+    def __init__(self, trials: int = 1) -> None:
+        self.trials = trials
+
+    def applies(self, intrinsic: Intrinsic) -> bool:
+        return intrinsic.kind == "compute"
+
+    def check(self, intrinsic: Intrinsic, rng: np.random.Generator) -> CheckResult:
+        try:
+            from targets import host
+        except ImportError as err:
+            return CheckResult(intrinsic.name, self.name, SKIPPED,
+                               detail=f"the reference executor is unavailable ({err})")
+        worst = CheckResult(intrinsic.name, self.name, OK)
+        func = intrinsic.desc_func()
+        for _ in range(self.trials):
+            inputs = random_inputs(intrinsic, rng)
+            try:
+                want = numpy_model(intrinsic, inputs)
+            except UnsupportedSemantics as err:
+                return CheckResult(intrinsic.name, self.name, SKIPPED, detail=str(err))
+            try:
+                results = host.run(func, inputs)
+            except ir.TensorizeError as err:
+                return CheckResult(intrinsic.name, self.name, ERROR,
+                                   detail=f"the reference executor failed: {err.message}")
+            got = np.asarray(results[intrinsic.output.name])
+            result = compare(intrinsic, got, want, inputs, self.name)
+            if result.failed:
+                return result
+            if result.max_error >= worst.max_error:
+                worst = result
+        return worst
+
+
+def self_check(intrinsics: Iterable[Intrinsic], checkers: Sequence[Checker] | None = None,
+               seed: int = 0) -> list[CheckResult]:
+    """Every applicable checker's result for every intrinsic, in order.
+
+    Inputs are random but reproducible: each intrinsic draws from a generator seeded by
+    ``seed`` and its name.
+    """
+    active: Sequence[Checker] = checkers if checkers is not None else (SemanticsChecker(),)
+    results = []
+    for intrinsic in intrinsics:
+        for checker in active:
+            if not checker.applies(intrinsic):
+                continue
+            rng = np.random.default_rng([seed, zlib.crc32(intrinsic.name.encode())])
+            results.append(checker.check(intrinsic, rng))
+    return results
+
+
+def random_inputs(intrinsic: Intrinsic, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A random array per operand (0-d for scalars), within each operand's declared range.
+
+    Integers span their whole range (or the declared one), with its two ends placed first so
+    that extreme values (-128, long int32 wraparounds) are always exercised.
+    """
+    return {operand.name: _random_array(operand, rng) for operand in intrinsic.operands}
+
+
+def _random_array(operand: Operand, rng: np.random.Generator) -> np.ndarray:
+    dtype = operand.dtype
+    if dtype.is_bool:
+        return rng.integers(0, 2, size=operand.shape).astype(np.bool_)
+    if dtype.is_int:
+        low, high = operand.value_range or (dtype.min, dtype.max)
+        values = rng.integers(int(low), int(high), size=operand.shape, endpoint=True,
+                              dtype=np.int64 if dtype.kind == "int" else np.uint64)
+        flat = values.reshape(-1)
+        flat[:2] = (int(low), int(high))[:flat.size]
+        return flat.reshape(operand.shape).astype(dtype.numpy)
+    low, high = operand.value_range or (-1.0, 1.0)
+    return rng.uniform(low, high, size=operand.shape).astype(dtype.numpy)
+
+
+def compare(intrinsic: Intrinsic, got: np.ndarray, want: np.ndarray,
+            inputs: Mapping[str, np.ndarray], checker: str) -> CheckResult:
+    """Exact for integers; for floats, within :func:`tolerance`."""
+    name = intrinsic.name
+    if got.shape != want.shape:
+        return CheckResult(name, checker, ERROR, detail=f"the executor returned shape "
+                           f"{list(got.shape)}, expected {list(want.shape)}")
+    dtype = intrinsic.output.dtype
+    if dtype.is_float:
+        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        limit = tolerance(intrinsic, want, inputs)
+    else:
+        diff = np.abs(got.astype(object) - want.astype(object)).astype(np.float64)
+        limit = 0.0
+    worst = float(diff.max()) if diff.size else 0.0
+    if worst <= limit:
+        return CheckResult(name, checker, OK, worst, limit)
+    where = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
+    return CheckResult(name, checker, MISMATCH, worst, limit, where=where)
+
+
+def tolerance(intrinsic: Intrinsic, want: np.ndarray,
+              inputs: Mapping[str, np.ndarray]) -> float:
+    """Rounding allowance for a float result: (terms + 2) ulps of its largest magnitude.
+
+    For a product-sum, the magnitude is the sum of the terms' absolute values (the model run
+    on absolute inputs); otherwise the largest result.
+    """
+    dtype = intrinsic.output.dtype
+    eps = float(ml_dtypes.finfo(dtype.numpy).eps)
+    terms = math.prod(iv.extent for iv in intrinsic.iter_vars
+                      if iv.var in intrinsic.reduce_vars())
+    magnitude = float(np.max(np.abs(want.astype(np.float64)), initial=0.0))
+    term = accumulated_term(intrinsic.semantics)
+    if term is not None and einsum_subscripts(intrinsic, term) is not None:
+        absolute = {o.name: np.abs(inputs[o.name]) if o.dtype.is_float else inputs[o.name]
+                    for o in intrinsic.operands}
+        magnitude = max(magnitude, float(np.max(np.abs(
+            numpy_model(intrinsic, absolute).astype(np.float64)), initial=0.0)))
+    return (terms + 2) * eps * magnitude

@@ -1,0 +1,347 @@
+"""``tensorize intrinsics``: list, show and validate hardware intrinsic descriptions.
+
+``list`` prints a table of every registered intrinsic, ``show NAME`` everything about one,
+``validate FILE...`` checks description files (schema, cross-checks, names against the
+registry, and the semantic self-check) and prints each problem at its YAML line. Each accepts
+``--intrinsics-dir DIR`` (repeatable) to add the user's families, as does the environment
+variable ``TENSORIZE_INTRINSICS_PATH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from intrinsics import (
+    ENV_VAR,
+    CheckResult,
+    Family,
+    Intrinsic,
+    Registry,
+    check_family,
+    check_registry,
+    default_registry,
+    search_dirs,
+    self_check,
+)
+from intrinsics.registry import check_across, family_files
+from intrinsics.source import Findings
+from ir.errors import IntrinsicSpecError, SourceLoc, render_error
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+_SHORT = {"int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
+          "uint16": "u16", "uint32": "u32", "float16": "f16", "bfloat16": "bf16",
+          "float32": "f32", "float64": "f64"}
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``intrinsics`` command and its ``list``/``show``/``validate`` actions."""
+    parser = subparsers.add_parser(
+        "intrinsics", help="list, show and validate hardware intrinsic descriptions",
+        description=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    common = argparse.ArgumentParser(add_help=False)
+    add_registry_arguments(common)
+    common.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    listing = actions.add_parser("list", parents=[common], help="a table of the intrinsics")
+    listing.add_argument("--target", help="only this target's intrinsics (cuda, arm, npu...)")
+    listing.set_defaults(handler=_list)
+
+    show = actions.add_parser("show", parents=[common], help="everything about one intrinsic")
+    show.add_argument("name", metavar="NAME")
+    show.set_defaults(handler=_show)
+
+    validate = actions.add_parser(
+        "validate", parents=[common], help="check description files and self-check them")
+    validate.add_argument("files", nargs="+", metavar="FILE", help="YAML description files")
+    validate.add_argument("--no-self-check", action="store_true",
+                          help="skip running the semantics against the numpy model")
+    validate.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    validate.set_defaults(handler=_validate)
+
+    parser.set_defaults(handler=lambda args: _usage(parser))
+
+
+def add_registry_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--intrinsics-dir DIR`` (repeatable) to a command that uses the registry."""
+    parser.add_argument(
+        "--intrinsics-dir", action="append", default=[], metavar="DIR",
+        help=f"also load the *.yaml families in DIR (repeatable; see also {ENV_VAR})")
+
+
+def registry_from_args(args: argparse.Namespace) -> Registry:
+    """The default registry plus the directories named on the command line."""
+    return default_registry(args.intrinsics_dir)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+# ---- list ------------------------------------------------------------------------------------
+
+def _list(args: argparse.Namespace) -> int:
+    registry = registry_from_args(args)
+    chosen = [i for i in registry if args.target is None or i.target == args.target]
+    if args.target is not None and args.target not in registry.targets:
+        raise IntrinsicSpecError(f"--target requires one of {', '.join(registry.targets)}, "
+                                 f"got {args.target!r}")
+    if args.json:
+        print(json.dumps([summary(i) for i in chosen], indent=2))
+        return EXIT_OK
+    header = ("NAME", "TARGET", "KIND", "SHAPE", "DTYPES", "SCOPES", "LATENCY")
+    rows = [(i.name, i.target, i.kind, i.shape_text, dtypes_text(i), scopes_text(i),
+             str(i.cost.latency)) for i in chosen]
+    print(_table(header, rows))
+    return EXIT_OK
+
+
+def dtypes_text(intrinsic: Intrinsic) -> str:
+    """``i8,i8->i32``: the inputs' dtypes, then the output's."""
+    inputs = ",".join(_SHORT.get(o.dtype.name, o.dtype.name) for o in intrinsic.inputs)
+    out = intrinsic.output.dtype.name
+    return f"{inputs}->{_SHORT.get(out, out)}"
+
+
+def scopes_text(intrinsic: Intrinsic) -> str:
+    """The inputs' scopes, then the output's, each once (alternatives joined by '|')."""
+    def spelled(scopes: tuple[str, ...]) -> str:
+        return "|".join(scopes)
+
+    inputs = list(dict.fromkeys(spelled(o.scopes) for o in intrinsic.inputs))
+    return f"{','.join(inputs)}->{spelled(intrinsic.output.scopes)}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    return _columns([header, *rows])
+
+
+def _columns(rows: Sequence[Sequence[str]]) -> str:
+    """Rows of cells, each column padded to its widest cell."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(*rows)]
+    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip()
+             for row in rows]
+    return "\n".join(lines)
+
+
+def summary(intrinsic: Intrinsic) -> dict[str, Any]:
+    """The ``list --json`` record of an intrinsic."""
+    return {
+        "name": intrinsic.name, "family": intrinsic.family, "target": intrinsic.target,
+        "kind": intrinsic.kind, "shape": list(intrinsic.extents),
+        "dtypes": {o.name: o.dtype.name for o in intrinsic.operands},
+        "scopes": {o.name: list(o.scopes) for o in intrinsic.operands},
+        "latency": intrinsic.cost.latency, "interval": intrinsic.cost.interval,
+        "source": str(intrinsic.loc) if intrinsic.loc is not None else None,
+    }
+
+
+# ---- show ------------------------------------------------------------------------------------
+
+def _show(args: argparse.Namespace) -> int:
+    intrinsic = registry_from_args(args).get(args.name)
+    if args.json:
+        print(json.dumps(details(intrinsic), indent=2))
+    else:
+        print(describe(intrinsic))
+    return EXIT_OK
+
+
+def details(intrinsic: Intrinsic) -> dict[str, Any]:
+    """The ``show --json`` record: everything the description says."""
+    record = summary(intrinsic)
+    record.update({
+        "description": intrinsic.description,
+        "iterators": [{"name": iv.var.name, "extent": iv.extent, "kind": iv.kind.value}
+                      for iv in intrinsic.iter_vars],
+        "operands": [{"name": o.name, "role": o.role, "shape": list(o.shape),
+                      "dtype": o.dtype.name, "scopes": list(o.scopes), "layout": o.layout,
+                      "strides": _strides_text(o), "alignment": o.alignment,
+                      "range": list(o.value_range) if o.value_range else None,
+                      "description": o.description} for o in intrinsic.operands],
+        "semantics": intrinsic.semantics_text, "resets": intrinsic.resets,
+        "emit": dict(intrinsic.emit),
+        "loads": {k: list(v) for k, v in intrinsic.loads.items()},
+        "stores": {k: list(v) for k, v in intrinsic.stores.items()},
+        "fill": {k: list(v) for k, v in intrinsic.fill.items()},
+        "reference": intrinsic.reference, "params": dict(intrinsic.params),
+    })
+    return record
+
+
+def _strides_text(operand: Any) -> str | None:
+    rule = operand.strides
+    if rule is None:
+        return None
+    if rule.dense:
+        return "dense"
+    return f"leading dimension a multiple of {rule.leading_multiple_of}"
+
+
+def describe(intrinsic: Intrinsic) -> str:
+    """The text ``show`` prints."""
+    lines = [f"{intrinsic.name}: {intrinsic.kind} intrinsic of family {intrinsic.family} "
+             f"(target {intrinsic.target})"]
+    if intrinsic.description:
+        lines.append(f"  {intrinsic.description}")
+    if intrinsic.loc is not None:
+        lines.append(f"  defined at {intrinsic.loc.file}:{intrinsic.loc.line}")
+    if intrinsic.params:
+        lines.append("  variant of: " + ", ".join(f"{k}={v}" for k, v in
+                                                  intrinsic.params.items()))
+    lines.append("  iterators: " + ", ".join(f"{iv.var.name} ({iv.kind.value}, {iv.extent})"
+                                             for iv in intrinsic.iter_vars))
+    lines.append("  operands:")
+    rows = []
+    for o in intrinsic.operands:
+        shape = "x".join(str(s) for s in o.shape) or "scalar"
+        extras = [o.layout] if o.buffer.ndim >= 2 else []
+        if o.strides is not None:
+            extras.append(f"strides: {_strides_text(o)}")
+        extras.append(f"align {o.alignment}")
+        if o.value_range is not None:
+            extras.append(f"range [{o.value_range[0]}, {o.value_range[1]}]")
+        rows.append(("   ", o.name, o.role, shape, o.dtype.name, "|".join(o.scopes),
+                     ", ".join(extras)))
+    lines.append(_columns(rows))
+    semantics = intrinsic.semantics_text.replace("\n", "\n" + " " * len("  semantics: "))
+    lines.append(f"  semantics: {semantics}")
+    if intrinsic.resets:
+        lines.append("  resets its accumulator (the block has init = 0)")
+    lines.append("  emit:")
+    lines.extend(f"    {backend}: {template}" for backend, template in intrinsic.emit.items())
+    for field in ("loads", "stores", "fill"):
+        companions = getattr(intrinsic, field)
+        if companions:
+            lines.append(f"  {field}: " + "; ".join(f"{k} <- {', '.join(v)}"
+                                                   for k, v in companions.items()))
+    lines.append(f"  cost: latency {intrinsic.cost.latency} cycles, issue interval "
+                 f"{intrinsic.cost.interval} cycles")
+    lines.append(f"  reference: {intrinsic.reference}")
+    return "\n".join(lines)
+
+
+# ---- validate --------------------------------------------------------------------------------
+
+def _validate(args: argparse.Namespace) -> int:
+    paths = [Path(f) for f in args.files]
+    reports = []
+    for path in paths:
+        family, findings = check_family(path)
+        if family is not None and family.machine is not None:
+            _check_machine(path, findings)
+        reports.append((path, family, findings))
+    _check_against_registry(reports, args.intrinsics_dir)
+    results: dict[Path, list[CheckResult]] = {}
+    for path, family, findings in reports:
+        if family is None or findings or args.no_self_check:
+            results[path] = []
+        else:
+            results[path] = self_check(family.intrinsics, seed=args.seed)
+    failed = any(findings or any(r.failed for r in results[path])
+                 for path, _, findings in reports)
+    if args.json:
+        print(json.dumps({"ok": not failed, "files": [
+            _file_record(path, family, findings, results[path])
+            for path, family, findings in reports]}, indent=2))
+    else:
+        for path, family, findings in reports:
+            _print_report(path, family, findings, results[path])
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _check_machine(path: Path, findings: Findings) -> None:
+    """A family's ``machine:`` section is the simulator's to validate."""
+    from simulator.config import load_machine
+
+    try:
+        load_machine(path)
+    except IntrinsicSpecError as err:
+        for finding in err.findings or (err,):
+            findings.add(finding.loc, finding.message)
+
+
+def _check_against_registry(reports: list[tuple[Path, Family | None, Findings]],
+                            extra_dirs: Sequence[str]) -> None:
+    """Names in the files must not clash with each other or with the registered families."""
+    validated = {p.resolve() for p, _, _ in reports}
+    try:
+        registered_files = family_files(search_dirs(extra_dirs))
+        others = [f for f in registered_files if f.resolve() not in validated]
+    except IntrinsicSpecError as err:
+        for _, _, findings in reports:
+            findings.add(None, err.message)
+        return
+    # Problems inside the registered files are theirs, not the validated files': only names.
+    registered, _ = check_registry(others)
+    loaded = [family for _, family, _ in reports if family is not None]
+    across = Findings("registry")
+    check_across([*registered, *loaded], across)
+    for error in across.items:
+        for path, _, findings in reports:
+            if error.loc is not None and Path(error.loc.file).resolve() == path.resolve():
+                findings.add(error.loc, error.message)
+
+
+def _print_report(path: Path, family: Family | None, findings: Findings,
+                  results: list[CheckResult]) -> None:
+    for error in findings.sorted():
+        print(render_error(error.message, error.loc))
+    for result in results:
+        print(f"{_where(family, result)}: self-check: {result}")
+    if findings or family is None:
+        count = len(findings)
+        print(f"{path}: {count} problem{'s' if count != 1 else ''}")
+        return
+    failed = sum(r.failed for r in results)
+    skipped = sum(r.status == "skipped" for r in results)
+    checked = ""
+    if results:
+        ok = len(results) - failed - skipped
+        checked = f", self-check: {ok}/{len(results)} compute intrinsics ok"
+        checked += f" ({skipped} skipped: {_first_skip(results)})" if skipped else ""
+    verdict = "FAILED" if failed else "ok"
+    print(f"{path}: {verdict}: family {family.name}, target {family.target}, "
+          f"{len(family.intrinsics)} intrinsics{checked}")
+
+
+def _first_skip(results: list[CheckResult]) -> str:
+    return next(r.detail for r in results if r.status == "skipped")
+
+
+def _where(family: Family | None, result: CheckResult) -> str:
+    if family is None:
+        return result.intrinsic
+    for intrinsic in family.intrinsics:
+        if intrinsic.name == result.intrinsic and intrinsic.loc is not None:
+            return str(intrinsic.loc)
+    return result.intrinsic
+
+
+def _file_record(path: Path, family: Family | None, findings: Findings,
+                 results: list[CheckResult]) -> dict[str, Any]:
+    return {
+        "path": str(path),
+        "family": family.name if family is not None else None,
+        "intrinsics": len(family.intrinsics) if family is not None else 0,
+        "findings": [_finding(e.loc, e.message) for e in findings.sorted()],
+        "self_check": [{"intrinsic": r.intrinsic, "checker": r.checker, "status": r.status,
+                        "max_error": r.max_error, "tolerance": r.tolerance,
+                        "detail": r.detail} for r in results],
+    }
+
+
+def _finding(loc: SourceLoc | None, message: str) -> dict[str, Any]:
+    if loc is None:
+        return {"file": None, "line": None, "col": None, "message": message}
+    return {"file": loc.file, "line": loc.line, "col": loc.col, "message": message}

@@ -1,0 +1,156 @@
+"""``tensorize intrinsics list | show | validate``, called through the CLI entry point."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from intrinsics.registry import BUILTIN_DIR
+from tensorize.cli import main
+
+BROKEN = Path(__file__).parent / "broken"
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(["intrinsics", *argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_list_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = _run(capsys, "list")
+    assert status == 0
+    header, *rows = out.splitlines()
+    assert header.split() == ["NAME", "TARGET", "KIND", "SHAPE", "DTYPES", "SCOPES", "LATENCY"]
+    row = next(r for r in rows if r.startswith("wmma_m16n16k16_f16_f32 "))
+    assert row.split() == ["wmma_m16n16k16_f16_f32", "cuda", "compute", "16x16x16",
+                           "f16,f16->f32", "wmma.matrix_a,wmma.matrix_b->wmma.accumulator",
+                           "32"]
+    assert any(r.split()[:4] == ["arm_smmla", "arm", "compute", "2x2x8"] for r in rows)
+
+
+def test_list_filters_by_target(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = _run(capsys, "list", "--target", "npu")
+    assert status == 0
+    targets = {line.split()[1] for line in out.splitlines()[1:]}
+    assert targets == {"npu"}
+
+
+def test_list_unknown_target_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = _run(capsys, "list", "--target", "tpu")
+    assert status == 2
+    assert "--target requires one of" in err
+
+
+def test_list_json(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = _run(capsys, "list", "--target", "arm", "--json")
+    assert status == 0
+    records = {r["name"]: r for r in json.loads(out)}
+    sdot = records["arm_sdot_lane"]
+    assert sdot["shape"] == [4, 4]
+    assert sdot["dtypes"] == {"A": "int8", "B": "int8", "C": "int32"}
+    lines = (BUILTIN_DIR / "arm.yaml").read_text().splitlines()
+    line = lines.index("  - name: arm_{op}_lane") + 1
+    assert sdot["source"] == f"{BUILTIN_DIR / 'arm.yaml'}:{line}:11"
+
+
+def test_show_prints_everything(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = _run(capsys, "show", "wmma_m16n16k16_s8_s32")
+    assert status == 0
+    assert out.startswith("wmma_m16n16k16_s8_s32: compute intrinsic of family cuda")
+    assert f"defined at {BUILTIN_DIR / 'cuda.yaml'}:" in out
+    assert "semantics: C[i, j] += s32(A[i, k]) * s32(B[k, j])" in out
+    assert "cuda: nvcuda::wmma::mma_sync({C}, {A}, {B}, {C});" in out
+    assert "k (reduce, 16)" in out
+    assert "fill: C <- wmma_fill_m16n16k16_s32" in out
+    assert "cost: latency 32 cycles, issue interval 16 cycles" in out
+    assert "reference: https://docs.nvidia.com/" in out
+
+
+def test_show_json(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = _run(capsys, "show", "npu_vec_clip", "--json")
+    assert status == 0
+    record = json.loads(out)
+    assert record["semantics"] == "D[i, j] = min(max(D[i, j], lo), hi)"
+    assert [o["shape"] for o in record["operands"]] == [[16, 16], [], []]
+    assert record["emit"] == {"npu": "vec.clip acc[{D}], rows=16, lo={lo}, hi={hi}"}
+
+
+def test_show_unknown_name_suggests(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = _run(capsys, "show", "arm_sdott")
+    assert status == 2
+    assert "did you mean arm_sdot" in err
+
+
+def test_user_family_with_intrinsics_dir(capsys: pytest.CaptureFixture[str],
+                                         mac_dir: Path) -> None:
+    status, out, _ = _run(capsys, "list", "--target", "mac", "--intrinsics-dir", str(mac_dir))
+    assert status == 0
+    assert [line.split()[0] for line in out.splitlines()[1:]] == [
+        "mac_mma_i16", "mac_load_a", "mac_load_b", "mac_store_c"]
+    status, out, _ = _run(capsys, "show", "mac_mma_i16", "--intrinsics-dir", str(mac_dir))
+    assert status == 0 and "i (spatial, 8), j (spatial, 8), k (reduce, 4)" in out
+
+
+def test_validate_user_family(capsys: pytest.CaptureFixture[str], mac_dir: Path) -> None:
+    path = mac_dir / "mac16.yaml"
+    status, out, _ = _run(capsys, "validate", str(path), "--no-self-check")
+    assert status == 0
+    assert out.strip() == f"{path}: ok: family mac16, target mac, 4 intrinsics"
+
+
+def test_validate_broken_file(capsys: pytest.CaptureFixture[str]) -> None:
+    path = BROKEN / "unknown_scope.yaml"
+    status, out, _ = _run(capsys, "validate", str(path))
+    assert status == 1
+    first, source, caret, summary = out.splitlines()
+    assert first == (f"{path}:15:67: intrinsic toy_mma, operand B: unknown scope 'toy.regs'; "
+                     "did you mean 'toy.reg'?")
+    assert source.index("toy.regs") == caret.index("^")
+    assert caret.count("^") == len("toy.regs")
+    assert summary == f"{path}: 1 problem"
+
+
+def test_validate_reports_clash_with_registered_names(capsys: pytest.CaptureFixture[str],
+                                                      mac_dir: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy.yaml"
+    copy.write_text((mac_dir / "mac16.yaml").read_text())
+    status, out, _ = _run(capsys, "validate", str(copy), "--no-self-check",
+                          "--intrinsics-dir", str(mac_dir))
+    assert status == 1
+    assert f"{copy}:7:11: duplicate intrinsic name mac_mma_i16" in out
+
+
+def test_validate_json_lists_findings(capsys: pytest.CaptureFixture[str]) -> None:
+    path = BROKEN / "capacity.yaml"
+    status, out, _ = _run(capsys, "validate", str(path), "--json")
+    assert status == 1
+    report = json.loads(out)
+    assert report["ok"] is False
+    (record,) = report["files"]
+    (finding,) = record["findings"]
+    assert (finding["line"], finding["col"]) == (16, 74)
+    assert "requires tiles of at most 32 bytes" in finding["message"]
+
+
+def test_validate_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    status, out, _ = _run(capsys, "validate", str(tmp_path / "absent.yaml"))
+    assert status == 1
+    assert "cannot read the description" in out
+
+
+def test_intrinsics_without_action_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = _run(capsys)
+    assert status == 2
+    assert "validate" in err
+
+
+def test_validate_checks_the_machine_section(capsys: pytest.CaptureFixture[str],
+                                             tmp_path: Path) -> None:
+    text = (BUILTIN_DIR / "npu.yaml").read_text()
+    path = tmp_path / "npu_variant.yaml"
+    path.write_text(text.replace("    rows: 16  ", "    rows: -4  ", 1))
+    status, out, _ = _run(capsys, "validate", str(path), "--no-self-check")
+    assert status == 1
+    line = text.splitlines().index(next(x for x in text.splitlines() if "rows: 16  " in x)) + 1
+    assert f"{path}:{line}:" in out and "machine.array.rows" in out
