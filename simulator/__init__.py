@@ -1,0 +1,64 @@
+"""The simulated NPU: a systolic-array machine in the style of VTA and Gemmini.
+
+Load, compute and store queues run concurrently and synchronise through dependency tokens;
+a weight-stationary (or output-stationary) R x C array, int8 scratchpads, an int32
+accumulator and a vector unit compute; two DMA engines share one DRAM port. Every run is
+exact and timed: it reports cycles, per-unit busy and stall time, MAC utilisation, bytes
+moved and a Chrome trace, and faults on what hardware would silently get wrong.
+
+    config = load_machine()
+    result = simulate(assemble(text), config, dram)
+    print(result.summary())
+
+docs/simulator.md is the reference: ISA, assembly, timing formulas, config fields, faults.
+"""
+
+from simulator.assembler import assemble, disassemble, format_instruction
+from simulator.config import MachineConfig, default_machine_path, load_machine
+from simulator.engine import simulate
+from simulator.isa import (
+    Deps,
+    Finish,
+    Gemm,
+    Instruction,
+    Load,
+    Mem,
+    Nop,
+    Operand,
+    Queue,
+    Store,
+    Vec,
+    VecOp,
+    decode,
+    encode,
+)
+from simulator.programs import GemmProgram, gemm_program
+from simulator.result import SimResult, UnitStats
+
+__all__ = [
+    "Deps",
+    "Finish",
+    "Gemm",
+    "GemmProgram",
+    "Instruction",
+    "Load",
+    "MachineConfig",
+    "Mem",
+    "Nop",
+    "Operand",
+    "Queue",
+    "SimResult",
+    "Store",
+    "UnitStats",
+    "Vec",
+    "VecOp",
+    "assemble",
+    "decode",
+    "default_machine_path",
+    "disassemble",
+    "encode",
+    "format_instruction",
+    "gemm_program",
+    "load_machine",
+    "simulate",
+]

@@ -1,0 +1,327 @@
+"""The NPU's machine parameters: read from the `machine:` section of a YAML file, validated.
+
+Every number the simulator uses comes from a :class:`MachineConfig`; nothing about the machine
+is fixed in code. A bad description raises :class:`IntrinsicSpecError` listing every problem,
+each at its YAML line and naming its field (``machine.array.rows``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ir.errors import IntrinsicSpecError, SourceLoc
+
+DATAFLOWS = ("weight_stationary", "output_stationary")
+# On-chip row addresses are 16-bit instruction fields.
+MAX_ROWS = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayConfig:
+    """The systolic array: ``rows`` (R) x ``cols`` (C) processing elements.
+
+    ``dataflow`` is ``weight_stationary`` or ``output_stationary``; ``double_buffered_weights``
+    lets the next weight preload overlap the current streaming; ``latency`` counts the cycles
+    from the array's last output to its write into the accumulator.
+    """
+
+    rows: int
+    cols: int
+    dataflow: str
+    double_buffered_weights: bool
+    latency: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryConfig:
+    """One on-chip memory: ``rows`` addressable rows in ``banks`` equal banks."""
+
+    rows: int
+    banks: int
+
+    @property
+    def bank_rows(self) -> int:
+        """Rows per bank: an instruction's tile must lie inside one bank."""
+        return self.rows // self.banks
+
+
+@dataclass(frozen=True, slots=True)
+class VectorConfig:
+    """The vector unit: ``lanes`` int32 elements per cycle, ``latency`` pipeline stages."""
+
+    lanes: int
+    latency: int
+
+
+@dataclass(frozen=True, slots=True)
+class DramConfig:
+    """The DRAM port shared by both DMA engines: bandwidth and request-to-data latency."""
+
+    bytes_per_cycle: float
+    latency: int
+
+
+@dataclass(frozen=True, slots=True)
+class DmaConfig:
+    """Each DMA engine: requests in flight at most, and cycles between two requests."""
+
+    max_outstanding: int
+    issue_cycles: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """Instruction queue depth (each of load/compute/store), token queue depth, fetch rate."""
+
+    instruction_depth: int
+    token_depth: int
+    fetch_cycles: int
+
+
+@dataclass(frozen=True, slots=True)
+class MachineConfig:
+    """Every parameter of the simulated NPU; mirrors the YAML `machine:` section.
+
+    Row widths follow from the array: an ``inp`` row holds R int8 (one K-slice of an input
+    row), a ``wgt`` row C int8 (one K-row of a weight tile), an ``acc`` row C int32.
+    ``source`` names the file (or ``<dict>``) it came from and takes no part in equality.
+    """
+
+    name: str
+    clock_mhz: float
+    array: ArrayConfig
+    inp: MemoryConfig
+    wgt: MemoryConfig
+    acc: MemoryConfig
+    vector: VectorConfig
+    dram: DramConfig
+    dma: DmaConfig
+    queues: QueueConfig
+    source: str = field(default="<dict>", compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> MachineConfig:
+        """Build and validate a config from the contents of a `machine:` section."""
+        return _build(data, {}, source)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `machine:` section as plain data; ``from_dict(to_dict())`` gives an equal config."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name == "source":
+                continue
+            value = getattr(self, f.name)
+            if hasattr(value, "__dataclass_fields__"):
+                value = {g.name: getattr(value, g.name) for g in fields(value)}
+            out[f.name] = value
+        return out
+
+
+def default_machine_path() -> Path:
+    """The built-in description: ``npu.yaml`` beside the installed ``intrinsics`` package.
+
+    The package is located without importing it (it may import the simulator).
+    """
+    spec = importlib.util.find_spec("intrinsics")
+    if spec is None or spec.origin is None:
+        raise IntrinsicSpecError("cannot find the built-in machine description: the "
+                                 "'intrinsics' package is not installed")
+    return Path(spec.origin).parent / "npu.yaml"
+
+
+def load_machine(path: str | os.PathLike[str] | None = None) -> MachineConfig:
+    """Load the `machine:` section of a YAML file (default: the built-in ``npu.yaml``).
+
+    Other top-level sections (``scopes:``, ``intrinsics:``) are ignored here. Raises
+    :class:`IntrinsicSpecError` naming the file, line and field of every problem.
+    """
+    file = Path(path) if path is not None else default_machine_path()
+    source = str(file)
+    try:
+        text = file.read_text()
+    except OSError as err:
+        raise IntrinsicSpecError(
+            f"cannot read machine description {source}: {err.strerror}") from None
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        document = loader.construct_document(root) if root is not None else None
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark
+        loc = SourceLoc(source, mark.line + 1, mark.column + 1) if mark else None
+        raise IntrinsicSpecError(f"invalid YAML: {err.problem}", loc) from None
+    finally:
+        loader.dispose()
+    if not isinstance(document, dict) or "machine" not in document:
+        raise IntrinsicSpecError(
+            "a machine description requires a top-level 'machine:' mapping",
+            SourceLoc(source, 1, 1))
+    marks: dict[tuple[str, ...], SourceLoc] = {}
+    _collect_marks(root, (), source, marks)
+    return _build(document["machine"], marks, source, ("machine",))
+
+
+def _collect_marks(node: yaml.Node, path: tuple[str, ...], source: str,
+                   marks: dict[tuple[str, ...], SourceLoc]) -> None:
+    """Record the span of every mapping value (by key path) and of its key (path + ``:key``)."""
+    if not isinstance(node, yaml.MappingNode):
+        return
+    for key_node, value_node in node.value:
+        key = str(key_node.value)
+        marks[(*path, key)] = _span(value_node, source)
+        marks[(*path, key, ":key")] = _span(key_node, source)
+        _collect_marks(value_node, (*path, key), source, marks)
+
+
+def _span(node: yaml.Node, source: str) -> SourceLoc:
+    """A node's span as a 1-based, end-inclusive SourceLoc."""
+    start, end = node.start_mark, node.end_mark
+    return SourceLoc(source, start.line + 1, start.column + 1, end.line + 1, end.column)
+
+
+# A check returns the accepted value, or None when the value breaks the requirement.
+_Check = tuple[str, Callable[[Any], Any]]
+
+
+def _integer(lo: int, hi: int | None = None) -> _Check:
+    """An int (not a bool) in [lo, hi]."""
+    def check(v: Any) -> Any:
+        ok = isinstance(v, int) and not isinstance(v, bool) and v >= lo
+        return v if ok and (hi is None or v <= hi) else None
+    bound = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
+    return bound, check
+
+
+def _positive_number() -> _Check:
+    """A finite int or float above zero."""
+    def check(v: Any) -> Any:
+        ok = isinstance(v, int | float) and not isinstance(v, bool)
+        return v if ok and math.isfinite(v) and v > 0 else None
+    return "a positive number", check
+
+
+def _boolean() -> _Check:
+    """true or false."""
+    return "true or false", lambda v: v if isinstance(v, bool) else None
+
+
+def _choice(options: tuple[str, ...]) -> _Check:
+    """One of a fixed set of strings."""
+    return f"one of {', '.join(options)}", lambda v: v if v in options else None
+
+
+def _text() -> _Check:
+    """A non-empty string."""
+    return "a non-empty string", lambda v: v if isinstance(v, str) and v else None
+
+
+_MEMORY = {"rows": _integer(1, MAX_ROWS), "banks": _integer(1)}
+# Section name -> (dataclass, field checks); a key absent here is a typo and reported.
+_SECTIONS: dict[str, tuple[type, dict[str, _Check]]] = {
+    "array": (ArrayConfig, {
+        "rows": _integer(1, MAX_ROWS - 1), "cols": _integer(1, MAX_ROWS - 1),
+        "dataflow": _choice(DATAFLOWS), "double_buffered_weights": _boolean(),
+        "latency": _integer(0)}),
+    "inp": (MemoryConfig, _MEMORY),
+    "wgt": (MemoryConfig, _MEMORY),
+    "acc": (MemoryConfig, _MEMORY),
+    "vector": (VectorConfig, {"lanes": _integer(1), "latency": _integer(0)}),
+    "dram": (DramConfig, {"bytes_per_cycle": _positive_number(), "latency": _integer(0)}),
+    "dma": (DmaConfig, {"max_outstanding": _integer(1), "issue_cycles": _integer(1)}),
+    "queues": (QueueConfig, {
+        "instruction_depth": _integer(1), "token_depth": _integer(1),
+        "fetch_cycles": _integer(0)}),
+}
+_SCALARS: dict[str, _Check] = {"name": _text(), "clock_mhz": _positive_number()}
+
+
+class _Findings:
+    """Collects problems, each with its field path and YAML span, to raise them at once."""
+
+    def __init__(self, source: str, marks: Mapping[tuple[str, ...], SourceLoc],
+                 prefix: tuple[str, ...]) -> None:
+        self.source = source
+        self.marks = marks
+        self.prefix = prefix
+        self.items: list[IntrinsicSpecError] = []
+
+    def add(self, path: tuple[str, ...], message: str, at_key: bool = False) -> None:
+        """Record ``message`` about the field at ``path`` (its key's span if ``at_key``)."""
+        full = self.prefix + path
+        loc = self.marks.get((*full, ":key") if at_key else full)
+        # A missing field points at its parent's key.
+        while loc is None and len(full) > 1:
+            full = full[:-1]
+            loc = self.marks.get((*full, ":key"))
+        # Without YAML marks (a dict), the message itself has to name the source.
+        text = message if loc is not None else f"{self.source}: {message}"
+        self.items.append(IntrinsicSpecError(text, loc))
+
+    def raise_if_any(self) -> None:
+        """Raise one IntrinsicSpecError carrying every finding, if there were any."""
+        if not self.items:
+            return
+        first = self.items[0]
+        message = first.message if len(self.items) == 1 else (
+            f"{len(self.items)} problems in machine description {self.source}")
+        raise IntrinsicSpecError(message, first.loc, tuple(self.items))
+
+
+def _build(data: Any, marks: Mapping[tuple[str, ...], SourceLoc], source: str,
+           prefix: tuple[str, ...] = ("machine",)) -> MachineConfig:
+    """Validate ``data`` (a `machine:` mapping) and build the config, or raise every finding."""
+    findings = _Findings(source, marks, prefix)
+    name = ".".join(prefix)
+    if not isinstance(data, Mapping):
+        findings.add((), f"{name} requires a mapping, got {type(data).__name__}")
+        findings.raise_if_any()
+    values: dict[str, Any] = {}
+    for key in data:
+        if key not in _SECTIONS and key not in _SCALARS:
+            known = ", ".join([*_SCALARS, *_SECTIONS])
+            findings.add((str(key),), f"{name} has no field '{key}' (fields: {known})",
+                         at_key=True)
+    for key, check in _SCALARS.items():
+        values[key] = _field(data, (key,), check, findings)
+    for key, (kind, checks) in _SECTIONS.items():
+        section = data.get(key)
+        if not isinstance(section, Mapping):
+            got = "nothing" if section is None else type(section).__name__
+            findings.add((key,), f"{name}.{key} requires a mapping, got {got}")
+            continue
+        for sub in section:
+            if sub not in checks:
+                findings.add((key, str(sub)), f"{name}.{key} has no field '{sub}' "
+                             f"(fields: {', '.join(checks)})", at_key=True)
+        args = {sub: _field(section, (key, sub), check, findings)
+                for sub, check in checks.items()}
+        rows, banks = args.get("rows"), args.get("banks")
+        if kind is MemoryConfig and rows is not None and banks is not None and rows % banks:
+            findings.add((key, "banks"),
+                         f"{name}.{key}.banks requires a divisor of rows ({rows}), got {banks}")
+        values[key] = kind(**args)
+    findings.raise_if_any()
+    return MachineConfig(**values, source=source)
+
+
+def _field(data: Mapping[str, Any], path: tuple[str, ...], check: _Check,
+           findings: _Findings) -> Any:
+    """Check one field; record a finding (and return None) when it is missing or bad."""
+    requirement, accept = check
+    dotted = ".".join(findings.prefix + path)
+    if path[-1] not in data:
+        findings.add(path[:-1], f"{dotted} is required: {requirement}")
+        return None
+    value = data[path[-1]]
+    accepted = accept(value)
+    if accepted is None:
+        findings.add(path, f"{dotted} requires {requirement}, got {value!r}")
+    return accepted

@@ -1,0 +1,92 @@
+"""What each unit computes: exact integer arithmetic, one numpy operation per tile.
+
+Accumulation is int32 with two's-complement wraparound. Requantisation and narrowing round and
+saturate as documented on each function; docs/simulator.md repeats the rules.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.isa import Operand, VecOp
+
+INT8_MIN, INT8_MAX = -128, 127
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+# float32 holds every integer up to 2**24 exactly, so an int8 x int8 dot product of up to
+# 2**24 / 128**2 = 1024 terms (and every partial sum) is exact; longer ones use float64.
+FLOAT32_EXACT_TERMS = 1024
+
+
+def dram_rows(dram: np.ndarray, addr: int, rows: int, row_bytes: int,
+              stride: int) -> np.ndarray:
+    """A (rows, row_bytes) uint8 view of DRAM: row r starts at byte addr + r * stride."""
+    return np.lib.stride_tricks.as_strided(
+        dram[addr:], shape=(rows, row_bytes), strides=(stride, 1))
+
+
+def dram_extent(addr: int, rows: int, row_bytes: int, stride: int) -> int:
+    """One past the last DRAM byte a strided access touches."""
+    return addr + (rows - 1) * stride + row_bytes
+
+
+def matmul_exact(inp: np.ndarray, wgt: np.ndarray) -> np.ndarray:
+    """inp (rows x k, int8) @ wgt (k x C, int8) as exact int32, through BLAS floats."""
+    kind = np.float32 if inp.shape[1] <= FLOAT32_EXACT_TERMS else np.float64
+    return (inp.astype(kind) @ wgt.astype(kind)).astype(np.int32)
+
+
+def gemm(acc: np.ndarray, inp: np.ndarray, wgt: np.ndarray, reset: bool) -> None:
+    """acc (+)= inp @ wgt in place, int32 with wraparound."""
+    product = matmul_exact(inp, wgt)
+    if reset:
+        acc[...] = product
+    else:
+        np.add(acc, product, out=acc)
+
+
+def requantise(x: np.ndarray, mult: int, shift: int) -> np.ndarray:
+    """round(x * mult / 2**shift), ties away from zero, saturated to int32.
+
+    The product is exact in int64 (|x * mult| <= 2**62); rounding adds 2**(shift-1) to the
+    magnitude before the arithmetic shift, which makes -2.5 -> -3 and 2.5 -> 3.
+    """
+    product = x.astype(np.int64) * mult
+    if shift:
+        magnitude = (np.abs(product) + (1 << (shift - 1))) >> shift
+        product = np.where(product < 0, -magnitude, magnitude)
+    return np.clip(product, INT32_MIN, INT32_MAX).astype(np.int32)
+
+
+def narrow(x: np.ndarray) -> np.ndarray:
+    """int32 -> int8, saturating to [-128, 127]."""
+    return np.clip(x, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def vector(op: VecOp, dst: np.ndarray, other: np.ndarray | int, imm2: int) -> None:
+    """Apply a vector operation to the acc rows ``dst`` in place.
+
+    ``other`` is the second operand (a tile, a row to broadcast, or the immediate ``imm``);
+    ``imm2`` is mulshift's shift and clip's upper bound.
+    """
+    if op is VecOp.ADD:
+        np.add(dst, np.int32(other) if isinstance(other, int) else other, out=dst)
+    elif op is VecOp.MIN:
+        np.minimum(dst, other, out=dst)
+    elif op is VecOp.MAX:
+        np.maximum(dst, other, out=dst)
+    elif op is VecOp.MULSHIFT:
+        dst[...] = requantise(dst, int(other), imm2)
+    elif op is VecOp.CLIP:
+        np.clip(dst, other, imm2, out=dst)
+    else:
+        np.maximum(dst, 0, out=dst)
+
+
+def second_operand(mode: Operand, acc: np.ndarray, src: int, rows: int,
+                   imm: int) -> np.ndarray | int:
+    """The second operand of a vector op: an acc tile, one acc row, or the immediate."""
+    if mode is Operand.TILE:
+        return acc[src:src + rows]
+    if mode is Operand.ROW:
+        return acc[src]
+    return imm
