@@ -1,0 +1,99 @@
+"""The Schedule: a function being rewritten by primitives, with handles and a trace."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ir import BlockRealize, For, PrimFunc, Stmt
+from tensorize.schedule import primitives, tree
+from tensorize.schedule.check import check, fail, get_block, get_loop
+from tensorize.schedule.handles import BlockRV, LoopRV
+from tensorize.schedule.trace import Trace, TraceStep
+
+
+def _as_method(primitive: Callable[..., tuple[PrimFunc, Any]]) -> Callable[..., Any]:
+    """Wrap a free primitive ``f(func, *args) -> (new_func, outputs)`` as a Schedule method."""
+
+    def method(self: Schedule, *args: Any, **kwargs: Any) -> Any:
+        return self._apply(primitive, args, kwargs)
+
+    method.__name__ = primitive.__name__
+    method.__qualname__ = f"Schedule.{primitive.__name__}"
+    method.__doc__ = primitive.__doc__
+    return method
+
+
+class Schedule:
+    """A function under transformation.
+
+    Every primitive checks its preconditions first; a refused primitive raises
+    ``ScheduleError`` and leaves the schedule exactly as it was. ``sch.func`` is the current
+    function; ``sch.trace`` prints as Python that replays the primitives applied.
+    """
+
+    def __init__(self, func: PrimFunc) -> None:
+        names = tree.block_names(func)
+        for name in names:
+            if names.count(name) > 1:
+                fail("Schedule", f"block name {name!r} is used twice; block names must be "
+                                 "unique to be scheduled")
+        self.original = func
+        self.func = func
+        self.trace = Trace()
+
+    def _apply(self, primitive: Callable[..., tuple[PrimFunc, Any]], args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> Any:
+        new_func, outputs = primitive(self.func, *args, **kwargs)
+        self.func = new_func
+        self.trace.append(TraceStep(primitive.__name__, args, tuple(kwargs.items()), outputs))
+        return outputs
+
+    # Lookups are recorded too, so the printed trace binds every handle it uses.
+    def get_block(self, name: str) -> BlockRV:
+        """The handle of the block called ``name``."""
+        handle = BlockRV(name)
+        get_block(self.func, handle, "get_block")
+        self.trace.append(TraceStep("get_block", (name,), (), handle))
+        return handle
+
+    def get_loops(self, block: BlockRV) -> list[LoopRV]:
+        """The loops around ``block`` up to its enclosing block, outermost first."""
+        found = get_block(self.func, block, "get_loops")
+        loops = [LoopRV(loop.var) for loop in tree.enclosing_loops(found.path)]
+        self.trace.append(TraceStep("get_loops", (block,), (), loops))
+        return loops
+
+    def get_child_blocks(self, parent: BlockRV | LoopRV) -> list[BlockRV]:
+        """The blocks directly under a block or a loop, in program order."""
+        if isinstance(parent, LoopRV):
+            stmt: Stmt = get_loop(self.func, parent, "get_child_blocks").node
+        else:
+            stmt = get_block(self.func, parent, "get_child_blocks").node
+        children = [BlockRV(r.block.name) for r in tree.child_block_realizes(stmt)]
+        self.trace.append(TraceStep("get_child_blocks", (parent,), (), children))
+        return children
+
+    def get(self, handle: BlockRV | LoopRV) -> BlockRealize | For:
+        """The IR node a handle names now."""
+        if isinstance(handle, LoopRV):
+            return get_loop(self.func, handle, "get").node
+        check(isinstance(handle, BlockRV), "get", f"expected a handle, got {handle!r}")
+        return get_block(self.func, handle, "get").node
+
+    def replay_trace(self) -> str:
+        """A complete Python program that rebuilds this schedule from the original function."""
+        return ("from tensorize.schedule import Schedule\n"
+                "sch = Schedule(func)\n" + self.trace.as_python() + "\n")
+
+    @staticmethod
+    def replay(func: PrimFunc, trace_text: str) -> Schedule:
+        """Run the Python of a printed trace on ``func``; returns the resulting schedule."""
+        namespace: dict[str, Any] = {"func": func}
+        exec(compile(trace_text, "<trace>", "exec"), namespace)  # noqa: S102 (user's own trace)
+        return namespace["sch"]
+
+
+
+for _name, _primitive in primitives.PRIMITIVES.items():
+    setattr(Schedule, _name, _as_method(_primitive))

@@ -1,0 +1,79 @@
+"""The record of the primitives a schedule applied, printable as Python that replays them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tensorize.schedule.handles import BlockRV, LoopRV
+
+
+@dataclass(frozen=True, slots=True)
+class TraceStep:
+    """One applied primitive: its name, its arguments and the handles it returned."""
+
+    primitive: str
+    args: tuple[Any, ...]
+    kwargs: tuple[tuple[str, Any], ...]
+    outputs: Any
+
+
+class Trace:
+    """The steps of a schedule, in order. ``str(trace)`` is replayable Python."""
+
+    def __init__(self) -> None:
+        self.steps: list[TraceStep] = []
+
+    def append(self, step: TraceStep) -> None:
+        """Record one applied primitive."""
+        self.steps.append(step)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def as_python(self, schedule_name: str = "sch") -> str:
+        """Python statements that replay the trace on ``sch = Schedule(func)``."""
+        names: dict[Any, str] = {}
+        counters = {"b": 0, "l": 0}
+        lines: list[str] = []
+
+        def name_of(handle: Any) -> str:
+            if handle in names:
+                return names[handle]
+            prefix = "b" if isinstance(handle, BlockRV) else "l"
+            label = f"{prefix}{counters[prefix]}"
+            counters[prefix] += 1
+            names[handle] = label
+            return label
+
+        def render(value: Any) -> str:
+            if isinstance(value, (BlockRV, LoopRV)):
+                if value not in names and isinstance(value, BlockRV):
+                    return repr(value.name)
+                return names.get(value) or repr(value)
+            if isinstance(value, (list, tuple)):
+                inner = ", ".join(render(v) for v in value)
+                return f"[{inner}]"
+            return repr(value)
+
+        for step in self.steps:
+            call_args = [render(a) for a in step.args]
+            call_args += [f"{k}={render(v)}" for k, v in step.kwargs]
+            call = f"{schedule_name}.{step.primitive}({', '.join(call_args)})"
+            outputs = step.outputs
+            if outputs is None:
+                lines.append(call)
+            elif isinstance(outputs, (list, tuple)):
+                targets = [name_of(h) for h in outputs]
+                if not targets:
+                    lines.append(call)
+                elif len(targets) == 1:
+                    lines.append(f"{targets[0]}, = {call}")
+                else:
+                    lines.append(f"{', '.join(targets)} = {call}")
+            else:
+                lines.append(f"{name_of(outputs)} = {call}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.as_python()
