@@ -1,0 +1,179 @@
+"""The NPU backend: tensorized IR -> programs for the simulated NPU, run and checked.
+
+:func:`compile_stage` turns one NPU stage (a root statement calling ``npu`` intrinsics) into
+a program: buffers placed on chip and in DRAM (:mod:`.memory`), one instruction per intrinsic
+call in program order with double-buffered on-chip buffers (:mod:`.emit`), continuing
+instructions merged (:mod:`.coalesce`), and dependency tokens between the queues
+(:mod:`.tokens`). :func:`run` runs a whole tensorized function: NPU stages on the simulator,
+the rest on the host backend (:mod:`.stages`), and returns the outputs with each stage's
+cycles and utilisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from intrinsics import default_registry
+from intrinsics.model import Intrinsic
+from ir.buffer import Buffer
+from ir.errors import ExecutionError
+from ir.function import PrimFunc
+from simulator import MachineConfig, SimResult, load_machine, simulate
+from simulator.assembler import disassemble
+from simulator.isa import Instruction, Store
+from targets import host
+from targets.npu.coalesce import coalesce
+from targets.npu.emit import UnsoundSwitch, emit_stage
+from targets.npu.memory import SCOPE_MEMORY, InDram, OnChip, plan_dram, plan_on_chip
+from targets.npu.stages import Stage, host_function, split_stages
+from targets.npu.tokens import insert_tokens
+
+__all__ = ["CompiledStage", "NpuRun", "Stage", "StageRun", "compile_stage", "run",
+           "split_stages"]
+
+Lookup = Callable[[str], Intrinsic]
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledStage:
+    """An NPU stage's program and where its buffers live."""
+
+    stage: Stage
+    program: tuple[Instruction, ...]
+    calls: Mapping[str, int]
+    on_chip: Mapping[Buffer, OnChip]
+    dram: Mapping[Buffer, InDram]
+    dram_bytes: int
+    single_copy: tuple[str, ...]
+
+    @property
+    def assembly(self) -> str:
+        """The program as assembly text."""
+        return disassemble(self.program)
+
+
+@dataclass(frozen=True, slots=True)
+class StageRun:
+    """What one stage did: where it ran, and for NPU stages the program and its simulation."""
+
+    label: str
+    on_npu: bool
+    compiled: CompiledStage | None = None
+    sim: SimResult | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NpuRun:
+    """The outputs of a run (written parameters, by name) and every stage's record."""
+
+    outputs: dict[str, np.ndarray]
+    stages: tuple[StageRun, ...] = field(default_factory=tuple)
+
+    @property
+    def cycles(self) -> int:
+        """Simulated cycles of all NPU stages, one after another."""
+        return sum(s.sim.cycles for s in self.stages if s.sim is not None)
+
+    @property
+    def calls(self) -> dict[str, int]:
+        """How many times each intrinsic ran, over all NPU stages."""
+        total: dict[str, int] = {}
+        for stage in self.stages:
+            if stage.compiled is not None:
+                for name, count in stage.compiled.calls.items():
+                    total[name] = total.get(name, 0) + count
+        return total
+
+
+def compile_stage(stage: Stage, config: MachineConfig, lookup: Lookup,
+                  single_copy: bool = False) -> CompiledStage:
+    """The program of one NPU stage on the machine ``config``; ``single_copy`` turns double
+    buffering off (every on-chip buffer in one copy)."""
+    on_chip_buffers = [b for b in stage.buffers if b.scope in SCOPE_MEMORY]
+    dram_buffers = [b for b in stage.buffers if b.scope not in SCOPE_MEMORY]
+    dram, dram_bytes = plan_dram(dram_buffers)
+    single: set[Buffer] = set(on_chip_buffers) if single_copy else set()
+    while True:
+        on_chip = plan_on_chip(on_chip_buffers, config, single=single)
+        try:
+            emitted = emit_stage(stage.stmt, lookup, on_chip, dram)
+            break
+        except UnsoundSwitch as unsound:
+            # Alternating copies would read stale rows: keep this buffer in one copy.
+            single.add(unsound.buffer)
+    sizes = {"inp": config.inp.rows, "wgt": config.wgt.rows, "acc": config.acc.rows,
+             "dram": dram_bytes}
+    program = insert_tokens(coalesce(emitted.instructions, config), sizes)
+    return CompiledStage(stage, tuple(program), emitted.calls, on_chip, dram, dram_bytes,
+                         tuple(sorted(b.name for b in single)))
+
+
+def run(func: PrimFunc, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
+        config: MachineConfig | None = None, lookup: Lookup | None = None) -> NpuRun:
+    """Run a tensorized function: NPU stages on the simulator, the others on the host.
+
+    ``inputs`` maps parameter names to arrays (or lists them in parameter order); missing
+    parameters start as zeros. Returns the parameters the function writes, and the stages.
+    """
+    config = config or load_machine()
+    lookup = lookup or default_registry().get
+    pool = _initial_pool(func, inputs)
+    written: set[Buffer] = set()
+    records = []
+    for stage in split_stages(func, lookup):
+        if stage.on_npu:
+            compiled = compile_stage(stage, config, lookup)
+            image = np.zeros(compiled.dram_bytes, np.uint8)
+            for buffer, placed in compiled.dram.items():
+                raw = np.ascontiguousarray(pool.setdefault(buffer, _zeros(buffer)))
+                image[placed.base:placed.base + placed.nbytes] = raw.reshape(-1).view(np.uint8)
+            sim = simulate(compiled.program, config, image)
+            for buffer, placed in compiled.dram.items():
+                raw = sim.dram[placed.base:placed.base + placed.nbytes]
+                pool[buffer] = raw.view(buffer.dtype.numpy).reshape(buffer.shape).copy()
+            written.update(_written_dram(compiled))
+            records.append(StageRun(stage.label, True, compiled, sim))
+        else:
+            sub = host_function(func, stage)
+            arrays = [pool.setdefault(b, _zeros(b)) for b in sub.params]
+            outputs = host.run(sub, arrays)
+            for buffer in sub.params:
+                if buffer.name in outputs:
+                    pool[buffer] = outputs[buffer.name]
+                    written.add(buffer)
+            records.append(StageRun(stage.label, False))
+    outputs = {p.name: pool[p] for p in func.params if p in written}
+    return NpuRun(outputs, tuple(records))
+
+
+def _written_dram(compiled: CompiledStage) -> set[Buffer]:
+    """The DRAM buffers a program's stores reach."""
+    stored = []
+    for insn in compiled.program:
+        if isinstance(insn, Store):
+            stored.append((insn.dram, insn.dram + (insn.rows - 1) * insn.stride + 1))
+    return {b for b, placed in compiled.dram.items()
+            if any(lo < placed.base + placed.nbytes and placed.base < hi for lo, hi in stored)}
+
+
+def _initial_pool(func: PrimFunc, inputs) -> dict[Buffer, np.ndarray]:
+    if not isinstance(inputs, Mapping):
+        inputs = {p.name: a for p, a in zip(func.params, inputs)}
+    pool = {}
+    for param in func.params:
+        if param.name in inputs:
+            array = np.asarray(inputs[param.name])
+            if array.shape != param.shape or array.dtype != param.dtype.numpy:
+                raise ExecutionError(f"input {param.name} requires shape {param.shape} and "
+                                     f"dtype {param.dtype}, got {array.shape} {array.dtype}")
+            pool[param] = array.copy()
+    return pool
+
+
+def _zeros(buffer: Buffer) -> np.ndarray:
+    return np.zeros(buffer.shape, buffer.dtype.numpy)
+
+

@@ -1,0 +1,123 @@
+"""Where every buffer of an NPU program lives: scratchpad rows on chip, bytes in DRAM.
+
+On-chip buffers (scopes ``npu.inp``, ``npu.wgt``, ``npu.acc``) are stored row-major, one
+memory row per ``row_elems`` consecutive elements (R int8 for inp, C int8 for wgt, C int32
+for acc). Each buffer gets two copies when both fit, so that the emitter can alternate
+between them (double buffering); a copy never straddles a bank, since one instruction's
+rows must lie in one bank. DRAM buffers are laid out one after another, 64-byte aligned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from ir.buffer import Buffer
+from ir.errors import ExecutionError
+from simulator.config import MachineConfig, MemoryConfig
+from simulator.isa import Mem
+
+SCOPE_MEMORY = {"npu.inp": Mem.INP, "npu.wgt": Mem.WGT, "npu.acc": Mem.ACC}
+DRAM_ALIGN = 64
+
+
+@dataclass(frozen=True, slots=True)
+class OnChip:
+    """An on-chip buffer: ``copies`` copies of ``rows`` rows, copy c at ``bases[c]``."""
+
+    buffer: Buffer
+    mem: Mem
+    row_elems: int
+    rows: int
+    bases: tuple[int, ...]
+
+    def row_of(self, flat: int, copy: int) -> int:
+        """The memory row holding flat element ``flat`` of copy ``copy``."""
+        return self.bases[copy] + flat // self.row_elems
+
+
+@dataclass(frozen=True, slots=True)
+class InDram:
+    """A buffer in DRAM at byte ``base``, ``nbytes`` long."""
+
+    buffer: Buffer
+    base: int
+    nbytes: int
+
+
+def element_bytes(buffer: Buffer) -> int:
+    """Bytes per element of ``buffer``."""
+    return max(buffer.dtype.bits // 8, 1)
+
+
+def row_elems(mem: Mem, config: MachineConfig) -> int:
+    """Elements per row of an on-chip memory."""
+    return config.array.rows if mem is Mem.INP else config.array.cols
+
+
+def _memory(mem: Mem, config: MachineConfig) -> MemoryConfig:
+    return {Mem.INP: config.inp, Mem.WGT: config.wgt, Mem.ACC: config.acc}[mem]
+
+
+def plan_on_chip(buffers: Iterable[Buffer], config: MachineConfig,
+                 single: Collection[Buffer] = ()) -> dict[Buffer, OnChip]:
+    """Rows for every on-chip buffer; two copies of each (but those in ``single``) where the
+    memory has room for all, else one copy of each.
+
+    Raises ExecutionError naming the buffer when a memory cannot hold its buffers.
+    """
+    by_mem: dict[Mem, list[Buffer]] = {}
+    for buffer in buffers:
+        by_mem.setdefault(SCOPE_MEMORY[buffer.scope], []).append(buffer)
+    plan: dict[Buffer, OnChip] = {}
+    for mem, group in by_mem.items():
+        width = row_elems(mem, config)
+        sizes = []
+        for buffer in group:
+            if buffer.shape[-1] % width:
+                raise ExecutionError(
+                    f"buffer {buffer.name} in {buffer.scope} requires its last dimension to be "
+                    f"a multiple of the {width}-element memory row, got shape {buffer.shape}")
+            sizes.append(buffer.size // width)
+        placed = _place(sizes, [1 if b in single else 2 for b in group], _memory(mem, config))
+        if placed is None:
+            placed = _place(sizes, [1] * len(group), _memory(mem, config))
+        if placed is None:
+            need = ", ".join(f"{b.name} {s} rows" for b, s in zip(group, sizes))
+            memory = _memory(mem, config)
+            raise ExecutionError(
+                f"the NPU's {mem.name.lower()} memory ({memory.rows} rows in {memory.banks} "
+                f"banks) cannot hold {need}; tile smaller")
+        for buffer, size, bases in zip(group, sizes, placed):
+            plan[buffer] = OnChip(buffer, mem, width, size, bases)
+    return plan
+
+
+def _place(sizes: list[int], copies: list[int], memory: MemoryConfig
+           ) -> list[tuple[int, ...]] | None:
+    """Base rows of ``copies[i]`` copies of buffer i, first fit, no copy across a bank."""
+    bank = memory.bank_rows
+    cursor = 0
+    result = []
+    for size, count in zip(sizes, copies):
+        if size > bank:
+            return None
+        bases = []
+        for _ in range(count):
+            if cursor // bank != (cursor + size - 1) // bank:
+                cursor = (cursor // bank + 1) * bank
+            bases.append(cursor)
+            cursor += size
+        result.append(tuple(bases))
+    return result if cursor <= memory.rows else None
+
+
+def plan_dram(buffers: Iterable[Buffer]) -> tuple[dict[Buffer, InDram], int]:
+    """Byte addresses for DRAM buffers, in order, and the image size."""
+    plan: dict[Buffer, InDram] = {}
+    cursor = 0
+    for buffer in buffers:
+        nbytes = buffer.size * element_bytes(buffer)
+        plan[buffer] = InDram(buffer, cursor, nbytes)
+        cursor += (nbytes + DRAM_ALIGN - 1) // DRAM_ALIGN * DRAM_ALIGN
+    return plan, max(cursor, DRAM_ALIGN)

@@ -1,0 +1,99 @@
+"""Splitting a tensorized function into the stages that run on the NPU and on the host.
+
+The root block's statements run in order. A statement that calls an ``npu`` intrinsic is an
+NPU stage: it becomes one program for the simulator. Any other statement (packing an
+operand into the layout the NPU wants, padding, an epilogue the vector unit cannot do) is a
+host stage, run by the host backend. Buffers live in one pool of numpy arrays between stages:
+the parameters, then the root block's global intermediates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ir.buffer import Buffer
+from ir.function import PrimFunc, make_root
+from ir.stmt import Block, IntrinsicCall, SeqStmt, Stmt, seq
+from ir.visitor import Visitor
+from targets.npu.memory import SCOPE_MEMORY
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One root statement, where it runs, and the buffers it touches."""
+
+    stmt: Stmt
+    on_npu: bool
+    buffers: tuple[Buffer, ...]
+
+    @property
+    def label(self) -> str:
+        """A short name: the stage's first block, or its kind."""
+        names = _block_names(self.stmt)
+        return names[0] if names else ("npu" if self.on_npu else "host")
+
+
+def split_stages(func: PrimFunc, lookup) -> list[Stage]:
+    """The stages of ``func`` in order; consecutive NPU statements form one stage, since
+    on-chip data lives only as long as one program. ``lookup(name)`` gives an intrinsic."""
+    body = func.body.block.body
+    stmts = body.stmts if isinstance(body, SeqStmt) else (body,)
+    runs: list[tuple[bool, list[Stmt]]] = []
+    for stmt in stmts:
+        on_npu = any(lookup(c.intrinsic).target == "npu" for c in _calls(stmt))
+        if runs and runs[-1][0] and on_npu:
+            runs[-1][1].append(stmt)
+        else:
+            runs.append((on_npu, [stmt]))
+    stages = []
+    for on_npu, group in runs:
+        stmt = seq(*group)
+        stages.append(Stage(stmt, on_npu, tuple(_buffers(stmt))))
+    return stages
+
+
+def host_function(func: PrimFunc, stage: Stage) -> PrimFunc:
+    """A function running one host stage, its global buffers as parameters."""
+    params = tuple(b for b in stage.buffers if b.scope not in SCOPE_MEMORY)
+    return PrimFunc(f"{func.name}_{stage.label}", params, make_root(stage.stmt))
+
+
+class _Collect(Visitor):
+    def __init__(self) -> None:
+        self.calls: list[IntrinsicCall] = []
+        self.buffers: dict[int, Buffer] = {}
+        self.blocks: list[str] = []
+        self.local: set[int] = set()
+
+    def visit_IntrinsicCall(self, call: IntrinsicCall) -> None:
+        self.calls.append(call)
+        self.generic_visit(call)
+
+    def visit_Buffer(self, buffer: Buffer) -> None:
+        if id(buffer) not in self.local:
+            self.buffers.setdefault(id(buffer), buffer)
+
+    def visit_Block(self, block: Block) -> None:
+        self.blocks.append(block.name)
+        self.local.update(id(b) for b in block.alloc_buffers)
+        self.generic_visit(block)
+
+
+def _walk(stmt: Stmt) -> _Collect:
+    collector = _Collect()
+    collector.visit(stmt)
+    return collector
+
+
+def _calls(stmt: Stmt) -> list[IntrinsicCall]:
+    return _walk(stmt).calls
+
+
+def _buffers(stmt: Stmt) -> Iterator[Buffer]:
+    collector = _walk(stmt)
+    return (b for key, b in collector.buffers.items() if key not in collector.local)
+
+
+def _block_names(stmt: Stmt) -> list[str]:
+    return _walk(stmt).blocks
