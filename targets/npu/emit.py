@@ -31,7 +31,7 @@ from ir.stmt import (Block, BlockRealize, BufferRegion, BufferStore, For, IfThen
                      IntrinsicCall, IterKind, SeqStmt, Stmt)
 from simulator.assembler import assemble
 from simulator.isa import Instruction, Queue
-from targets.npu.evaluate import evaluate
+from ir.evaluate import evaluate
 from targets.npu.memory import InDram, OnChip, element_bytes
 
 _QUEUE_OF_KIND = {"load": Queue.LOAD, "store": Queue.STORE, "compute": Queue.COMPUTE,

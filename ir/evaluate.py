@@ -1,4 +1,5 @@
-"""Evaluating index expressions to Python integers while walking a loop nest."""
+"""Evaluating index expressions to Python integers, for code that walks a loop nest
+at compile time (the NPU emitter, counting intrinsic calls)."""
 
 from __future__ import annotations
 
