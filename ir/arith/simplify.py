@@ -84,7 +84,11 @@ class _Simplifier:
     # -- linear forms ------------------------------------------------------------------
 
     def form(self, expr: Expr) -> LinearForm:
-        return _merge_split_pairs(linearize(expr))
+        return _merge_split_pairs(linearize(expr), self.quotient)
+
+    def quotient(self, x: Expr, c: int) -> Expr:
+        """``x // c`` in the canonical form the simplifier gives it."""
+        return self.div_mod("floordiv", x, c, x.dtype)
 
     def bound(self, form: LinearForm) -> Interval:
         return bound_form(form, self.ranges)
@@ -213,8 +217,12 @@ def _single_atom(form: LinearForm) -> Expr | None:
     return None
 
 
-def _merge_split_pairs(form: LinearForm) -> LinearForm:
-    """Replace ``k*c*(x // c) + k*(x % c)`` by ``k*x`` wherever both terms are present."""
+def _merge_split_pairs(form: LinearForm, quotient) -> LinearForm:
+    """Replace ``k*c*(x // c) + k*(x % c)`` by ``k*x`` wherever both terms are present.
+
+    ``quotient(x, c)`` gives ``x // c`` in canonical form, so the pair is found however the
+    quotient was simplified (``(m // 4) // 2`` is ``m // 8``).
+    """
     changed = True
     while changed:
         changed = False
@@ -222,9 +230,12 @@ def _merge_split_pairs(form: LinearForm) -> LinearForm:
             if not (isinstance(atom, BinOp) and atom.op == "floormod" and _is_const(atom.b)):
                 continue
             c = atom.b.value
-            partner = BinOp("floordiv", atom.a, atom.b)
-            if form.coeff(partner) == coeff * c:
-                form = form.without(atom).without(partner) + linearize(atom.a).scale(coeff)
+            partner = linearize(quotient(atom.a, c))
+            if len(partner.terms) != 1 or partner.terms[0][1] != 1 or partner.const:
+                continue
+            partner_atom = partner.terms[0][0]
+            if form.coeff(partner_atom) == coeff * c:
+                form = form.without(atom).without(partner_atom) + linearize(atom.a).scale(coeff)
                 changed = True
                 break
     return form

@@ -147,3 +147,10 @@ def test_linear_form_round_trip():
     form = linearize(I * 4 + J * 2 - I - 5)
     assert form.coeff(I) == 3 and form.coeff(J) == 2 and form.const == -5
     assert str(to_expr(form, dtypes.int32)) == "i * 3 + j * 2 - 5"
+
+
+def test_three_way_fuse_then_split_gives_back_the_fused_variable():
+    # (n, h, w) fused into m over extents (2, 3, 4), then each piece recovered and fused again.
+    m = Var("m")
+    n, h, w = m // 12, (m // 4) % 3, m % 4
+    assert simplify(n * 12 + h * 4 + w, {m: Interval(0, 23)}) is m
