@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ir import BlockRealize, BufferStore, Node, For, ForKind, IntrinsicCall, PrimFunc, Stmt, Var
-from ir import Expr, IntImm, Mutator, and_, substitute
+from ir import Expr, IntImm, Mutator, and_, post_order_visit, substitute
 from ir.arith import Interval, simplify
 from tensorize.schedule import tree
 from tensorize.schedule.check import arg_check, check, distinct_loops, fail, get_loop
@@ -73,6 +73,21 @@ def _guard_blocks(stmt: Stmt, cond: Expr) -> Stmt:
 
 def _is_true(expr: Expr) -> bool:
     return isinstance(expr, IntImm) and expr.dtype.is_bool and expr.value == 1
+
+
+def _mixed_blocks(loop: For) -> list[str]:
+    """Blocks under ``loop`` that bind its variable into a spatial and a reduce iterator."""
+    found = []
+    for realize in tree.child_block_realizes(loop):
+        kinds = set()
+        for iv, binding in zip(realize.block.iter_vars, realize.bindings):
+            uses: list[bool] = []
+            post_order_visit(binding, lambda n: uses.append(n is loop.var))
+            if any(uses):
+                kinds.add(iv.kind)
+        if len(kinds) > 1:
+            found.append(realize.block.name)
+    return found
 
 
 def split(func: PrimFunc, loop: LoopRV, factors: Sequence[int | None]
@@ -228,6 +243,12 @@ def reorder(func: PrimFunc, *loops: LoopRV) -> tuple[PrimFunc, None]:
               f"loop {loc.node.var.name} is not nested in loop {outermost.node.var.name}: "
               "the loops are on different branches", loc.node)
     chain = _perfect_chain(outermost, innermost.node.var, "reorder")
+    for loc in located:
+        mixed = _mixed_blocks(loc.node)
+        if mixed:
+            fail("reorder", f"loop {loc.node.var.name} drives both spatial and reduce iterators "
+                            f"of block {mixed[0]!r}; moving it would reorder the reduction "
+                            "against its init", loc.node)
     named = {id(loop.var) for loop in loops}
     slots = [i for i, node in enumerate(chain) if id(node.var) in named]
     by_var = {id(loc.node.var): loc.node for loc in located}

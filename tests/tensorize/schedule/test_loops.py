@@ -122,6 +122,15 @@ def test_reorder_refuses_across_a_block_boundary():
     refused(sch, "reorder", i_c, i_y, match="different branches|not nested")
 
 
+def test_reorder_refuses_a_loop_mixing_spatial_and_reduce_iterators():
+    # After fusing j with k, the fused loop's halves each drive both vj and vk: running them
+    # in another order would zero C[.., j] (the init at k == 0) after accumulating into it.
+    sch = Schedule(gemm_int8(4, 2, 3))
+    _, j, k = sch.get_loops(sch.get_block("C"))
+    outer, inner = sch.split(sch.fuse(j, k), [None, 2])
+    refused(sch, "reorder", inner, outer, match="drives both spatial and reduce iterators")
+
+
 def test_primitive_on_a_replaced_loop_is_refused():
     sch = Schedule(gemm_int8())
     i, _, _ = sch.get_loops(sch.get_block("C"))
@@ -137,14 +146,18 @@ def test_random_split_fuse_reorder_chains_keep_results(m, n, k, data):
     for _ in range(data.draw(st.integers(1, 5))):
         loops = sch.get_loops(sch.get_block("C"))
         action = data.draw(st.sampled_from(["split", "fuse", "reorder"]))
-        if action == "split":
-            loop = data.draw(st.sampled_from(loops))
-            sch.split(loop, [None, data.draw(st.integers(1, 5))])
-        elif action == "fuse" and len(loops) >= 2:
-            start = data.draw(st.integers(0, len(loops) - 2))
-            sch.fuse(loops[start], loops[start + 1])
-        else:
-            sch.reorder(*data.draw(st.permutations(loops)))
+        before = sch.func
+        try:
+            if action == "split":
+                loop = data.draw(st.sampled_from(loops))
+                sch.split(loop, [None, data.draw(st.integers(1, 5))])
+            elif action == "fuse" and len(loops) >= 2:
+                start = data.draw(st.integers(0, len(loops) - 2))
+                sch.fuse(loops[start], loops[start + 1])
+            else:
+                sch.reorder(*data.draw(st.permutations(loops)))
+        except ScheduleError:
+            assert sch.func is before  # a refusal changes nothing
     verify(sch.func)
     assert_same_results(func, sch.func)
     assert structural_equal(Schedule.replay(func, sch.replay_trace()).func, sch.func)
