@@ -2,22 +2,24 @@
 
 The rules, each valid for every value of the variables in their ranges (floor semantics):
 
-=====================================  ===========================================
-rule                                   condition
-=====================================  ===========================================
-constant folding                       all operands constant (integers wrap)
-linear terms merge, ``x - x -> 0``     always (canonical linear form)
-``(c*q + r) // c -> q + r // c``       always
-``r // c -> k``                        ``r`` in ``[k*c, k*c + c-1]``
-``(x // a) // b -> x // (a*b)``        ``a, b > 0``
-``(c*q + r) % c -> r % c``             always
-``r % c -> r - k*c``                   ``r`` in ``[k*c, k*c + c-1]``
-``(x % a) % b -> x % b``               ``a % b == 0``
-``k*c*(x // c) + k*(x % c) -> k*x``    always (undoes split after fuse)
-``min/max(a, b) -> a or b``            ``a - b`` has one sign over the ranges
-comparison -> True/False               ``a - b`` decides it over the ranges
-``select(True/False, a, b)``, logic    constant condition
-=====================================  ===========================================
+======================================  ===========================================
+rule                                    condition
+======================================  ===========================================
+constant folding                        all operands constant (integers wrap)
+linear terms merge, ``x - x -> 0``      always (canonical linear form)
+``(c*q + r) // c -> q + r // c``        always
+``r // c -> k``                         ``r`` in ``[k*c, k*c + c-1]``
+``(x // a) // b -> x // (a*b)``         ``a, b > 0``
+``(k*q + r) // c -> q // (c/k)``        ``k`` divides ``c``, ``r`` in ``[0, k-1]``
+``(k*q + r) % c -> k*(q % (c/k)) + r``  ``k`` divides ``c``, ``r`` in ``[0, k-1]``
+``(c*q + r) % c -> r % c``              always
+``r % c -> r - k*c``                    ``r`` in ``[k*c, k*c + c-1]``
+``(x % a) % b -> x % b``                ``a % b == 0``
+``k*c*(x // c) + k*(x % c) -> k*x``     always (undoes split after fuse)
+``min/max(a, b) -> a or b``             ``a - b`` has one sign over the ranges
+comparison -> True/False                ``a - b`` decides it over the ranges
+``select(True/False, a, b)``, logic     constant condition
+======================================  ===========================================
 
 Float arithmetic is left alone, so rounding never changes.
 """
@@ -197,6 +199,11 @@ class _Simplifier:
             if op == "floordiv":
                 return self.rebuild(whole + LinearForm.of_const(k), dt)
             return self.rebuild(rest - LinearForm.of_const(k * c), dt)
+        factored = self.factor_out(op, rest, c, dt)
+        if factored is not None:
+            if op == "floordiv":
+                return self.rebuild(whole + self.form(factored), dt)
+            return factored
         nested = _single_atom(rest)
         if op == "floordiv":
             if isinstance(nested, BinOp) and nested.op == "floordiv" and _is_const(nested.b):
@@ -208,6 +215,20 @@ class _Simplifier:
                 and nested.b.value % c == 0):
             return self.visit(BinOp("floormod", nested.a, IntImm(c, dt)))
         return BinOp("floormod", self.rebuild(rest, dt), IntImm(c, dt))
+
+    def factor_out(self, op: str, rest: LinearForm, c: int, dt: dtypes.DType) -> Expr | None:
+        """``(k*q + r) // c -> q // (c/k)`` and ``(k*q + r) % c -> k*(q % (c/k)) + r`` for a
+        divisor k of c with r in [0, k-1] (a split of a fused loop, seen from one tile)."""
+        for k in sorted((d for d in range(2, c) if c % d == 0), reverse=True):
+            q = LinearForm(tuple((t, v // k) for t, v in rest.terms if v % k == 0))
+            r = LinearForm(tuple((t, v) for t, v in rest.terms if v % k != 0), rest.const)
+            if q.is_const or not self.bound(r).within(0, k - 1):
+                continue
+            inner = self.div_mod(op, self.rebuild(q, dt), c // k, dt)
+            if op == "floordiv":
+                return inner
+            return self.rebuild(self.form(inner).scale(k) + r, dt)
+        return None
 
 
 def _single_atom(form: LinearForm) -> Expr | None:

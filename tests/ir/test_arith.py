@@ -154,3 +154,11 @@ def test_three_way_fuse_then_split_gives_back_the_fused_variable():
     m = Var("m")
     n, h, w = m // 12, (m // 4) % 3, m % 4
     assert simplify(n * 12 + h * 4 + w, {m: Interval(0, 23)}) is m
+
+
+def test_division_of_a_tile_offset_factors_the_tile_out():
+    # (16*o + n) // 256 with n < 16 is o // 16; the remainder keeps n.
+    o, n = Var("o"), Var("n")
+    ranges = {o: Interval(0, 63), n: Interval(0, 15)}
+    assert str(simplify((o * 16 + n) // 256, ranges)) == "o // 16"
+    assert str(simplify((o * 16 + n) % 256, ranges)) == "o % 16 * 16 + n"

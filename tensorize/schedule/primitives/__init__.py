@@ -1,8 +1,9 @@
 """The schedule primitives, each a function ``f(func, *args) -> (new_func, handles)``.
 
 Each module of this package lists its primitives in ``__all__``; every one of them becomes a
-:class:`~tensorize.schedule.Schedule` method of the same name, so adding a primitive is adding
-a module (or a function to one).
+:class:`~tensorize.schedule.Schedule` method of the same name (and an entry of
+:data:`PRIMITIVES`), so adding a primitive is adding a module (or a function to one). They are
+not re-exported here, so a module and its primitive may share a name.
 """
 
 import importlib
@@ -19,6 +20,5 @@ for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
             raise ImportError(f"schedule primitive {_name!r} is defined twice "
                               f"({PRIMITIVES[_name].__module__} and {_module.__name__})")
         PRIMITIVES[_name] = getattr(_module, _name)
-        globals()[_name] = PRIMITIVES[_name]
 
-__all__ = ["PRIMITIVES", *PRIMITIVES]
+__all__ = ["PRIMITIVES"]
