@@ -1,0 +1,237 @@
+"""cache_read and cache_write: stage a buffer through a copy in another memory scope.
+
+``cache_read`` copies what one block reads into a new buffer just before the block's loop
+nest and makes the block read the copy; ``cache_write`` makes a block write a new buffer and
+copies it back just after. The copy buffer has the original's shape (``compact_buffer``
+shrinks it later) and lives in the root block's ``alloc_buffers``.
+
+The copy goes around the outermost statement holding the block that no other block writes
+(for a read) or touches (for a write) the buffer in: at root level, beside the block's whole
+loop nest. It covers the block's region relaxed over the loops inside that statement; at root
+level that is all the block accesses, usually the whole buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ir import (Block, BlockRealize, Buffer, BufferRegion, BufferStore, IntImm, IterVar, PrimFunc,
+                Stmt, Var, replace_buffers)
+from intrinsics import default_registry
+from tensorize.schedule import tree
+from tensorize.schedule.check import arg_check, check, fail
+from tensorize.schedule.handles import BlockRV
+from tensorize.schedule.primitives.compute_at import (Site, box_of, buffer_names, build_nest,
+                                                      clipped_box, locate, loop_ranges,
+                                                      loops_below, region_in_loops, relax,
+                                                      scope_ranges, sibling_sites, splice,
+                                                      splice_func, unique_name, with_regions,
+                                                      writes_exactly)
+
+__all__ = ["cache_read", "cache_write"]
+
+# Scopes every target understands; the intrinsic families add their own.
+BASE_SCOPES = ("global", "shared", "local")
+
+
+def known_scopes() -> tuple[str, ...]:
+    """The memory scopes a buffer can be cached into: the base ones and every scope an
+    intrinsic family declares."""
+    declared = [name for family in default_registry().families for name in family.scopes]
+    return tuple(dict.fromkeys((*BASE_SCOPES, *declared)))
+
+
+def _check_scope(scope: str, primitive: str) -> None:
+    arg_check(isinstance(scope, str), primitive, "scope", "a memory scope name", scope)
+    known = known_scopes()
+    check(scope in known, primitive,
+          f"cache into an unknown scope {scope!r}; known scopes: {', '.join(known)}")
+
+
+def _pick(site: Site, which: str, buffer: str | int, primitive: str) -> BufferRegion:
+    """The region of ``site``'s reads or writes that ``buffer`` (a name or an index) names."""
+    regions = site.block.reads if which == "reads" else site.block.writes
+    names = ", ".join(r.buffer.name for r in regions) or "nothing"
+    if isinstance(buffer, int) and not isinstance(buffer, bool):
+        check(0 <= buffer < len(regions), primitive,
+              f"block {site.name!r} {which} {len(regions)} buffer(s) ({names}); index "
+              f"{buffer} is out of range")
+        return regions[buffer]
+    arg_check(isinstance(buffer, str), primitive, "buffer",
+              f"a buffer name or an index into the block's {which}", buffer)
+    for region in regions:
+        if region.buffer.name == buffer:
+            return region
+    fail(primitive, f"block {site.name!r} does not {which[:-1]} buffer {buffer!r}; it "
+                    f"{which} {names}")
+
+
+def _outermost_free(site: Site, busy: Callable[[Site], bool], siblings: list[Site]) -> Stmt:
+    """The outermost statement holding the block (a loop, or its realize) in which no other
+    block of its scope is ``busy``."""
+    others = [s for s in siblings if s.realize is not site.realize]
+    for stmt in site.loops:
+        if not any(busy(s) and s.is_under(stmt) for s in others):
+            return stmt
+    return site.realize
+
+
+def _copy_block(name: str, source: Buffer, dest: Buffer) -> Block:
+    """A block copying ``source`` to ``dest`` elementwise, one iterator per dimension."""
+    iterators = tuple(IterVar(Var(f"v{d}"), extent) for d, extent in enumerate(source.shape))
+    indices = tuple(iv.var for iv in iterators)
+    store = BufferStore(dest, source[indices], indices)
+    return with_regions(Block(name, iterators, (), (), store))
+
+
+def _copy_nest(site: Site, place: Stmt, region: BufferRegion, block: Block) -> Stmt:
+    """Loops around ``block`` over ``region`` (in loop variables outside ``place``)."""
+    starts, extents = [], []
+    for (start, extent), dim in zip(box_of(region), region.buffer.shape):
+        if extent >= dim:
+            start, extent = IntImm(0), dim
+        starts.append(start)
+        extents.append(extent)
+    inside = {id(loop) for loop in loops_below(site, place)}
+    outside = [loop for loop in site.loops if id(loop) not in inside]
+    return build_nest(block, starts, extents, {**scope_ranges(site), **loop_ranges(outside)})
+
+
+def _cache_buffer(func: PrimFunc, buffer: Buffer, scope: str) -> Buffer:
+    base = f"{buffer.name}_{scope.replace('.', '_')}"
+    return buffer.with_(name=unique_name(base, buffer_names(func)), scope=scope, strides=None)
+
+
+def _block_name(func: PrimFunc, buffer: Buffer) -> str:
+    return unique_name(buffer.name, tree.block_names(func))
+
+
+def _rewritten(site: Site, old: Buffer, new: Buffer) -> BlockRealize:
+    realize = site.realize
+    return BlockRealize(realize.bindings, replace_buffers(realize.block, {old: new}),
+                        realize.predicate, realize.loc)
+
+
+def _placed(place: Stmt, site: Site, realize: BlockRealize) -> Stmt:
+    """``place`` with the block's realize replaced by ``realize``."""
+    return splice(place, {id(site.realize): (realize,)})
+
+
+def cache_read(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str
+               ) -> tuple[PrimFunc, BlockRV]:
+    """Make ``block`` read ``buffer`` (a name, or an index into its reads) through a copy in
+    memory ``scope``.
+
+    A new block ``<buffer>_<scope>`` (dots become underscores; made unique) copies the
+    region the block reads into a new buffer of ``scope`` (allocated in the root block),
+    right before the outermost statement around the block in which nothing else writes
+    ``buffer``. Only ``block`` reads the copy; other readers are unchanged.
+
+    Preconditions: the scope is known (``global``, ``shared``, ``local`` or one an intrinsic
+    family declares); the block reads ``buffer`` and does not write it (use cache_write).
+
+    Returns the new function and the handle of the copy block.
+
+    >>> from ir import script as T
+    >>> from tensorize.schedule import Schedule
+    >>> @T.prim_func
+    ... def double(A: T.Buffer((8,), "int32"), B: T.Buffer((8,), "int32")):
+    ...     for i in range(8):
+    ...         with T.block("B"):
+    ...             vi = T.axis.spatial(8, i)
+    ...             B[vi] = A[vi] * 2
+    >>> sch = Schedule(double)
+    >>> copy = sch.cache_read(sch.get_block("B"), "A", "shared")
+    >>> print(sch.func)
+    @T.prim_func
+    def double(A: T.Buffer((8,), "int32"), B: T.Buffer((8,), "int32")):
+        A_shared = T.alloc_buffer((8,), "int32", scope="shared")
+        for ax0 in range(8):
+            with T.block("A_shared"):
+                v0 = T.axis.remap("S", [ax0])
+                T.reads(A[v0])
+                T.writes(A_shared[v0])
+                A_shared[v0] = A[v0]
+        for i in range(8):
+            with T.block("B"):
+                vi = T.axis.remap("S", [i])
+                T.reads(A_shared[vi])
+                T.writes(B[vi])
+                B[vi] = A_shared[vi] * 2
+    """
+    name = "cache_read"
+    site = locate(func, block, name)
+    region = _pick(site, "reads", buffer, name)
+    _check_scope(scope, name)
+    source = region.buffer
+    check(source not in site.writes(), name,
+          f"block {site.name!r} writes {source.name} as well as reading it; a copy would miss "
+          "its own updates (use cache_write)", site.realize)
+    siblings = sibling_sites(func, site.scope)
+    place = _outermost_free(site, lambda s: source in s.writes(), siblings)
+    read = relax(region_in_loops(site.realize, region), loops_below(site, place))
+    cache = _cache_buffer(func, source, scope)
+    copy = _copy_block(_block_name(func, cache), source, cache)
+    nest = _copy_nest(site, place, read, copy)
+    placed = _placed(place, site, _rewritten(site, source, cache))
+    return splice_func(func, {id(place): (nest, placed)}, (cache,)), BlockRV(copy.name)
+
+
+def cache_write(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str
+                ) -> tuple[PrimFunc, BlockRV]:
+    """Make ``block`` write ``buffer`` (a name, or an index into its writes) into a new
+    buffer of memory ``scope``, and copy it back right after.
+
+    The block (reads of the buffer included) uses the new buffer; a new block
+    ``<buffer>_<scope>`` copies the written region back to ``buffer`` right after the
+    outermost statement around the block in which no other block reads or writes it.
+
+    Preconditions: the scope is known; the block writes ``buffer``; if it also reads it, it
+    reads only what it writes and has an init (otherwise the copy would start from
+    uninitialised values); in each iteration of the loops outside the copy-back, the block
+    writes every element of the copied region (else stale values would be copied back).
+
+    Returns the new function and the handle of the copy-back block.
+
+    >>> from ir import script as T
+    >>> from tensorize.schedule import Schedule
+    >>> @T.prim_func
+    ... def double(A: T.Buffer((8,), "int32"), B: T.Buffer((8,), "int32")):
+    ...     for i in range(8):
+    ...         with T.block("B"):
+    ...             vi = T.axis.spatial(8, i)
+    ...             B[vi] = A[vi] * 2
+    >>> sch = Schedule(double)
+    >>> copy = sch.cache_write(sch.get_block("B"), "B", "local")
+    >>> [r.buffer.name for r in sch.get(sch.get_block("B")).block.writes], copy
+    (['B_local'], BlockRV('B_local'))
+    """
+    name = "cache_write"
+    site = locate(func, block, name)
+    region = _pick(site, "writes", buffer, name)
+    _check_scope(scope, name)
+    dest = region.buffer
+    if dest in site.reads():
+        check(site.block.init is not None, name,
+              f"block {site.name!r} reads {dest.name} before writing it and has no init; the "
+              "cache would not hold the values it reads (cache_write before "
+              "decompose_reduction)", site.realize)
+        read = [r for r in site.block.reads if r.buffer is dest]
+        check(all(r == region for r in read), name,
+              f"block {site.name!r} reads {dest.name} outside the region it writes", site.realize)
+    siblings = sibling_sites(func, site.scope)
+    place = _outermost_free(site, lambda s: dest in s.reads() | s.writes(), siblings)
+    inner = loops_below(site, place)
+    mapped = region_in_loops(site.realize, region)
+    written = relax(mapped, inner)
+    exact = writes_exactly(site, mapped, inner, clipped_box(written))
+    check(bool(exact), name,
+          f"block {site.name!r} does not write every element of {dest.name} it covers in "
+          "each iteration of the loops outside the copy-back (or the check cannot tell); "
+          "copying back would store values it never wrote", site.realize)
+    cache = _cache_buffer(func, dest, scope)
+    copy = _copy_block(_block_name(func, cache), cache, dest)
+    nest = _copy_nest(site, place, written, copy)
+    placed = _placed(place, site, _rewritten(site, dest, cache))
+    return splice_func(func, {id(place): (placed, nest)}, (cache,)), BlockRV(copy.name)
+
