@@ -19,6 +19,7 @@ linear terms merge, ``x - x -> 0``      always (canonical linear form)
 ``min/max(a, b) -> a or b``             ``a - b`` has one sign over the ranges
 comparison -> True/False                ``a - b`` decides it over the ranges
 ``select(True/False, a, b)``, logic     constant condition
+``v -> c``                              ``v``'s range is the single value ``c``
 ======================================  ===========================================
 
 Float arithmetic is left alone, so rounding never changes.
@@ -123,6 +124,11 @@ class _Simplifier:
             if _is_const(a):
                 return FALSE if a.value else TRUE
             return Not(a, expr.loc)
+        if isinstance(expr, Var):
+            span = self.ranges.get(expr)
+            if span is not None and span.is_point and expr.dtype.is_int:
+                return IntImm(span.lo, expr.dtype)  # a variable with one value is that value
+            return expr
         if isinstance(expr, BufferLoad):
             return BufferLoad(expr.buffer, tuple(self.visit(i) for i in expr.indices), expr.loc)
         if isinstance(expr, Call):

@@ -162,3 +162,8 @@ def test_division_of_a_tile_offset_factors_the_tile_out():
     ranges = {o: Interval(0, 63), n: Interval(0, 15)}
     assert str(simplify((o * 16 + n) // 256, ranges)) == "o // 16"
     assert str(simplify((o * 16 + n) % 256, ranges)) == "o % 16 * 16 + n"
+
+
+def test_a_variable_with_one_value_is_that_value():
+    o = Var("o")
+    assert simplify(o * 64 + I, {o: Interval(0, 0), **RANGES}) is I

@@ -102,9 +102,13 @@ def _collect(stmt: Stmt, buffer: Buffer, loops: tuple[For, ...], subst: dict[Var
              out: list[_Access], block: Block | None) -> None:
     """Record every access of ``buffer`` under ``stmt`` in program order, in loop variables."""
 
+    # Starts are simplified under the loops' ranges, so that equal regions look equal (a
+    # loop of extent 1 is its single value wherever it appears).
+    ranges = {loop.var: Interval(0, loop.extent - 1) for loop in loops}
+
     def point(indices: tuple[Expr, ...]) -> BufferRegion:
-        return BufferRegion(buffer, tuple(Range(simplify(substitute(i, subst)), IntImm(1))
-                                          for i in indices))
+        return BufferRegion(buffer, tuple(Range(simplify(substitute(i, subst), ranges),
+                                                IntImm(1)) for i in indices))
 
     def loads(node: object) -> None:
         if isinstance(node, BufferLoad):
@@ -146,7 +150,8 @@ def _collect(stmt: Stmt, buffer: Buffer, loops: tuple[For, ...], subst: dict[Var
         for arg in stmt.args:
             if isinstance(arg, BufferRegion) and arg.buffer is buffer:
                 region = BufferRegion(buffer, tuple(
-                    Range(simplify(substitute(r.start, subst)), r.extent) for r in arg.ranges))
+                    Range(simplify(substitute(r.start, subst), ranges), r.extent)
+                    for r in arg.ranges))
                 writes = block is None or any(w.buffer is buffer for w in block.writes)
                 reads = block is None or any(r.buffer is buffer for r in block.reads)
                 out.append(_Access(region, loops, writes, reads))
