@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from intrinsics import Intrinsic
 from tensorize.schedule.handles import BlockRV, LoopRV
 
 
@@ -47,6 +48,8 @@ class Trace:
             return label
 
         def render(value: Any) -> str:
+            if isinstance(value, Intrinsic):
+                return repr(value.name)  # primitives take an intrinsic by its registry name
             if isinstance(value, (BlockRV, LoopRV)):
                 if value not in names and isinstance(value, BlockRV):
                     return repr(value.name)
