@@ -1,0 +1,130 @@
+"""The auto-tensorizer: find the blocks a target's intrinsics can compute, rewrite them, and
+say what happened to every block.
+
+:func:`auto_tensorize` matches every block against the target's GEMM-class compute
+intrinsics (:mod:`tensorize.match`), takes the cheapest mapping, brings the block into the
+intrinsic's shape (:mod:`.gemm_view`), and schedules it for the target: the NPU's own schedule
+(:mod:`.npu_schedule`: scratchpad tiles, DMA staging, resets) or the generic one (tile and
+tensorize). Every step is a schedule primitive, so the result carries a replayable trace. A
+block that matches nothing, or whose rewrite is refused, is left as it was and reported with
+the reason; nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from intrinsics import Intrinsic, Registry, default_registry
+from ir import PrimFunc, ScheduleError
+from simulator import MachineConfig, load_machine
+from tensorize.engine.count import count_calls
+from tensorize.engine.gemm_view import to_intrinsic_shape
+from tensorize.engine.generic_schedule import schedule_generic
+from tensorize.engine.npu_schedule import NpuTiling, choose_tiling, schedule_npu
+from tensorize.match import Match, Mismatch, match_block
+from tensorize.match.explain import format_result
+from tensorize.schedule import Schedule, tree
+
+__all__ = ["BlockOutcome", "Tensorized", "auto_tensorize", "candidate_intrinsics",
+           "count_calls"]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockOutcome:
+    """What became of one block: the intrinsic it now calls (None: untouched), the mapping
+    as one line, the reason when it was not tensorized, and the padded extents of the
+    intrinsic-shaped iteration space (one per intrinsic iterator)."""
+
+    block: str
+    intrinsic: str | None
+    mapping: str
+    reason: str = ""
+    extents: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Tensorized:
+    """The result of :func:`auto_tensorize`: the rewritten function, its schedule (whose trace
+    replays the rewrite), one outcome per block, the per-pair explanations and the time the
+    rewrite took."""
+
+    original: PrimFunc
+    schedule: Schedule
+    target: str
+    blocks: tuple[BlockOutcome, ...]
+    explain: tuple[str, ...]
+    seconds: float
+
+    @property
+    def func(self) -> PrimFunc:
+        """The tensorized function."""
+        return self.schedule.func
+
+    @property
+    def tensorized(self) -> tuple[BlockOutcome, ...]:
+        """The blocks that now call an intrinsic."""
+        return tuple(b for b in self.blocks if b.intrinsic is not None)
+
+
+def candidate_intrinsics(registry: Registry, target: str, name: str | None = None
+                         ) -> list[Intrinsic]:
+    """The intrinsics the tensorizer tries for ``target``: its compute intrinsics that reduce
+    and accumulate (resetting variants are used through ``fold_init``), or only ``name``."""
+    if name is not None:
+        return [registry.get(name)]
+    return [i for i in registry.compute_intrinsics(target)
+            if i.reduce_vars() and not i.resets]
+
+
+def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = None,
+                   intrinsic: str | None = None, config: MachineConfig | None = None,
+                   tiling: NpuTiling | None = None) -> Tensorized:
+    """Tensorize every block of ``func`` that an intrinsic of ``target`` can compute.
+
+    ``intrinsic`` restricts the search to one intrinsic (by name). For the NPU, ``config`` is
+    the machine (default: the built-in one) and ``tiling`` overrides the chosen tile.
+    """
+    start = time.perf_counter()
+    registry = registry or default_registry()
+    candidates = candidate_intrinsics(registry, target, intrinsic)
+    sch = Schedule(func)
+    outcomes: list[BlockOutcome] = []
+    explain: list[str] = []
+    for block in tree.block_names(func):
+        results = {i.name: match_block(sch.func, block, i, registry)
+                   if block in tree.block_names(sch.func) else None for i in candidates}
+        explain.extend(format_result(r) for r in results.values() if r is not None)
+        matches = sorted((m for r in results.values() if isinstance(r, list) for m in r[:1]),
+                         key=lambda m: m.cost)
+        if not matches:
+            reasons = [r.reason for r in results.values() if isinstance(r, Mismatch)]
+            outcomes.append(BlockOutcome(block, None, "", reasons[0] if reasons else
+                                         f"no {target} intrinsic to try"))
+            continue
+        outcomes.append(_rewrite(sch, matches[0], target, registry, config, tiling))
+    return Tensorized(func, sch, target, tuple(outcomes), tuple(explain),
+                      time.perf_counter() - start)
+
+
+def _rewrite(sch: Schedule, match: Match, target: str, registry: Registry,
+             config: MachineConfig | None, tiling: NpuTiling | None) -> BlockOutcome:
+    """Apply one match; on a refusal, restore the schedule and report why."""
+    saved_func, saved_steps = sch.func, list(sch.trace.steps)
+    mapping = format_result([match]).split("  ", 1)[1].rsplit("  (", 1)[0]
+    count = len(match.intrinsic.iter_vars)
+    try:
+        to_intrinsic_shape(sch, match)
+        ivs = sch.get(sch.get_block(match.block)).block.iter_vars
+        extents = tuple(iv.extent for iv in ivs[-count:])
+        if target == "npu":
+            t = match.intrinsic.iter_vars[0].extent
+            chosen = tiling or choose_tiling(extents[0], t, config or load_machine())
+            schedule_npu(sch, match.block, match.intrinsic, registry, chosen)
+        else:
+            schedule_generic(sch, match.block, match.intrinsic)
+    except ScheduleError as err:
+        sch.func = saved_func
+        sch.trace.steps[:] = saved_steps
+        return BlockOutcome(match.block, None, mapping, f"rewrite refused: {err}")
+    return BlockOutcome(match.block, match.intrinsic.name, mapping, "", extents)

@@ -1,0 +1,152 @@
+"""Bringing a matched block into the intrinsic's own shape: one iterator per intrinsic
+iterator, every operand indexed exactly as the intrinsic indexes it, sizes padded to the
+intrinsic's multiples.
+
+For a match that fuses several block iterators onto one intrinsic iterator (a convolution's
+``(n, h, w)`` onto the GEMM's M and ``(rh, rw, rc)`` onto K), or whose operands are laid out
+otherwise (a dense layer's transposed weight, a convolution's sliding window), this is:
+
+1. ``reindex`` every operand not already indexed by the block's iterators in the intrinsic's
+   order: a copy stage (the packing step; on the NPU it runs on the host) into a buffer
+   indexed by the block's iterators;
+2. ``transform_layout`` each copy into the intrinsic operand's dimensions, fusing groups;
+3. ``transform_block_layout`` the block to ``(outer..., one iterator per intrinsic
+   iterator)``;
+4. ``pad_einsum`` to multiples of the intrinsic's extents (padded elements read zero and are
+   never written back).
+
+Unit (extent-1) iterators that the match leaves out ride along in the first group of their
+kind, where they always contribute 0. Every step is a schedule primitive, recorded in the
+schedule's trace.
+"""
+
+from __future__ import annotations
+
+import re
+
+from intrinsics import Intrinsic
+from ir import BufferLoad, BufferStore, IterKind, Var
+from ir.visitor import post_order_visit
+from tensorize.match.result import Match
+from tensorize.schedule import Schedule
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def to_intrinsic_shape(sch: Schedule, match: Match) -> None:
+    """Rewrite block ``match.block`` of ``sch`` into the intrinsic's shape (module docs).
+
+    Afterwards the block's iterators are the outer ones (``match.outer``) followed by one per
+    intrinsic iterator, in the intrinsic's order, padded to its extents.
+    """
+    intrinsic = match.intrinsic
+    block = sch.get_block(match.block)
+    ivs = sch.get(block).block.iter_vars
+    iters = [iv.var.name for iv in ivs]
+    extents = {iv.var.name: iv.extent for iv in ivs}
+    groups = _groups_with_units(match, ivs)
+    outer = list(match.outer)
+    positions = _operand_positions(intrinsic)
+    by_operand = {operand: buffer for buffer, operand in match.buffer_map.items()}
+
+    for operand in intrinsic.operands:
+        if operand.is_scalar or operand.name not in by_operand:
+            continue
+        name = by_operand[operand.name]
+        used = _used_iterators(sch, match.block, name)
+        wanted = [(v,) for v in outer if v in used] + [
+            tuple(v for v in groups[p] if v in used) for p in positions[operand.name]]
+        if _is_direct(sch, match.block, name, wanted):
+            continue
+        sch.reindex(block, name)
+        dims = [v for v in iters if v in used]
+        target = [_fuse(g, extents) for g in wanted]
+        if target != dims:
+            sch.transform_layout(block, f"{name}_reindex", _lambda(dims, target))
+
+    new_iters = outer + [_fuse(g, extents) for g in groups]
+    if new_iters != iters:
+        sch.transform_block_layout(block, _lambda(iters, new_iters))
+    sch.pad_einsum(block, [1] * len(outer) + [iv.extent for iv in intrinsic.iter_vars])
+
+
+def _groups_with_units(match: Match, ivs) -> list[tuple[str, ...]]:
+    """The match's groups in intrinsic order, each unit iterator added to the first group of
+    its kind."""
+    intrinsic = match.intrinsic
+    groups = [list(match.iter_map[iv.var.name]) for iv in intrinsic.iter_vars]
+    placed = {v for g in groups for v in g} | set(match.outer)
+    for iv in ivs:
+        if iv.var.name in placed:
+            continue
+        for group, target in zip(groups, intrinsic.iter_vars):
+            if target.kind is iv.kind or (iv.kind is IterKind.SPATIAL
+                                          and target.kind is IterKind.SPATIAL):
+                group.insert(0, iv.var.name)
+                break
+    return [tuple(g) for g in groups]
+
+
+def _operand_positions(intrinsic: Intrinsic) -> dict[str, list[int]]:
+    """For each tensor operand, the positions (in the intrinsic's iterator order) of the
+    iterators indexing its dimensions, in dimension order."""
+    order = {iv.var: n for n, iv in enumerate(intrinsic.iter_vars)}
+    found: dict[str, list[int]] = {}
+
+    def visit(node: object) -> None:
+        if isinstance(node, (BufferLoad, BufferStore)):
+            operand = next(o for o in intrinsic.operands if o.buffer is node.buffer)
+            found[operand.name] = [order[i] for i in node.indices if isinstance(i, Var)]
+
+    post_order_visit(intrinsic.semantics, visit)
+    return found
+
+
+def _accesses(sch: Schedule, block_name: str, buffer_name: str) -> list:
+    block = sch.get(sch.get_block(block_name)).block
+    found: list = []
+    post_order_visit(block.body, lambda n: found.append(n) if isinstance(
+        n, (BufferLoad, BufferStore)) and n.buffer.name == buffer_name else None)
+    return found
+
+
+def _used_iterators(sch: Schedule, block_name: str, buffer_name: str) -> set[str]:
+    used: set[str] = set()
+    for access in _accesses(sch, block_name, buffer_name):
+        for index in access.indices:
+            post_order_visit(index, lambda n: used.add(n.name) if isinstance(n, Var) else None)
+    return used
+
+
+def _is_direct(sch: Schedule, block_name: str, buffer_name: str,
+               wanted: list[tuple[str, ...]]) -> bool:
+    """True when every access is ``X[v1, v2, ...]`` with exactly the wanted iterators, one per
+    dimension, in order."""
+    if any(len(g) != 1 for g in wanted):
+        return False
+    names = [g[0] for g in wanted]
+    return all([i.name if isinstance(i, Var) else None for i in access.indices] == names
+               for access in _accesses(sch, block_name, buffer_name))
+
+
+def _fuse(group: tuple[str, ...], extents: dict[str, int]) -> str:
+    """``a * (eb * ec) + b * ec + c`` for a group (a, b, c), as text over iterator names."""
+    terms = []
+    for n, name in enumerate(group):
+        stride = 1
+        for later in group[n + 1:]:
+            stride *= extents[later]
+        terms.append(name if stride == 1 else f"{name} * {stride}")
+    return " + ".join(terms)
+
+
+def _lambda(params: list[str], results: list[str]) -> str:
+    """Lambda text mapping ``params`` to ``results`` (expressions over the param names)."""
+    letters = [_LETTERS[d] for d in range(len(params))]
+    mapping = dict(zip(params, letters))
+
+    def rename(text: str) -> str:
+        return re.sub(r"[A-Za-z_][A-Za-z_0-9]*", lambda m: mapping.get(m.group(0), m.group(0)),
+                      text)
+
+    return f"lambda {', '.join(letters)}: ({', '.join(rename(r) for r in results)},)"
