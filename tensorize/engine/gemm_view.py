@@ -41,6 +41,7 @@ def to_intrinsic_shape(sch: Schedule, match: Match) -> None:
     """
     intrinsic = match.intrinsic
     block = sch.get_block(match.block)
+    _loops_in_iterator_order(sch, block)
     ivs = sch.get(block).block.iter_vars
     iters = [iv.var.name for iv in ivs]
     extents = {iv.var.name: iv.extent for iv in ivs}
@@ -68,6 +69,19 @@ def to_intrinsic_shape(sch: Schedule, match: Match) -> None:
     if new_iters != iters:
         sch.transform_block_layout(block, _lambda(iters, new_iters))
     sch.pad_einsum(block, [1] * len(outer) + [iv.extent for iv in intrinsic.iter_vars])
+
+
+def _loops_in_iterator_order(sch: Schedule, block) -> None:
+    """Reorder the block's loops to follow its iterators when each iterator is bound to a
+    loop of its own (the kernel may be written with any loop order)."""
+    realize = sch.get(block)
+    loops = sch.get_loops(block)
+    by_var = {sch.get(loop).var: loop for loop in loops}
+    order = [by_var.get(b) for b in realize.bindings if isinstance(b, Var)]
+    if len(order) != len(loops) or None in order or len(set(order)) != len(order):
+        return
+    if [sch.get(l).var for l in order] != [sch.get(l).var for l in loops]:
+        sch.reorder(*order)
 
 
 def _groups_with_units(match: Match, ivs) -> list[tuple[str, ...]]:
