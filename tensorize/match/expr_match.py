@@ -24,9 +24,10 @@ same numbers. ``i32(a * b)`` for int8 ``a``, ``b`` wraps in int8 and does not ma
 narrow float product rounds (``f32(x * y)`` for float16 ``x``, ``y`` differs from
 ``f32(x) * f32(y)``).
 
-Statement shape: a block that updates its output in place (``C[..] = C[..] + e``, its init
-aside) matches an intrinsic that does, with the same operator; an intrinsic that zeroes its
-accumulator (``resets``) needs a block whose init stores 0.
+Statement shape: a block that updates its output in place (``C[..] = C[..] + e``) matches an
+intrinsic that does, with the same operator. An intrinsic that zeroes its accumulator
+(``resets``) needs a block whose init stores 0; otherwise the init is not compared, since the
+rewrite splits it off (decompose_reduction) before the update becomes intrinsic calls.
 """
 
 from __future__ import annotations
