@@ -17,6 +17,7 @@ buffer in one copy.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,14 +25,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from intrinsics.model import Intrinsic, Operand
+from intrinsics.templates import placeholders
 from ir.buffer import Buffer
-from ir.errors import ExecutionError
+from ir.errors import ExecutionError, SimulatorFault
+from ir.evaluate import evaluate
 from ir.expr import Expr, Var
 from ir.stmt import (Block, BlockRealize, BufferRegion, BufferStore, For, IfThenElse,
                      IntrinsicCall, IterKind, SeqStmt, Stmt)
 from simulator.assembler import assemble
 from simulator.isa import Instruction, Queue
-from ir.evaluate import evaluate
 from targets.npu.memory import InDram, OnChip, element_bytes
 
 _QUEUE_OF_KIND = {"load": Queue.LOAD, "store": Queue.STORE, "compute": Queue.COMPUTE,
@@ -86,6 +88,7 @@ class _Emitter:
         self.dram = dram
         self.program: list[Instruction] = []
         self.calls: Counter[str] = Counter()
+        self.sites: dict[int, _Site] = {}
         self.states = {b: _CopyState(rows_gen=[np.full(p.rows, -1, np.int64)
                                                 for _ in p.bases])
                        for b, p in on_chip.items()}
@@ -132,25 +135,22 @@ class _Emitter:
 
     # -- intrinsic calls ---------------------------------------------------------------------
 
-    def call(self, call: IntrinsicCall, env: dict[Var, int], block: Block | None) -> None:
+    def site(self, call: IntrinsicCall, block: Block | None) -> _Site:
+        """What does not change between executions of one call: checked once."""
+        site = self.sites.get(id(call))
+        if site is not None:
+            return site
         intrinsic: Intrinsic = self.lookup(call.intrinsic)
         where = f"block {block.name!r}" if block is not None else "the stage"
         if intrinsic.target != "npu" or "npu" not in intrinsic.emit:
             raise ExecutionError(f"{where} calls {intrinsic.name} of target "
                                  f"{intrinsic.target}; the NPU runs only npu intrinsics")
-        queue = _QUEUE_OF_KIND[intrinsic.kind]
-        values: dict[str, str] = {}
-        accesses = []
+        args = []
         for operand, arg in zip(intrinsic.operands, call.args):
             if not isinstance(arg, BufferRegion):
-                values[operand.name] = str(evaluate(arg, env))
-                scale = evaluate(arg, env)
-                if scale > 0 and scale & (scale - 1) == 0:
-                    values[f"{operand.name}.log2"] = str(scale.bit_length() - 1)
+                args.append(_Arg(operand, arg, "scalar"))
                 continue
-            starts = [evaluate(r.start, env) for r in arg.ranges]
             buffer = arg.buffer
-            flat = sum(s * st for s, st in zip(starts, buffer.effective_strides))
             if buffer in self.on_chip:
                 row_elems = self.on_chip[buffer].row_elems
                 if len(operand.shape) >= 2 and _leading_stride(arg, operand) != row_elems:
@@ -159,16 +159,41 @@ class _Emitter:
                         f"rows contiguous in {buffer.name} ({row_elems} elements apart), got "
                         f"{_leading_stride(arg, operand)}; lay the buffer out one tile row "
                         "per memory row")
-                accesses.append((operand, buffer, flat))
+                args.append(_Arg(operand, arg, "chip", buffer.effective_strides))
             elif buffer in self.dram:
-                placed = self.dram[buffer]
-                values[operand.name] = str(placed.base + flat * element_bytes(buffer))
-                ld = _leading_stride(arg, operand)
-                values[f"{operand.name}.ld"] = str(ld)
-                values[f"{operand.name}.ld_bytes"] = str(ld * element_bytes(buffer))
+                args.append(_Arg(operand, arg, "dram", buffer.effective_strides,
+                                 _leading_stride(arg, operand)))
             else:
                 raise ExecutionError(f"{where}: buffer {buffer.name} (scope {buffer.scope}) "
                                      "has no place in the NPU's memories")
+        site = _Site(intrinsic, _QUEUE_OF_KIND[intrinsic.kind], tuple(args), where,
+                     _Template.of(intrinsic))
+        self.sites[id(call)] = site
+        return site
+
+    def call(self, call: IntrinsicCall, env: dict[Var, int], block: Block | None) -> None:
+        site = self.site(call, block)
+        intrinsic, queue = site.intrinsic, site.queue
+        values: dict[str, int] = {}
+        accesses = []
+        for arg in site.args:
+            name = arg.operand.name
+            if arg.kind == "scalar":
+                value = evaluate(arg.node, env)
+                values[name] = value
+                if value > 0 and value & (value - 1) == 0:
+                    values[f"{name}.log2"] = value.bit_length() - 1
+                continue
+            flat = sum(evaluate(r.start, env) * st
+                       for r, st in zip(arg.node.ranges, arg.strides))
+            if arg.kind == "chip":
+                accesses.append((arg.operand, arg.node.buffer, flat))
+            else:
+                buffer = arg.node.buffer
+                width = element_bytes(buffer)
+                values[name] = self.dram[buffer].base + flat * width
+                values[f"{name}.ld"] = arg.ld
+                values[f"{name}.ld_bytes"] = arg.ld * width
         # Writes first pick their copy, then every on-chip operand gets its row address.
         for operand, buffer, flat in accesses:
             if _writes(operand, intrinsic):
@@ -177,17 +202,20 @@ class _Emitter:
             placed = self.on_chip[buffer]
             state = self.states[buffer]
             if flat % placed.row_elems:
-                raise ExecutionError(f"{where}: operand {operand.name} of {intrinsic.name} "
-                                     f"starts inside a row of {buffer.name}")
-            values[operand.name] = str(placed.row_of(flat, state.copy))
-            rows = slice(flat // placed.row_elems,
-                         flat // placed.row_elems + max(operand.buffer.size // placed.row_elems, 1))
+                raise ExecutionError(f"{site.where}: operand {operand.name} of "
+                                     f"{intrinsic.name} starts inside a row of {buffer.name}")
+            values[operand.name] = placed.row_of(flat, state.copy)
+            first = flat // placed.row_elems
+            rows = slice(first, first + max(operand.buffer.size // placed.row_elems, 1))
             if _reads(operand, intrinsic):
                 self.check_read(buffer, rows, queue)
             if _writes(operand, intrinsic):
                 state.rows_gen[state.copy][rows] = state.generation
-        line = intrinsic.render("npu", values)
-        self.program.extend(assemble(line, f"<{intrinsic.name}>"))
+        if site.template is not None:
+            self.program.append(site.template.make(values))
+        else:
+            line = intrinsic.render("npu", {k: str(v) for k, v in values.items()})
+            self.program.extend(assemble(line, f"<{intrinsic.name}>"))
         self.calls[intrinsic.name] += 1
 
     def begin_write(self, buffer: Buffer, queue: Queue) -> None:
@@ -207,6 +235,66 @@ class _Emitter:
                 state.rows_gen[state.copy][rows] != state.generation).any():
             raise UnsoundSwitch(buffer)
         state.readers.add(queue)
+
+
+@dataclass(frozen=True, slots=True)
+class _Arg:
+    """One argument of a call site: a scalar expression, or a region on chip or in DRAM
+    with its buffer's strides (and, in DRAM, the leading stride of the operand's rows)."""
+
+    operand: Operand
+    node: BufferRegion | Expr
+    kind: str
+    strides: tuple[int, ...] = ()
+    ld: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Site:
+    intrinsic: Intrinsic
+    queue: Queue
+    args: tuple[_Arg, ...]
+    where: str
+    template: _Template | None
+
+
+_SENTINEL = 40000  # placeholder probes: distinct 16-bit values no template writes literally
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    """An intrinsic's assembly line as an instruction with holes: which field each
+    placeholder fills. Building instructions from it skips rendering and parsing text, and
+    gives the same instruction as the text (the probe below checks every placeholder lands
+    in exactly one field)."""
+
+    cls: type
+    fixed: tuple[tuple[str, object], ...]
+    holes: tuple[tuple[str, str], ...]  # (placeholder, field)
+
+    @staticmethod
+    def of(intrinsic: Intrinsic) -> _Template | None:
+        names = [str(p) for p in placeholders(intrinsic.emit["npu"])]
+        probes = {name: _SENTINEL + 7 * n for n, name in enumerate(names)}
+        try:
+            (insn,) = assemble(intrinsic.render("npu", {k: str(v) for k, v in probes.items()}))
+        except (SimulatorFault, ValueError):
+            return None  # a placeholder whose field cannot hold a probe: render as text
+        fields = {f.name: getattr(insn, f.name) for f in dataclasses.fields(insn)}
+        holes = []
+        for name, probe in probes.items():
+            hits = [f for f, v in fields.items() if type(v) is int and v == probe]
+            if len(hits) != 1:
+                return None
+            holes.append((name, hits[0]))
+        filled = {f for _, f in holes}
+        fixed = tuple((f, v) for f, v in fields.items() if f not in filled)
+        return _Template(type(insn), fixed, tuple(holes))
+
+    def make(self, values: Mapping[str, int]) -> Instruction:
+        kwargs = dict(self.fixed)
+        kwargs.update({field: values[name] for name, field in self.holes})
+        return self.cls(**kwargs)
 
 
 def _reads(operand: Operand, intrinsic: Intrinsic) -> bool:
