@@ -12,16 +12,18 @@ the reason; nothing is skipped silently.
 
 from __future__ import annotations
 
+import importlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from intrinsics import Intrinsic, Registry, default_registry
 from ir import PrimFunc, ScheduleError
-from simulator import MachineConfig, load_machine
+from simulator import MachineConfig
 from tensorize.engine.count import count_calls
 from tensorize.engine.gemm_view import to_intrinsic_shape
 from tensorize.engine.generic_schedule import schedule_generic
-from tensorize.engine.npu_schedule import NpuTiling, choose_tiling, schedule_npu
+from tensorize.engine.npu_schedule import NpuTiling
 from tensorize.match import Match, Mismatch, match_block
 from tensorize.match.explain import format_result
 from tensorize.schedule import Schedule, tree
@@ -107,6 +109,21 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = N
                       time.perf_counter() - start)
 
 
+def _target_schedule(target: str) -> Callable[..., None] | None:
+    """The ``schedule`` function of ``tensorize/engine/<target>_schedule.py`` when the target
+    has its own schedule, else None (the generic one applies). Its signature:
+    ``schedule(sch, match, extents, registry, options)``, where ``extents`` are the padded
+    extents of the block in the intrinsic's shape and ``options`` holds ``config`` and
+    ``tiling`` (None unless the caller chose them)."""
+    try:
+        module = importlib.import_module(f"tensorize.engine.{target}_schedule")
+    except ModuleNotFoundError as err:
+        if err.name != f"tensorize.engine.{target}_schedule":
+            raise
+        return None
+    return module.schedule
+
+
 def _rewrite(sch: Schedule, match: Match, target: str, registry: Registry,
              config: MachineConfig | None, tiling: NpuTiling | None) -> BlockOutcome:
     """Apply one match; on a refusal, restore the schedule and report why."""
@@ -117,10 +134,10 @@ def _rewrite(sch: Schedule, match: Match, target: str, registry: Registry,
         to_intrinsic_shape(sch, match)
         ivs = sch.get(sch.get_block(match.block)).block.iter_vars
         extents = tuple(iv.extent for iv in ivs[-count:])
-        if target == "npu":
-            t = match.intrinsic.iter_vars[0].extent
-            chosen = tiling or choose_tiling(extents[0], t, config or load_machine())
-            schedule_npu(sch, match.block, match.intrinsic, registry, chosen)
+        target_schedule = _target_schedule(target)
+        if target_schedule is not None:
+            target_schedule(sch, match, extents, registry,
+                            {"config": config, "tiling": tiling})
         else:
             schedule_generic(sch, match.block, match.intrinsic)
     except ScheduleError as err:

@@ -19,12 +19,15 @@ GEMMs preload their weights once per tm rows), unless given.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from intrinsics import Intrinsic, Registry
 from ir import Buffer, BufferLoad, BufferStore, Var
 from ir.visitor import post_order_visit
-from simulator import MachineConfig
+from simulator import MachineConfig, load_machine
+from tensorize.match.result import Match
 from tensorize.schedule import Schedule
 
 
@@ -45,6 +48,16 @@ def choose_tiling(m: int, t: int, config: MachineConfig) -> NpuTiling:
     """The tallest tile that fits (fewest weight preloads, fewest instructions)."""
     candidates = tile_candidates(m, t, config)
     return NpuTiling(max(candidates) if candidates else t)
+
+
+def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Registry,
+             options: Mapping[str, Any]) -> None:
+    """The engine's entry (see ``tensorize.engine``): tile by ``options["tiling"]`` or by
+    :func:`choose_tiling` on ``options["config"]`` (default: the built-in machine)."""
+    t = match.intrinsic.iter_vars[0].extent
+    tiling = options.get("tiling") or choose_tiling(extents[0], t,
+                                                    options.get("config") or load_machine())
+    schedule_npu(sch, match.block, match.intrinsic, registry, tiling)
 
 
 def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry: Registry,
