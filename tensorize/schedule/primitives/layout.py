@@ -12,6 +12,7 @@ new blocks in) are shared with :mod:`.padding`.
 from __future__ import annotations
 
 import dataclasses
+import keyword
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -83,7 +84,7 @@ def transform_layout(func: PrimFunc, block: BlockRV, buffer: BufferArg,
             fail(primitive, f"buffer {target.name} is an operand of intrinsic call "
                             f"{node.intrinsic}; transform its layout before tensorizing")
     new = target.with_(shape=mapping.target_shape(list(target.shape)), strides=None)
-    ranges = index_ranges(func)
+    ranges = _index_ranges(func)
 
     def relayout(buf: Buffer, indices: tuple[Expr, ...]) -> tuple[Buffer, tuple[Expr, ...]] | None:
         return (new, mapping.apply(indices, ranges)) if buf is target else None
@@ -131,15 +132,18 @@ def transform_block_layout(func: PrimFunc, block: BlockRV,
     new_extents = mapping.target_shape(extents)
     old_ranges = {iv.var: Interval(0, iv.extent - 1) for iv in old.iter_vars}
     kinds, names, loop_names = [], [], []
-    for target in mapping.apply([iv.var for iv in old.iter_vars], old_ranges):
-        used = [(iv, loop) for iv, loop in zip(old.iter_vars, loops) if _uses(target, iv.var)]
-        used_kinds = {iv.kind for iv, _ in used}
+    old_vars = [iv.var for iv in old.iter_vars]
+    # Kinds follow the simplified targets (an extent-1 iterator drops out); names the written.
+    for target, written in zip(mapping.apply(old_vars, old_ranges), mapping.apply(old_vars)):
+        used = [iv for iv in old.iter_vars if _uses(target, iv.var)]
+        used_kinds = {iv.kind for iv in used}
         check(len(used_kinds) <= 1, primitive,
               f"new iterator {target} of block {old.name} mixes spatial and reduce iterators "
-              f"({', '.join(f'{iv.var.name}: {iv.kind.value}' for iv, _ in used)})")
+              f"({', '.join(f'{iv.var.name}: {iv.kind.value}' for iv in used)})")
         kinds.append(used_kinds.pop() if used_kinds else IterKind.SPATIAL)
-        names.append("_".join(iv.var.name for iv, _ in used) or "v")
-        loop_names.append("_".join(loop.var.name for _, loop in used) or "i")
+        named = [(iv, loop) for iv, loop in zip(old.iter_vars, loops) if _uses(written, iv.var)]
+        names.append("_".join(iv.var.name for iv, _ in named) or "v")
+        loop_names.append("_".join(loop.var.name for _, loop in named) or "i")
     new_vars = [Var(n) for n in _unique(names)]
     new_ranges = {v: Interval(0, n - 1) for v, n in zip(new_vars, new_extents)}
     values = mapping.inverse(extents).apply(new_vars, new_ranges)
@@ -156,7 +160,7 @@ def transform_block_layout(func: PrimFunc, block: BlockRV,
     iter_vars = tuple(IterVar(v, n, k, iv.loc) for v, n, k, iv in
                       zip(new_vars, new_extents, kinds, old.iter_vars))
     new_block = dataclasses.replace(old, iter_vars=iter_vars, body=body, init=init)
-    new_block = with_regions(new_block, old, substitution, inner_ranges)
+    new_block = _with_regions(new_block, old, substitution, inner_ranges)
     loop_vars = [Var(n) for n in _unique(loop_names)]
     stmt: Stmt = BlockRealize(tuple(loop_vars), new_block, realize.predicate, realize.loc)
     for var, extent in reversed(list(zip(loop_vars, new_extents))):
@@ -321,7 +325,7 @@ def copy_nest(name: str, iterators: Sequence[tuple[Var, int]], store: BufferStor
     return stmt
 
 
-def with_regions(block: Block, old: Block, substitution: dict[Var, Expr],
+def _with_regions(block: Block, old: Block, substitution: dict[Var, Expr],
                  ranges: dict[Var, Interval]) -> Block:
     """``block`` (rebuilt from ``old`` with its iterators replaced by ``substitution``) with
     reads and writes to match: inferred from the body, or, for an opaque intrinsic call,
@@ -337,7 +341,7 @@ def with_regions(block: Block, old: Block, substitution: dict[Var, Expr],
     return dataclasses.replace(block, reads=tuple(reads), writes=tuple(writes))
 
 
-def index_ranges(func: PrimFunc) -> dict[Var, Interval]:
+def _index_ranges(func: PrimFunc) -> dict[Var, Interval]:
     """The range of every loop variable and block iterator of ``func`` (each Var is bound
     once, so one table serves every scope)."""
     ranges: dict[Var, Interval] = {}
@@ -361,11 +365,6 @@ def unique_buffer_name(func: PrimFunc, base: str) -> str:
         if isinstance(node, BlockRealize):
             taken.update(b.name for b in node.block.alloc_buffers)
     return _first_free(base, taken)
-
-
-def uses(expr: Node, var: Var) -> bool:
-    """True when ``expr`` mentions ``var``."""
-    return _uses(expr, var)
 
 
 # -- private ----------------------------------------------------------------------------------
@@ -437,7 +436,8 @@ def _check_reindexable(found: Located, target: Buffer, kind: str, primitive: str
     realize: BlockRealize = found.node
     blk = realize.block
     anchor = anchor_of(found)
-    others = [r.block.name for r in tree.child_block_realizes(anchor) if r is not realize]
+    others = [] if anchor is realize else [
+        r.block.name for r in tree.child_block_realizes(anchor) if r is not realize]
     check(not others, primitive,
           f"block {blk.name} shares its loops with block {', '.join(others)}; {primitive} "
           "requires the block alone under its loops")
@@ -485,15 +485,19 @@ def _single_pattern(blk: Block, target: Buffer, primitive: str) -> tuple[Expr, .
         check(bound(index, ranges).within(0, extent - 1), primitive,
               f"index {index} of {text[0]} in block {blk.name} leaves [0, {extent - 1}] for "
               "some iterator values")
-    if any(r.buffer is target for r in blk.writes):
-        used = [iv for iv in blk.iter_vars if any(_uses(i, iv.var) for i in pattern)]
-        fresh = [Var(f"x{k}") for k in range(len(used))]
-        indices = substitute(pattern, dict(zip([iv.var for iv in used], fresh)))
-        reason = IndexMap(tuple(fresh), indices).why_not_bijective(
-            [iv.extent for iv in used]) if fresh else None
+    used = [iv for iv in blk.iter_vars if any(_uses(i, iv.var) for i in pattern)]
+    if used and any(r.buffer is target for r in blk.writes):
+        # The map's parameters take the iterators' names so that its reasons read naturally.
+        names = [iv.var.name for iv in used]
+        if len(set(names)) < len(names) or not all(
+                n.isidentifier() and not keyword.iskeyword(n) for n in names):
+            names = [f"x{k}" for k in range(len(used))]
+        params = [Var(n) for n in names]
+        indices = substitute(pattern, dict(zip([iv.var for iv in used], params)))
+        reason = IndexMap(tuple(params), indices).why_not_bijective([iv.extent for iv in used])
         check(reason is None, primitive,
-              f"block {blk.name} writes {text[0]}, which is not one element per iterator "
-              f"value: {reason}")
+              f"block {blk.name} writes {text[0]}; reindexing a write requires its indices to "
+              f"map the block's iterators one-to-one onto a box from 0: {reason}")
     return pattern
 
 

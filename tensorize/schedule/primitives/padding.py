@@ -79,21 +79,17 @@ def pad_einsum(func: PrimFunc, block: BlockRV, padding: Sequence[int]) -> tuple[
 
     swaps: dict[Buffer, Buffer] = {}
     copies_in: list[Stmt] = []
+    output = einsum.store.buffer
     for buffer, pattern in einsum.reads.items():
-        if buffer is einsum.store.buffer or not any(v in padded for v in pattern):
+        if buffer is output or not any(v in padded for v in pattern):
             continue
         swaps[buffer] = _padded_buffer(func, buffer, pattern, padded)
         copies_in.append(_copy_in(func, buffer, swaps[buffer], pattern, extents, padded))
-    output = einsum.store.buffer
-    pattern = tuple(einsum.store.indices)
     copies_out: list[Stmt] = []
+    pattern = tuple(v for v in einsum.store.indices if isinstance(v, Var))
     if any(v in padded for v in pattern):
         swaps[output] = _padded_buffer(func, output, pattern, padded)
-        name = unique_block_name(func, f"{output.name}_unpad")
-        copy_vars = [Var(v.name) for v in pattern]
-        store = BufferStore(output, BufferLoad(swaps[output], tuple(copy_vars)), tuple(copy_vars))
-        copies_out.append(copy_nest(name, [(c, extents[v]) for c, v in zip(copy_vars, pattern)],
-                                    store))
+        copies_out.append(_copy_out(func, swaps[output], output, pattern, extents))
 
     iter_vars = tuple(IterVar(iv.var, padded.get(iv.var, iv.extent), iv.kind, iv.loc)
                       for iv in blk.iter_vars)
@@ -103,12 +99,12 @@ def pad_einsum(func: PrimFunc, block: BlockRV, padding: Sequence[int]) -> tuple[
     reads, writes = infer_block_regions(new_block)
     new_block = dataclasses.replace(new_block, reads=tuple(reads), writes=tuple(writes))
     stmt: Stmt = dataclasses.replace(realize, block=new_block)
+    grown = {id(loop): padded[iv.var] for iv, loop in zip(blk.iter_vars, loops)
+             if iv.var in padded}
     for loop in reversed(_nest_order(found, loops)):
-        iterator = next(iv for iv, l in zip(blk.iter_vars, loops) if l is loop)
-        stmt = dataclasses.replace(loop, extent=padded.get(iterator.var, loop.extent), body=stmt)
-    new_buffers = tuple(swaps.values())
+        stmt = dataclasses.replace(loop, extent=grown.get(id(loop), loop.extent), body=stmt)
     return splice(func, found, anchor_of(found), seq(*copies_in, stmt, *copies_out),
-                  new_buffers), None
+                  tuple(swaps.values())), None
 
 
 def _nest_order(found: Located, loops: list[For]) -> list[For]:
@@ -131,7 +127,7 @@ def _einsum(blk: Block, primitive: str) -> _Einsum:
                   f"block {blk.name} indexes {buffer.name} with {index}, not an iterator of "
                   "the block; pad_einsum requires an einsum block (every access indexed by "
                   "iterators directly)")
-        return tuple(indices)  # type: ignore[arg-type]
+        return tuple(i for i in indices if isinstance(i, Var))
 
     def record(node: object) -> None:
         if not isinstance(node, BufferLoad):
@@ -248,3 +244,13 @@ def _copy_in(func: PrimFunc, source: Buffer, target: Buffer, pattern: tuple[Var,
     store = BufferStore(target, value, tuple(copy_vars))
     name = unique_block_name(func, target.name)
     return copy_nest(name, list(zip(copy_vars, target.shape)), store)
+
+
+def _copy_out(func: PrimFunc, source: Buffer, target: Buffer, pattern: tuple[Var, ...],
+              extents: dict[Var, int]) -> Stmt:
+    """A block copying the original region of the padded output ``source`` back to
+    ``target``: the region the block wrote before padding."""
+    copy_vars = [Var(v.name) for v in pattern]
+    store = BufferStore(target, BufferLoad(source, tuple(copy_vars)), tuple(copy_vars))
+    name = unique_block_name(func, f"{target.name}_unpad")
+    return copy_nest(name, [(c, extents[v]) for c, v in zip(copy_vars, pattern)], store)
