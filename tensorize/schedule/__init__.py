@@ -5,7 +5,8 @@ Use :class:`Schedule` with block and loop handles, or the free functions in
 """
 
 from tensorize.schedule.handles import BlockRV, LoopRV
+from tensorize.schedule.index_map import IndexMap
 from tensorize.schedule.schedule import Schedule
 from tensorize.schedule.trace import Trace
 
-__all__ = ["BlockRV", "LoopRV", "Schedule", "Trace"]
+__all__ = ["BlockRV", "IndexMap", "LoopRV", "Schedule", "Trace"]

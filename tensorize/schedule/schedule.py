@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -9,6 +10,7 @@ from ir import BlockRealize, For, PrimFunc, Stmt
 from tensorize.schedule import primitives, tree
 from tensorize.schedule.check import check, fail, get_block, get_loop
 from tensorize.schedule.handles import BlockRV, LoopRV
+from tensorize.schedule.index_map import as_index_map
 from tensorize.schedule.trace import Trace, TraceStep
 
 
@@ -22,6 +24,12 @@ def _as_method(primitive: Callable[..., tuple[PrimFunc, Any]]) -> Callable[..., 
     method.__qualname__ = f"Schedule.{primitive.__name__}"
     method.__doc__ = primitive.__doc__
     return method
+
+
+def _printable(value: Any, primitive: str) -> Any:
+    if isinstance(value, types.FunctionType):
+        return as_index_map(value, primitive)
+    return value
 
 
 class Schedule:
@@ -44,6 +52,10 @@ class Schedule:
 
     def _apply(self, primitive: Callable[..., tuple[PrimFunc, Any]], args: tuple[Any, ...],
                kwargs: dict[str, Any]) -> Any:
+        # A lambda (an index map) is recorded as the IndexMap it builds, so the trace prints
+        # its text and replays.
+        args = tuple(_printable(a, primitive.__name__) for a in args)
+        kwargs = {k: _printable(v, primitive.__name__) for k, v in kwargs.items()}
         new_func, outputs = primitive(self.func, *args, **kwargs)
         self.func = new_func
         self.trace.append(TraceStep(primitive.__name__, args, tuple(kwargs.items()), outputs))
@@ -83,7 +95,7 @@ class Schedule:
 
     def replay_trace(self) -> str:
         """A complete Python program that rebuilds this schedule from the original function."""
-        return ("from tensorize.schedule import Schedule\n"
+        return ("from tensorize.schedule import IndexMap, Schedule\n"
                 "sch = Schedule(func)\n" + self.trace.as_python() + "\n")
 
     @staticmethod

@@ -38,3 +38,11 @@ def test_replayed_trace_gives_a_structurally_equal_function():
 def test_replay_of_an_empty_trace_is_the_original():
     func = gemm_int8()
     assert Schedule.replay(func, Schedule(func).replay_trace()).func is func
+
+
+def test_a_lambda_index_map_is_recorded_as_text_and_replays():
+    func = gemm_int8(8, 4, 2)
+    sch = Schedule(func)
+    sch.transform_block_layout(sch.get_block("C"), lambda i, j, k: (i * 4 + j, k))
+    assert "lambda" in sch.trace.as_python() and "<function" not in sch.trace.as_python()
+    assert structural_equal(Schedule.replay(func, sch.replay_trace()).func, sch.func)
