@@ -30,7 +30,10 @@ from intrinsics import (
 )
 from intrinsics.registry import check_across, family_files
 from intrinsics.source import Findings
+from intrinsics.selfcheck import SemanticsChecker
 from ir.errors import IntrinsicSpecError, SourceLoc, render_error
+from simulator import load_machine
+from targets.npu.selfcheck import SimulatorChecker
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -233,6 +236,15 @@ def describe(intrinsic: Intrinsic) -> str:
 
 # ---- validate --------------------------------------------------------------------------------
 
+def _checkers(path: Path, family: Family) -> list:
+    """The semantics check for every family; for an NPU family with a machine section, also
+    each instruction run on the simulator that machine describes."""
+    checkers: list = [SemanticsChecker()]
+    if family.target == "npu" and family.machine is not None:
+        checkers.append(SimulatorChecker(list(family.intrinsics), load_machine(path)))
+    return checkers
+
+
 def _validate(args: argparse.Namespace) -> int:
     paths = [Path(f) for f in args.files]
     reports = []
@@ -247,7 +259,8 @@ def _validate(args: argparse.Namespace) -> int:
         if family is None or findings or args.no_self_check:
             results[path] = []
         else:
-            results[path] = self_check(family.intrinsics, seed=args.seed)
+            results[path] = self_check(family.intrinsics, _checkers(path, family),
+                                       seed=args.seed)
     failed = any(findings or any(r.failed for r in results[path])
                  for path, _, findings in reports)
     if args.json:
