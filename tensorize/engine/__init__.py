@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from intrinsics import Intrinsic, Registry, default_registry
-from ir import PrimFunc, ScheduleError
+from ir import BlockRealize, PrimFunc, ScheduleError
 from simulator import MachineConfig
 from tensorize.engine.count import count_calls
 from tensorize.engine.gemm_view import to_intrinsic_shape
@@ -105,8 +105,26 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = N
                                          f"no {target} intrinsic to try"))
             continue
         outcomes.append(_rewrite(sch, matches[0], target, registry, config, tiling))
-    return Tensorized(func, sch, target, tuple(outcomes), tuple(explain),
+    return Tensorized(func, sch, target, tuple(_fused(sch.func, outcomes)), tuple(explain),
                       time.perf_counter() - start)
+
+
+def _fused(func: PrimFunc, outcomes: list[BlockOutcome]) -> list[BlockOutcome]:
+    """Blocks a target schedule tensorized while scheduling another (an epilogue folded
+    onto the accumulator tile) are reported with the intrinsic they now use."""
+    called = {}
+    for stmt, _ in tree.walk_stmts(func):
+        if isinstance(stmt, BlockRealize):
+            for key, value in stmt.block.annotations:
+                if key == "tensorized":
+                    called[stmt.block.name] = value
+    result = []
+    for outcome in outcomes:
+        name = called.get(f"{outcome.block}_o")
+        if outcome.intrinsic is None and name is not None:
+            outcome = BlockOutcome(outcome.block, name, "fused onto the accumulator tile")
+        result.append(outcome)
+    return result
 
 
 def _target_schedule(target: str) -> Callable[..., None] | None:

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from intrinsics import Intrinsic, Registry
-from ir import Buffer, BufferLoad, BufferStore, Var
+from ir import Buffer, BufferLoad, BufferStore, IterKind, ScheduleError, Var
 from ir.visitor import post_order_visit
 from simulator import MachineConfig, load_machine
 from tensorize.match.result import Match
-from tensorize.schedule import Schedule
+from tensorize.schedule import Schedule, tree
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +61,9 @@ def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Re
 
 
 def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry: Registry,
-                 tiling: NpuTiling) -> None:
-    """Tile, stage and tensorize the GEMM-shaped block (module docs)."""
+                 tiling: NpuTiling, fuse_epilogues: bool = True) -> None:
+    """Tile, stage and tensorize the GEMM-shaped block (module docs); with
+    ``fuse_epilogues``, also the elementwise blocks after it that the vector unit can do."""
     t = intrinsic.iter_vars[0].extent
     block = sch.get_block(block_name)
     loops = sch.get_loops(block)
@@ -85,7 +86,11 @@ def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     sch.reverse_compute_at(c_stage, no)
     for stage in (a_stage, b_stage):
         sch.compact_buffer(sch.get(stage).block.writes[0].buffer.name)
-    sch.compact_buffer(sch.get(c_stage).block.reads[0].buffer.name)
+    acc = sch.get(c_stage).block.reads[0].buffer.name
+    sch.compact_buffer(acc)
+    store_stage, store_done = c_stage, False
+    if fuse_epilogues:
+        store_stage, store_done = _fuse_epilogues(sch, c_stage, acc, no, registry, t)
 
     sch.tensorize(mi, intrinsic.name)
     reset = _reset_variant(intrinsic, registry)
@@ -96,7 +101,110 @@ def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     stores = intrinsic.stores.get(names[2], ())
     _tensorize_copy(sch, a_stage, loads[names[0]], registry, t)
     _tensorize_copy(sch, b_stage, loads[names[1]], registry, t)
-    _tensorize_copy(sch, c_stage, stores, registry, t, c.dtype)
+    if not store_done:
+        dtype = sch.get(store_stage).block.writes[0].buffer.dtype
+        _tensorize_copy(sch, store_stage, stores, registry, t, dtype)
+
+
+def _fuse_epilogues(sch: Schedule, c_stage, acc: str, tile_loop, registry: Registry, t: int
+                    ) -> tuple[object, bool]:
+    """Move the elementwise blocks that consume the GEMM's result onto the accumulator tile,
+    while the vector unit or a store intrinsic can do them: each is put under the tile loop,
+    reads the tile on chip (the write-back is inlined into it), and then either is itself a
+    store (``npu_store_acc_i8`` narrows with saturation) or computes in place on the tile
+    with a vector instruction, its other inputs (a bias row) loaded beside the tile.
+
+    Returns the block that now writes the result to DRAM and whether it is already
+    tensorized. An epilogue no instruction computes ends the chain; it and what follows run
+    as before (on the host), so fusing never changes what is computed.
+    """
+    # The instruction with the fewest operands first: relu before max-with-an-immediate.
+    vectors = sorted((i for i in registry.for_target("npu")
+                      if i.kind == "compute" and not i.reduce_vars()),
+                     key=lambda i: len(i.operands))
+    stores = [i for i in registry.for_target("npu") if i.kind == "store"]
+    stage = c_stage
+    while True:
+        epilogue = _elementwise_consumer(sch, stage)
+        if epilogue is None:
+            return stage, False
+        saved_func, saved_steps = sch.func, list(sch.trace.steps)
+        try:
+            sch.reverse_compute_at(epilogue, tile_loop)
+            sch.compute_inline(stage)
+            if _tensorize_any(sch, epilogue, stores, t):
+                return epilogue, True
+            out = sch.get(epilogue).block.writes[0].buffer
+            extra = [r.buffer.name for r in sch.get(epilogue).block.reads
+                     if r.buffer.name != acc and r.buffer.scope == "global"]
+            loads = []
+            for name in extra:
+                load = sch.cache_read(epilogue, name, "npu.acc")
+                sch.compute_at(load, tile_loop)
+                sch.compact_buffer(sch.get(load).block.writes[0].buffer.name)
+                loads.append(load)
+            write_back = sch.cache_write(epilogue, out.name, "npu.acc")
+            sch.reverse_compute_at(write_back, tile_loop)
+            sch.compact_buffer(sch.get(epilogue).block.writes[0].buffer.name)
+            sch.write_in_place(epilogue, acc)
+            if not _tensorize_any(sch, epilogue, vectors, t):
+                raise ScheduleError("fuse epilogue", "no vector instruction computes it")
+            for load in loads:
+                _tensorize_row_load(sch, load, registry)
+        except ScheduleError:
+            sch.func = saved_func
+            sch.trace.steps[:] = saved_steps
+            return stage, False
+        stage = write_back
+
+
+def _elementwise_consumer(sch: Schedule, stage):
+    """The one block reading what ``stage`` writes, when it is elementwise over it: one
+    spatial store reading the written buffer at the indices it stores to."""
+    written = sch.get(stage).block.writes[0].buffer
+    readers = [b for b in tree.block_names(sch.func)
+               if any(r.buffer is written for r in sch.get(sch.get_block(b)).block.reads)]
+    if len(readers) != 1:
+        return None
+    block = sch.get(sch.get_block(readers[0])).block
+    store = block.body
+    if not isinstance(store, BufferStore) or block.init is not None or any(
+            iv.kind is IterKind.REDUCE for iv in block.iter_vars):
+        return None
+    loads: list[BufferLoad] = []
+    post_order_visit(store.value, lambda n: loads.append(n) if isinstance(n, BufferLoad)
+                     and n.buffer is written else None)
+    if not loads or any(l.indices != store.indices for l in loads):
+        return None
+    return sch.get_block(readers[0])
+
+
+def _tensorize_any(sch: Schedule, block, candidates: list[Intrinsic], t: int) -> bool:
+    """Tile the block's rows by ``t`` and tensorize it with the first candidate that fits."""
+    loops = sch.get_loops(block)
+    rows = loops[-2]
+    saved_func, saved_steps = sch.func, list(sch.trace.steps)
+    if sch.get(rows).extent > t:
+        _, rows = sch.split(rows, [None, t])
+    for intrinsic in candidates:
+        try:
+            sch.tensorize(rows, intrinsic.name)
+            return True
+        except ScheduleError:
+            continue
+    sch.func = saved_func
+    sch.trace.steps[:] = saved_steps
+    return False
+
+
+def _tensorize_row_load(sch: Schedule, load, registry: Registry) -> None:
+    """A one-dimensional staging copy (a bias row) becomes one row load."""
+    loop = sch.get_loops(load)[-1]
+    for intrinsic in registry.for_target("npu"):
+        if intrinsic.kind == "load" and len(intrinsic.output.shape) == 1:
+            sch.tensorize(loop, intrinsic.name)
+            return
+    raise ScheduleError("fuse epilogue", "no intrinsic loads one accumulator row")
 
 
 def _operand_buffers(sch: Schedule, block_name: str, intrinsic: Intrinsic
