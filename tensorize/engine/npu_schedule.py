@@ -67,7 +67,7 @@ def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     t = intrinsic.iter_vars[0].extent
     block = sch.get_block(block_name)
     loops = sch.get_loops(block)
-    outer, (lm, ln, lk) = loops[:-3], loops[-3:]
+    lm, ln, lk = loops[-3:]
     m = sch.get(lm).extent
     tm = tiling.rows if m % tiling.rows == 0 else t
     mo, mt, mi = sch.split(lm, [None, tm // t, t])
@@ -244,7 +244,7 @@ def _tensorize_copy(sch: Schedule, stage, candidates: tuple[str, ...], registry:
     """Split a staging copy into T-row tiles and replace each by the DMA intrinsic whose
     operands fit (the int32 or narrowing store, by the destination's dtype)."""
     loops = sch.get_loops(stage)
-    rows, cols = loops[-2], loops[-1]
+    rows = loops[-2]
     if sch.get(rows).extent > t:
         _, rows = sch.split(rows, [None, t])
     for name in candidates:

@@ -15,18 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from intrinsics import default_registry
 from ir import (Block, BlockRealize, Buffer, BufferRegion, BufferStore, IntImm, IterVar, PrimFunc,
                 Stmt, Var, replace_buffers)
-from intrinsics import default_registry
 from tensorize.schedule import tree
 from tensorize.schedule.check import arg_check, check, fail
+from tensorize.schedule.coverage import box_of, clipped_box, region_in_loops, relax, writes_exactly
 from tensorize.schedule.handles import BlockRV
-from tensorize.schedule.primitives.compute_at import (Site, box_of, buffer_names, build_nest,
-                                                      clipped_box, locate, loop_ranges,
-                                                      loops_below, region_in_loops, relax,
-                                                      scope_ranges, sibling_sites, splice,
-                                                      splice_func, unique_name, with_regions,
-                                                      writes_exactly)
+from tensorize.schedule.sites import (Site, locate, loop_ranges, loops_below, scope_ranges,
+                                      sibling_sites)
+from tensorize.schedule.splicing import (buffer_names, build_nest, splice, splice_func,
+                                         unique_name, with_regions)
 
 __all__ = ["cache_read", "cache_write"]
 

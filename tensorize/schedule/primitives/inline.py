@@ -14,14 +14,14 @@ form of a machine's in-place vector instructions (``acc = max(acc, 0)``).
 
 from __future__ import annotations
 
-from ir import (Block, BlockRealize, Buffer, BufferLoad, BufferStore, Expr, IntImm,
-                IntrinsicCall, IterKind, Mutator, PrimFunc, Var, replace_buffers, substitute)
+from ir import (Block, BlockRealize, Buffer, BufferLoad, BufferStore, Expr, IntImm, IntrinsicCall,
+                IterKind, Mutator, PrimFunc, Var, replace_buffers, substitute)
 from ir.visitor import post_order_visit
 from tensorize.schedule import tree
 from tensorize.schedule.check import arg_check, check, fail
 from tensorize.schedule.handles import BlockRV
-from tensorize.schedule.primitives.compute_at import (Site, locate, removal, splice_func,
-                                                      with_regions)
+from tensorize.schedule.sites import Site, locate
+from tensorize.schedule.splicing import removal, splice_func, with_regions
 
 __all__ = ["compute_inline", "write_in_place"]
 

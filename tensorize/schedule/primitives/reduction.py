@@ -29,12 +29,11 @@ from ir import (Block, BlockRealize, BufferRegion, Expr, For, IntImm, IterKind, 
 from ir.arith import Interval, const_int, prove, simplify
 from tensorize.schedule import tree
 from tensorize.schedule.check import check, fail, get_loop
+from tensorize.schedule.coverage import region_in_loops, relax
 from tensorize.schedule.handles import BlockRV, LoopRV
-from tensorize.schedule.primitives.compute_at import (Site, locate, loop_ranges,
-                                                      loops_below, region_in_loops, relax,
-                                                      scope_ranges, sibling_sites, splice,
-                                                      splice_func, unique_name, vars_of,
-                                                      with_regions)
+from tensorize.schedule.sites import (Site, locate, loop_ranges, loops_below, scope_ranges,
+                                      sibling_sites, vars_of)
+from tensorize.schedule.splicing import splice, splice_func, unique_name, with_regions
 
 __all__ = ["decompose_reduction"]
 
