@@ -23,12 +23,17 @@ def coalesce(program: Sequence[Instruction], config: MachineConfig) -> list[Inst
     banks = {"inp": config.inp.bank_rows, "wgt": config.wgt.bank_rows,
              "acc": config.acc.bank_rows}
     out: list[Instruction] = []
+    rows = 0  # the rows the last instruction of ``out`` has grown to, not yet rebuilt
     for insn in program:
-        merged = _merge(out[-1], insn, banks) if out else None
-        if merged is not None:
-            out[-1] = merged
-        else:
-            out.append(insn)
+        if out and _continues(out[-1], rows, insn, banks):
+            rows += insn.rows
+            continue
+        if out and rows != getattr(out[-1], "rows", rows):
+            out[-1] = dataclasses.replace(out[-1], rows=rows)
+        out.append(insn)
+        rows = getattr(insn, "rows", 0)
+    if out and rows != getattr(out[-1], "rows", rows):
+        out[-1] = dataclasses.replace(out[-1], rows=rows)
     return out
 
 
@@ -36,38 +41,29 @@ def _one_bank(start: int, rows: int, bank_rows: int) -> bool:
     return start // bank_rows == (start + rows - 1) // bank_rows
 
 
-def _merge(a: Instruction, b: Instruction, banks: dict[str, int]) -> Instruction | None:
-    if type(a) is not type(b) or a.deps != b.deps:
-        return None
-    rows = a.rows + b.rows if hasattr(a, "rows") else 0
-    if rows > MAX_ROWS:
-        return None
+def _continues(a: Instruction, rows: int, b: Instruction, banks: dict[str, int]) -> bool:
+    """True when ``b`` continues ``a`` grown to ``rows`` rows."""
+    if type(a) is not type(b) or a.deps != b.deps or not hasattr(a, "rows"):
+        return False
+    total = rows + b.rows
+    if total > MAX_ROWS:
+        return False
     if isinstance(a, Gemm):
-        if (b.wgt, b.k, b.reset, b.inp, b.acc) == (a.wgt, a.k, a.reset, a.inp + a.rows,
-                                                   a.acc + a.rows) \
-                and _one_bank(a.inp, rows, banks["inp"]) and _one_bank(a.acc, rows, banks["acc"]):
-            return dataclasses.replace(a, rows=rows)
-        return None
+        return ((b.wgt, b.k, b.reset, b.inp, b.acc) == (a.wgt, a.k, a.reset, a.inp + rows,
+                                                        a.acc + rows)
+                and _one_bank(a.inp, total, banks["inp"])
+                and _one_bank(a.acc, total, banks["acc"]))
     if isinstance(a, Load):
-        mem = a.mem.name.lower()
-        if (b.mem, b.cols, b.stride, b.sram, b.dram) == (
-                a.mem, a.cols, a.stride, a.sram + a.rows, a.dram + a.rows * a.stride) \
-                and _one_bank(a.sram, rows, banks[mem]):
-            return dataclasses.replace(a, rows=rows)
-        return None
+        return ((b.mem, b.cols, b.stride, b.sram, b.dram) == (
+            a.mem, a.cols, a.stride, a.sram + rows, a.dram + rows * a.stride)
+            and _one_bank(a.sram, total, banks[a.mem.name.lower()]))
     if isinstance(a, Store):
-        if (b.cols, b.stride, b.narrow, b.sram, b.dram) == (
-                a.cols, a.stride, a.narrow, a.sram + a.rows, a.dram + a.rows * a.stride) \
-                and _one_bank(a.sram, rows, banks["acc"]):
-            return dataclasses.replace(a, rows=rows)
-        return None
+        return ((b.cols, b.stride, b.narrow, b.sram, b.dram) == (
+            a.cols, a.stride, a.narrow, a.sram + rows, a.dram + rows * a.stride)
+            and _one_bank(a.sram, total, banks["acc"]))
     if isinstance(a, Vec):
-        src_next = a.src + a.rows if a.mode is Operand.TILE else a.src
-        if (b.op, b.mode, b.imm, b.imm2, b.dst, b.src) == (
-                a.op, a.mode, a.imm, a.imm2, a.dst + a.rows, src_next) \
-                and _one_bank(a.dst, rows, banks["acc"]):
-            return dataclasses.replace(a, rows=rows)
-        return None
-    return None
-
-
+        src_next = a.src + rows if a.mode is Operand.TILE else a.src
+        return ((b.op, b.mode, b.imm, b.imm2, b.dst, b.src) == (
+            a.op, a.mode, a.imm, a.imm2, a.dst + rows, src_next)
+            and _one_bank(a.dst, total, banks["acc"]))
+    return False

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,8 +28,8 @@ from intrinsics.model import Intrinsic, Operand
 from intrinsics.templates import placeholders
 from ir.buffer import Buffer
 from ir.errors import ExecutionError, SimulatorFault
-from ir.evaluate import evaluate
-from ir.expr import Expr, Var
+from ir.evaluate import compile_index, evaluate
+from ir.expr import Expr, IntImm, Var
 from ir.stmt import (Block, BlockRealize, BufferRegion, BufferStore, For, IfThenElse,
                      IntrinsicCall, IterKind, SeqStmt, Stmt)
 from simulator.assembler import assemble
@@ -89,6 +89,8 @@ class _Emitter:
         self.program: list[Instruction] = []
         self.calls: Counter[str] = Counter()
         self.sites: dict[int, _Site] = {}
+        self.bindings: dict[int, tuple] = {}  # per realize: compiled bindings and predicate
+        self.conditions: dict[int, Callable[[Mapping[Var, int]], int]] = {}
         self.states = {b: _CopyState(rows_gen=[np.full(p.rows, -1, np.int64)
                                                 for _ in p.bases])
                        for b, p in on_chip.items()}
@@ -105,7 +107,10 @@ class _Emitter:
             for child in stmt.stmts:
                 self.stmt(child, env, block)
         elif isinstance(stmt, IfThenElse):
-            if evaluate(stmt.cond, env):
+            cond = self.conditions.get(id(stmt))
+            if cond is None:
+                cond = self.conditions[id(stmt)] = compile_index(stmt.cond)
+            if cond(env):
                 self.stmt(stmt.then_case, env, block)
             elif stmt.else_case is not None:
                 self.stmt(stmt.else_case, env, block)
@@ -123,8 +128,13 @@ class _Emitter:
 
     def realize(self, realize: BlockRealize, env: dict[Var, int]) -> None:
         block = realize.block
-        values = [evaluate(b, env) for b in realize.bindings]
-        if not evaluate(realize.predicate, env):
+        compiled = self.bindings.get(id(realize))
+        if compiled is None:
+            compiled = ([compile_index(b) for b in realize.bindings],
+                        compile_index(realize.predicate))
+            self.bindings[id(realize)] = compiled
+        values = [b(env) for b in compiled[0]]
+        if not compiled[1](env):
             return
         inner = dict(env)
         inner.update({iv.var: v for iv, v in zip(block.iter_vars, values)})
@@ -148,7 +158,7 @@ class _Emitter:
         args = []
         for operand, arg in zip(intrinsic.operands, call.args):
             if not isinstance(arg, BufferRegion):
-                args.append(_Arg(operand, arg, "scalar"))
+                args.append(_Arg.make(operand, arg, "scalar"))
                 continue
             buffer = arg.buffer
             if buffer in self.on_chip:
@@ -159,10 +169,10 @@ class _Emitter:
                         f"rows contiguous in {buffer.name} ({row_elems} elements apart), got "
                         f"{_leading_stride(arg, operand)}; lay the buffer out one tile row "
                         "per memory row")
-                args.append(_Arg(operand, arg, "chip", buffer.effective_strides))
+                args.append(_Arg.make(operand, arg, "chip", buffer.effective_strides))
             elif buffer in self.dram:
-                args.append(_Arg(operand, arg, "dram", buffer.effective_strides,
-                                 _leading_stride(arg, operand)))
+                args.append(_Arg.make(operand, arg, "dram", buffer.effective_strides,
+                                      _leading_stride(arg, operand)))
             else:
                 raise ExecutionError(f"{where}: buffer {buffer.name} (scope {buffer.scope}) "
                                      "has no place in the NPU's memories")
@@ -179,13 +189,12 @@ class _Emitter:
         for arg in site.args:
             name = arg.operand.name
             if arg.kind == "scalar":
-                value = evaluate(arg.node, env)
+                value = arg.offset(env)
                 values[name] = value
                 if value > 0 and value & (value - 1) == 0:
                     values[f"{name}.log2"] = value.bit_length() - 1
                 continue
-            flat = sum(evaluate(r.start, env) * st
-                       for r, st in zip(arg.node.ranges, arg.strides))
+            flat = arg.offset(env)
             if arg.kind == "chip":
                 accesses.append((arg.operand, arg.node.buffer, flat))
             else:
@@ -240,13 +249,25 @@ class _Emitter:
 @dataclass(frozen=True, slots=True)
 class _Arg:
     """One argument of a call site: a scalar expression, or a region on chip or in DRAM
-    with its buffer's strides (and, in DRAM, the leading stride of the operand's rows)."""
+    with its buffer's strides (and, in DRAM, the leading stride of the operand's rows).
+    ``offset`` computes the region's first element (or the scalar) from the loop values."""
 
     operand: Operand
     node: BufferRegion | Expr
     kind: str
     strides: tuple[int, ...] = ()
     ld: int = 0
+    offset: Callable[[Mapping[Var, int]], int] | None = None
+
+    @staticmethod
+    def make(operand: Operand, node: BufferRegion | Expr, kind: str,
+             strides: tuple[int, ...] = (), ld: int = 0) -> _Arg:
+        if isinstance(node, BufferRegion):
+            flat = IntImm(0)
+            for r, stride in zip(node.ranges, strides):
+                flat = flat + r.start * stride
+            return _Arg(operand, node, kind, strides, ld, compile_index(flat))
+        return _Arg(operand, node, kind, strides, ld, compile_index(node))
 
 
 @dataclass(frozen=True, slots=True)

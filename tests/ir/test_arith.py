@@ -7,6 +7,8 @@ from hypothesis import strategies as st
 
 from ir import dtypes
 from ir.arith import Interval, bound, equal, is_affine, linearize, prove, simplify, to_expr
+from ir.evaluate import compile_index
+from ir.evaluate import evaluate as interpret
 from ir.expr import BinOp, Expr, IntImm, Select, Var, max_, min_
 
 I, J, K = Var("i"), Var("j"), Var("k")
@@ -167,3 +169,11 @@ def test_division_of_a_tile_offset_factors_the_tile_out():
 def test_a_variable_with_one_value_is_that_value():
     o = Var("o")
     assert simplify(o * 64 + I, {o: Interval(0, 0), **RANGES}) is I
+
+
+@settings(max_examples=200, deadline=None)
+@given(index_exprs())
+def test_compiled_index_expressions_evaluate_like_the_interpreter(expr):
+    compiled = compile_index(expr)
+    for env in all_points(RANGES):
+        assert compiled(env) == interpret(expr, env) == evaluate(expr, env)
