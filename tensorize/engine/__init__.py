@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from intrinsics import Intrinsic, Registry, default_registry
-from ir import BlockRealize, PrimFunc, ScheduleError
+from ir import BlockRealize, IterKind, PrimFunc, ScheduleError
 from simulator import MachineConfig
 from tensorize.engine.count import count_calls
 from tensorize.engine.gemm_view import to_intrinsic_shape
@@ -27,6 +27,9 @@ from tensorize.engine.npu_schedule import NpuTiling
 from tensorize.match import Match, Mismatch, match_block
 from tensorize.match.explain import format_result
 from tensorize.schedule import Schedule, tree
+
+# How many mappings of one block the engine tries before it reports the first refusal.
+MAPPINGS_TRIED = 8
 
 __all__ = ["BlockOutcome", "Tensorized", "auto_tensorize", "candidate_intrinsics",
            "count_calls"]
@@ -97,16 +100,34 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = N
         results = {i.name: match_block(sch.func, block, i, registry)
                    if block in tree.block_names(sch.func) else None for i in candidates}
         explain.extend(format_result(r) for r in results.values() if r is not None)
-        matches = sorted((m for r in results.values() if isinstance(r, list) for m in r[:1]),
-                         key=lambda m: m.cost)
+        matches = sorted((m for r in results.values() if isinstance(r, list) for m in r),
+                         key=lambda m: (_outer_reduction(sch.func, m), m.cost))
         if not matches:
             reasons = [r.reason for r in results.values() if isinstance(r, Mismatch)]
             outcomes.append(BlockOutcome(block, None, "", reasons[0] if reasons else
                                          f"no {target} intrinsic to try"))
             continue
-        outcomes.append(_rewrite(sch, matches[0], target, registry, config, tiling))
+        # The cheapest mapping first; when its rewrite is refused, the next ones.
+        refusals = []
+        for match in matches[:MAPPINGS_TRIED]:
+            outcome = _rewrite(sch, match, target, registry, config, tiling)
+            if outcome.intrinsic is not None:
+                break
+            refusals.append(outcome)
+        else:
+            outcome = refusals[0]
+        outcomes.append(outcome)
     return Tensorized(func, sch, target, tuple(_fused(sch.func, outcomes)), tuple(explain),
                       time.perf_counter() - start)
+
+
+def _outer_reduction(func: PrimFunc, match: Match) -> bool:
+    """True when the mapping leaves a reduce iterator as a loop around the calls: the
+    accumulator tile is then finished only after the outer loop, which staging schedules
+    cannot express, so such mappings are tried last."""
+    block = tree.find_block(func, match.block).node.block
+    kinds = {iv.var.name: iv.kind for iv in block.iter_vars}
+    return any(kinds.get(name) is IterKind.REDUCE for name in match.outer)
 
 
 def _fused(func: PrimFunc, outcomes: list[BlockOutcome]) -> list[BlockOutcome]:

@@ -92,10 +92,10 @@ def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     if fuse_epilogues:
         store_stage, store_done = _fuse_epilogues(sch, c_stage, acc, no, registry, t)
 
-    sch.tensorize(mi, intrinsic.name)
+    sch.tensorize(mi, intrinsic)
     reset = _reset_variant(intrinsic, registry)
     if reset is not None:
-        sch.fold_init(sch.get_block(f"{block_name}_o"), reset.name)
+        sch.fold_init(sch.get_block(f"{block_name}_o"), reset)
 
     loads = {name: intrinsic.loads.get(name, ()) for name in names[:2]}
     stores = intrinsic.stores.get(names[2], ())
@@ -188,7 +188,7 @@ def _tensorize_any(sch: Schedule, block, candidates: list[Intrinsic], t: int) ->
         _, rows = sch.split(rows, [None, t])
     for intrinsic in candidates:
         try:
-            sch.tensorize(rows, intrinsic.name)
+            sch.tensorize(rows, intrinsic)
             return True
         except ScheduleError:
             continue
@@ -202,7 +202,7 @@ def _tensorize_row_load(sch: Schedule, load, registry: Registry) -> None:
     loop = sch.get_loops(load)[-1]
     for intrinsic in registry.for_target("npu"):
         if intrinsic.kind == "load" and len(intrinsic.output.shape) == 1:
-            sch.tensorize(loop, intrinsic.name)
+            sch.tensorize(loop, intrinsic)
             return
     raise ScheduleError("fuse epilogue", "no intrinsic loads one accumulator row")
 
@@ -250,6 +250,6 @@ def _tensorize_copy(sch: Schedule, stage, candidates: tuple[str, ...], registry:
     for name in candidates:
         intrinsic = registry.get(name)
         if dtype is None or intrinsic.output.dtype == dtype:
-            sch.tensorize(rows, name)
+            sch.tensorize(rows, intrinsic)
             return
     raise LookupError(f"no data-movement intrinsic among {', '.join(candidates)} fits")

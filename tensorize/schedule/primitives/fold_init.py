@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import intrinsics
 from intrinsics import Intrinsic
-from ir import (BlockRealize, BufferStore, Expr, For, IfThenElse, IntImm, IntrinsicCall,
-                IterKind, PrimFunc, Stmt, and_, eq)
+from ir import (BlockRealize, BufferRegion, BufferStore, Expr, For, IfThenElse, IntImm,
+                IntrinsicCall, IterKind, PrimFunc, Stmt, and_, eq)
 from ir.arith import Interval, simplify
 from tensorize.schedule import tree
 from tensorize.schedule.check import arg_check, check, fail, get_block
@@ -44,23 +44,19 @@ def fold_init(func: PrimFunc, block: BlockRV, reset: str | Intrinsic) -> tuple[P
     check(isinstance(call, IntrinsicCall), _PRIMITIVE,
           f"block {blk.name!r} must be tensorized (its body one intrinsic call), got a "
           f"{type(call).__name__}")
-    registry = intrinsics.default_registry()
     if isinstance(reset, str):
+        registry = intrinsics.default_registry()
         arg_check(reset in registry, _PRIMITIVE, "reset", "the name of a known intrinsic", reset)
         reset = registry.get(reset)
     arg_check(isinstance(reset, Intrinsic), _PRIMITIVE, "reset", "an intrinsic or its name",
               reset)
-    called = registry.get(call.intrinsic) if call.intrinsic in registry else None
-    check(called is not None, _PRIMITIVE, f"block {blk.name!r} calls {call.intrinsic}, which "
-                                          "the registry does not know")
     check(reset.resets, _PRIMITIVE, f"{reset.name} does not reset its accumulator "
                                     "(resets: false), so it cannot stand for the init")
-    same = [(o.shape, o.dtype, o.name) for o in called.operands] == [
-        (o.shape, o.dtype, o.name) for o in reset.operands]
-    check(same, _PRIMITIVE, f"{reset.name} has other operands than {called.name}; it must be "
-                            "its resetting variant")
-    accumulator = called.output.name
-    position = [o.name for o in called.operands].index(accumulator)
+    check(_fits(reset, call), _PRIMITIVE,
+          f"{reset.name} has other operands than the call of {call.intrinsic} (shapes and "
+          "dtypes must agree region by region); it must be its resetting variant")
+    position = next(n for n, o in enumerate(reset.operands)
+                    if o.role in ("accumulator", "output"))
     region = call.args[position]
     _check_init_zeroes(blk.name, blk.init, region)
     reduce_vars = [iv.var for iv in blk.iter_vars if iv.kind is IterKind.REDUCE]
@@ -72,6 +68,25 @@ def fold_init(func: PrimFunc, block: BlockRV, reset: str | Intrinsic) -> tuple[P
                               blk.alloc_buffers, blk.annotations, blk.loc)
     new = BlockRealize(realize.bindings, new_block, realize.predicate, realize.loc)
     return tree.replace_stmt(func, realize, new), None
+
+
+def _fits(reset: Intrinsic, call: IntrinsicCall) -> bool:
+    """True when each of the call's arguments has the shape and dtype of ``reset``'s
+    operand in its place (a region's extents of more than 1, in order)."""
+    if len(reset.operands) != len(call.args):
+        return False
+    for operand, arg in zip(reset.operands, call.args):
+        if operand.is_scalar:
+            if isinstance(arg, BufferRegion):
+                return False
+            continue
+        if not isinstance(arg, BufferRegion) or arg.buffer.dtype != operand.dtype:
+            return False
+        extents = [simplify(r.extent) for r in arg.ranges]
+        wide = tuple(e.value for e in extents if isinstance(e, IntImm) and e.value > 1)
+        if wide != tuple(d for d in operand.shape if d > 1):
+            return False
+    return True
 
 
 def _check_init_zeroes(name: str, init: Stmt, region) -> None:

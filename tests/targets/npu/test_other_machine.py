@@ -53,3 +53,32 @@ def test_8x8_machine_runs_the_tiled_gemm_exactly(small_npu, m, n, k, tm):
     gemms = [i for i in result.stages[0].compiled.program if isinstance(i, Gemm)]
     assert all(g.k == 8 for g in gemms)
     assert result.stages[0].sim.mac_utilisation <= 1.0
+
+
+@pytest.mark.parametrize("name", ["gemm_int8_odd", "batch_matmul_int8", "dense_int8",
+                                  "conv2d_nhwc_int8", "conv2d_nchw_int8", "conv1d_int8",
+                                  "matmul_requant_int8"])
+def test_8x8_machine_runs_the_tensorized_suite_exactly(small_npu, tmp_path, name):
+    from targets import host
+    from tensorize.engine import auto_tensorize
+    from tests.tensorize.engine.suite import suite
+    from tests.tensorize.schedule.kernels import random_inputs
+
+    config, lookup = small_npu
+    registry = load_registry([_written(tmp_path)])
+    func = suite()[name]
+    result = auto_tensorize(func, "npu", registry=registry, config=config)
+    assert result.tensorized
+    inputs = random_inputs(func, 2)
+    want = host.run(func, inputs)
+    run = npu.run(result.func, {p.name: a for p, a in zip(func.params, inputs)}, config, lookup)
+    for key, expected in want.items():
+        np.testing.assert_array_equal(run.outputs[key], expected, err_msg=key)
+    assert all(g.k == 8 for s in run.stages if s.compiled for g in s.compiled.program
+               if isinstance(g, Gemm))
+
+
+def _written(tmp_path) -> Path:
+    path = tmp_path / "npu.yaml"
+    path.write_text(small_npu_yaml())
+    return path
