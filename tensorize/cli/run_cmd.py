@@ -50,6 +50,14 @@ from tensorize.schedule import tree
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 TARGETS = ("host", "npu", "arm", "cuda")
 
+_EXAMPLES = """
+examples:
+  tensorize run examples/script/gemm_int8.py                  # host: parse, run, check
+  tensorize run examples/script/conv2d_nhwc.py --target npu   # tensorize, simulate, check
+  tensorize run KERNEL.py --target npu --emit code -o prog.s  # the NPU program
+  tensorize run KERNEL.py --target cuda --explain             # why each block maps or not
+"""
+
 # Float outputs are compared to a float64 numpy reference with this relative tolerance per
 # dtype (accumulation order differs, so exact equality would be wrong for floats).
 _RTOL = {"float16": 2e-2, "bfloat16": 5e-2, "float32": 1e-4, "float64": 1e-10}
@@ -59,7 +67,7 @@ def register(subparsers: Any) -> None:
     """Add the ``run`` command."""
     parser = subparsers.add_parser(
         "run", help="tensorize a kernel for a target, validate it and run it",
-        description=__doc__.split("\n\n", 1)[1],
+        description=__doc__.split("\n\n", 1)[1].replace("``", "") + _EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kernel", metavar="KERNEL.py", help="a Python file of @T.prim_func kernels")
     parser.add_argument("--func", help="the kernel to run when the file defines several")
