@@ -1,0 +1,619 @@
+"""Tensorized IR to CUDA C++: one ``__global__`` function per statement of the root block.
+
+A statement with thread-bound loops is a **tiled kernel**: ``blockIdx``/``threadIdx`` loops
+become the launch's grid and block (``blockDim.x`` is 32, the lanes of a warp, implicit in the
+IR because WMMA calls are warp-collective; ``threadIdx.y/z`` loops select the warp). Any other
+statement is a **data-parallel kernel**: its loop nest is spread over a grid of 256-thread
+blocks (one thread block of one thread when it is not a single nest).
+
+Inside a tiled kernel, code runs in one of two contexts. Outside the warp loops every thread of
+the block runs it; inside them, every lane of the warp. A loop nest ending in a block that
+computes with plain stores (a copy into shared memory, an epilogue) is **cooperative**: its
+loops that bind no reduce iterator are fused and their iterations dealt out to the threads of
+the context (the whole block, or the warp's 32 lanes, followed by ``__syncwarp()``). Intrinsic
+calls run in warp context as their ``emit.cuda`` template; at block level they are refused.
+
+``__syncthreads()`` goes, at block level, before a statement that touches a shared or global
+buffer that an earlier statement since the last barrier wrote (or writes one it touched), and
+at the end of a loop body whose last accesses conflict with its first ones in the next
+iteration. Memory layouts and the per-warp fragment arrays are :mod:`.memory`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from intrinsics import Intrinsic, Registry, default_registry
+from ir import (Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, Expr, For,
+                ForKind, IfThenElse, IntrinsicCall, IterKind, PrimFunc, SeqStmt, Stmt, Var,
+                dtypes, substitute)
+from ir.arith import Interval, to_expr
+from ir.visitor import post_order_visit
+from targets.cuda.cexpr import PRELUDE, EmitError, ExprPrinter, ctype
+from targets.cuda.memory import (FragmentLayout, SharedLayout, dense_offset, shared_layout,
+                                 warp_split)
+
+__all__ = ["CudaKernel", "Launch", "emit"]
+
+FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
+DATA_PARALLEL_THREADS = 256
+MAX_GRID = 65535
+_RESERVED = {"int", "float", "half", "char", "short", "long", "double", "bool", "for", "if",
+             "else", "do", "while", "const", "return", "min", "max", "void", "unsigned",
+             "signed", "auto", "register", "static", "struct", "union", "switch", "case",
+             "default", "break", "continue", "goto", "new", "delete", "this", "template",
+             "class", "namespace", "using", "wmma", "nvcuda", "threadIdx", "blockIdx",
+             "blockDim", "gridDim", "warpSize", "true", "false", "operator", "private",
+             "public", "virtual", "volatile", "inline", "extern", "typename", "sizeof"}
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """One ``__global__`` function and its launch: ``grid`` and ``block`` as (x, y, z);
+    ``tiled`` for a kernel with thread-bound loops (the tensorized ones)."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    tiled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CudaKernel:
+    """A function as CUDA C++: ``source`` holds every ``__global__`` function of ``launches``
+    (run in order); each takes the buffers ``params`` names, in that order, as device
+    pointers. ``buffers`` are those buffers (the function's parameters, then its global
+    intermediates, which the runner allocates zero-filled); ``outputs`` the parameters the
+    function writes."""
+
+    name: str
+    source: str
+    launches: tuple[Launch, ...]
+    params: tuple[str, ...]
+    buffers: tuple[Buffer, ...]
+    outputs: tuple[str, ...]
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        """The grid of the first tiled launch (the tensorized kernel), else of the first."""
+        return self._main().grid
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        """The thread block of the first tiled launch, else of the first."""
+        return self._main().block
+
+    def _main(self) -> Launch:
+        tiled = [l for l in self.launches if l.tiled]
+        return (tiled or list(self.launches))[0]
+
+
+def emit(func: PrimFunc, registry: Registry | None = None) -> CudaKernel:
+    """Emit ``func`` (tensorized for cuda, or not tensorized at all) as CUDA C++.
+
+    Raises EmitError naming the statement or buffer the backend cannot express (a
+    warp-collective call outside any warp loop, a fragment read element by element, loops
+    bound to one thread axis with different extents).
+    """
+    registry = registry or default_registry()
+    globals_ = [b for b in func.allocs if b.scope == "global"]
+    for buffer in func.allocs:
+        if buffer.scope not in ("global", "shared") + FRAGMENT_SCOPES:
+            raise EmitError(f"buffer {buffer.name} is in scope {buffer.scope!r}, which the "
+                            "CUDA backend does not place")
+    buffers = tuple(func.params) + tuple(globals_)
+    names = _unique_names([b.name for b in buffers])
+    body = func.body.block.body
+    stmts = body.stmts if isinstance(body, SeqStmt) else (body,)
+    kernels, launches = [], []
+    for n, stmt in enumerate(stmts):
+        name = f"{_identifier(func.name)}_k{n}"
+        emitter = _KernelEmitter(name, buffers, names, registry)
+        kernels.append(emitter.emit(stmt))
+        launches.append(emitter.launch)
+    written: set[str] = set()
+    for stmt in stmts:
+        for buffer, mode in _accesses(stmt, registry):
+            if mode == "w":
+                written.add(buffer.name)
+    headers = ["#include <mma.h>", "#include <cuda_fp16.h>"]
+    if any(b.dtype == dtypes.bfloat16 for b in func.allocs + tuple(func.params)):
+        headers.append("#include <cuda_bf16.h>")
+    source = "\n".join([f"// {func.name}: generated by tensorize's CUDA backend.", *headers,
+                        "", "using namespace nvcuda;", "", PRELUDE, *kernels])
+    return CudaKernel(func.name, source, tuple(launches), tuple(names[b.name] for b in buffers),
+                      buffers, tuple(p.name for p in func.params if p.name in written))
+
+
+def _identifier(name: str) -> str:
+    text = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "v"
+    if text[0].isdigit() or text in _RESERVED or text.startswith("tz_"):
+        text = f"v_{text}"
+    return text
+
+
+def _unique_names(wanted: list[str]) -> dict[str, str]:
+    taken: set[str] = set()
+    result = {}
+    for name in wanted:
+        base = candidate = _identifier(name)
+        n = 1
+        while candidate in taken:
+            candidate = f"{base}_{n}"
+            n += 1
+        taken.add(candidate)
+        result[name] = candidate
+    return result
+
+
+def _region_buffers(call: IntrinsicCall, intrinsic: Intrinsic
+                    ) -> list[tuple[BufferRegion, str]]:
+    """(region, mode) of each tensor operand of a call: mode 'r', 'w' or 'rw'."""
+    found = []
+    for operand, arg in zip(intrinsic.operands, call.args):
+        if isinstance(arg, BufferRegion):
+            mode = {"input": "r", "output": "w"}.get(operand.role, "rw")
+            found.append((arg, mode))
+    return found
+
+
+def _accesses(stmt: Stmt, registry: Registry) -> set[tuple[Buffer, str]]:
+    """Every (buffer, 'r' or 'w') that ``stmt`` touches."""
+    found: set[tuple[Buffer, str]] = set()
+
+    def visit(node: object) -> None:
+        if isinstance(node, BufferLoad):
+            found.add((node.buffer, "r"))
+        elif isinstance(node, BufferStore):
+            found.add((node.buffer, "w"))
+        elif isinstance(node, IntrinsicCall):
+            for region, mode in _region_buffers(node, registry.get(node.intrinsic)):
+                for m in mode:
+                    found.add((region.buffer, m))
+
+    post_order_visit(stmt, visit)
+    return found
+
+
+def _memory_accesses(stmt: Stmt, registry: Registry) -> set[tuple[Buffer, str]]:
+    return {(b, m) for b, m in _accesses(stmt, registry) if b.scope in ("shared", "global")}
+
+
+def _conflict(before: set[tuple[Buffer, str]], after: set[tuple[Buffer, str]]) -> bool:
+    written_before = {b for b, m in before if m == "w"}
+    written_after = {b for b, m in after if m == "w"}
+    return bool(written_before & {b for b, _ in after}) or bool(
+        written_after & {b for b, _ in before})
+
+
+def _thread_loops(stmt: Stmt) -> list[For]:
+    found: list[For] = []
+    post_order_visit(stmt, lambda n: found.append(n) if isinstance(n, For)
+                     and n.kind is ForKind.THREAD_BINDING else None)
+    return found
+
+
+def _perfect_nest(stmt: Stmt) -> tuple[list[For], BlockRealize] | None:
+    """The loops of a perfect nest ending in one block, or None."""
+    loops = []
+    while isinstance(stmt, For):
+        loops.append(stmt)
+        stmt = stmt.body
+    if isinstance(stmt, BlockRealize):
+        return loops, stmt
+    return None
+
+
+def _calls_intrinsic(stmt: Stmt) -> bool:
+    found: list[bool] = []
+    post_order_visit(stmt, lambda n: found.append(True) if isinstance(n, IntrinsicCall)
+                     else None)
+    return bool(found)
+
+
+@dataclass
+class _Scope:
+    """What is known at a point of the walk: C++ names, loop ranges, each block iterator as
+    an expression of loop variables, and the thread-bound loop variables with their tags."""
+
+    names: dict[Var, str] = field(default_factory=dict)
+    ranges: dict[Var, Interval] = field(default_factory=dict)
+    env: dict[Var, Expr] = field(default_factory=dict)
+    threads: dict[Var, str] = field(default_factory=dict)
+
+    def child(self) -> _Scope:
+        return _Scope(dict(self.names), dict(self.ranges), dict(self.env), dict(self.threads))
+
+
+class _KernelEmitter:
+    """Emits one root statement as one ``__global__`` function (module docs)."""
+
+    def __init__(self, name: str, buffers: tuple[Buffer, ...], names: dict[str, str],
+                 registry: Registry):
+        self.name = name
+        self.buffers = buffers
+        self.buffer_names = {b: names[b.name] for b in buffers}
+        self.registry = registry
+        self.lines: list[str] = []
+        self.depth = 1
+        self.taken = set(names.values())
+        self.shared: dict[Buffer, SharedLayout] = {}
+        self.frags: dict[Buffer, FragmentLayout] = {}
+        self.dims: dict[str, int] = {}
+        self.group: dict[str, tuple[str, str]] = {}
+        self.launch = Launch(name, (1, 1, 1), (1, 1, 1))
+
+    # ---- planning ------------------------------------------------------------------------
+
+    def _plan(self, stmt: Stmt) -> None:
+        """Launch dimensions, shared layouts and fragment arrays, from one walk."""
+        for loop in _thread_loops(stmt):
+            known = self.dims.setdefault(loop.thread, loop.extent)
+            if known != loop.extent:
+                raise EmitError(f"loops bound to {loop.thread} have extents {known} and "
+                                f"{loop.extent} (loop {loop.var.name}); one launch needs one")
+        if "threadIdx.x" in self.dims:
+            raise EmitError("a loop is bound to threadIdx.x; the CUDA backend keeps threadIdx.x "
+                            "for the 32 lanes of each warp")
+        tile_widths: dict[Buffer, int] = {}
+        frag_info: dict[Buffer, dict] = {}
+        self._walk_plan(stmt, _Scope(), tile_widths, frag_info)
+        for buffer in {b for b, _ in _accesses(stmt, self.registry) if b.scope == "shared"}:
+            self.shared[buffer] = shared_layout(buffer, tile_widths.get(buffer))
+        for buffer, info in frag_info.items():
+            self.frags[buffer] = FragmentLayout.plan(buffer, info["tile"], info["type"],
+                                                     info["accesses"])
+
+    def _walk_plan(self, stmt: Stmt, scope: _Scope, widths: dict, frags: dict) -> None:
+        if isinstance(stmt, For):
+            inner = scope.child()
+            inner.ranges[stmt.var] = Interval(0, stmt.extent - 1)
+            if stmt.thread is not None:
+                inner.threads[stmt.var] = stmt.thread
+            self._walk_plan(stmt.body, inner, widths, frags)
+        elif isinstance(stmt, SeqStmt):
+            for s in stmt.stmts:
+                self._walk_plan(s, scope, widths, frags)
+        elif isinstance(stmt, IfThenElse):
+            self._walk_plan(stmt.then_case, scope, widths, frags)
+            if stmt.else_case is not None:
+                self._walk_plan(stmt.else_case, scope, widths, frags)
+        elif isinstance(stmt, BlockRealize):
+            inner = scope.child()
+            for iv, binding in zip(stmt.block.iter_vars, stmt.bindings):
+                inner.env[iv.var] = substitute(binding, scope.env)
+            for part in (stmt.block.init, stmt.block.body):
+                if part is not None:
+                    self._walk_plan(part, inner, widths, frags)
+        elif isinstance(stmt, IntrinsicCall):
+            self._plan_call(stmt, scope, widths, frags)
+        elif isinstance(stmt, BufferStore):
+            self._check_not_fragment(stmt)
+
+    def _check_not_fragment(self, store: BufferStore) -> None:
+        touched = [store.buffer]
+        post_order_visit(store.value, lambda n: touched.append(n.buffer)
+                         if isinstance(n, BufferLoad) else None)
+        for buffer in touched:
+            if buffer.scope in FRAGMENT_SCOPES:
+                raise EmitError(f"buffer {buffer.name} is a {buffer.scope} fragment, opaque "
+                                "to plain loads and stores; only the wmma intrinsics touch it")
+
+    def _plan_call(self, call: IntrinsicCall, scope: _Scope, widths: dict, frags: dict) -> None:
+        intrinsic = self.registry.get(call.intrinsic)
+        if "cuda" not in intrinsic.emit:
+            raise EmitError(f"intrinsic {intrinsic.name} has no cuda template")
+        for operand, arg in zip(intrinsic.operands, call.args):
+            if not isinstance(arg, BufferRegion):
+                continue
+            buffer = arg.buffer
+            if buffer.scope == "shared" and intrinsic.kind == "load":
+                widths[buffer] = operand.shape[-1]
+            if buffer.scope not in FRAGMENT_SCOPES:
+                continue
+            starts = tuple(substitute(r.start, scope.env) for r in arg.ranges[-2:])
+            info = frags.setdefault(buffer, {"accesses": [], "tile": tuple(operand.shape),
+                                             "type": None})
+            info["accesses"].append((starts, dict(scope.threads), dict(scope.ranges)))
+            if info["type"] is None or intrinsic.kind == "load":
+                info["type"] = _fragment_type(buffer, intrinsic, operand.layout)
+
+    # ---- emission ------------------------------------------------------------------------
+
+    def emit(self, stmt: Stmt) -> str:
+        """The ``__global__`` function for ``stmt``; sets :attr:`launch`."""
+        self._plan(stmt)
+        scope = _Scope()
+        tiled = bool(self.dims)
+        if tiled:
+            grid = tuple(self.dims.get(f"blockIdx.{a}", 1) for a in "xyz")
+            block = (32, self.dims.get("threadIdx.y", 1), self.dims.get("threadIdx.z", 1))
+            self.group = {"block": ("tz_tid", "tz_nthreads"), "warp": ("threadIdx.x", "32"),
+                          "thread": ("0", "1")}
+            self._line("const int tz_tid = threadIdx.x + blockDim.x * (threadIdx.y + "
+                       "blockDim.y * threadIdx.z);")
+            self._line("const int tz_nthreads = blockDim.x * blockDim.y * blockDim.z;")
+            for buffer, layout in self.shared.items():
+                self._line(f"__shared__ __align__(128) {ctype(buffer.dtype)} "
+                           f"{self._buffer_name(buffer)}[{layout.size}];")
+            for buffer, frag in self.frags.items():
+                self._line(f"{frag.type_text} {self._buffer_name(buffer)}"
+                           f"[{frag.counts[0]}][{frag.counts[1]}];")
+            self._stmt(stmt, scope, "block")
+        else:
+            nest = _perfect_nest(stmt)
+            total = 1
+            for loop in (nest[0] if nest else []):
+                total *= loop.extent
+            threads = min(DATA_PARALLEL_THREADS, total) if nest else 1
+            blocks = min(-(-total // threads), MAX_GRID) if nest else 1
+            grid, block = (blocks, 1, 1), (threads, 1, 1)
+            self.group = {"grid": ("(blockIdx.x * blockDim.x + threadIdx.x)",
+                                   "(gridDim.x * blockDim.x)"), "thread": ("0", "1")}
+            self._stmt(stmt, scope, "grid")
+        self.launch = Launch(self.name, grid, block, tiled)
+        params = ", ".join(f"{ctype(b.dtype)}* __restrict__ {self.buffer_names[b]}"
+                           for b in self.buffers)
+        threads = block[0] * block[1] * block[2]
+        head = (f'extern "C" __global__ void __launch_bounds__({threads}) '
+                f"{self.name}({params}) {{")
+        return "\n".join([head, *self.lines, "}", ""])
+
+    def _line(self, text: str) -> None:
+        self.lines.append("  " * self.depth + text)
+
+    def _buffer_name(self, buffer: Buffer) -> str:
+        if buffer not in self.buffer_names:
+            self.buffer_names[buffer] = self._fresh(buffer.name)
+        return self.buffer_names[buffer]
+
+    def _fresh(self, wanted: str) -> str:
+        base = candidate = _identifier(wanted)
+        n = 1
+        while candidate in self.taken:
+            candidate = f"{base}_{n}"
+            n += 1
+        self.taken.add(candidate)
+        return candidate
+
+    def _printer(self, scope: _Scope) -> ExprPrinter:
+        return ExprPrinter(scope.names, lambda load: self._element(load.buffer, load.indices,
+                                                                   scope), scope.ranges)
+
+    def _element(self, buffer: Buffer, indices: tuple[Expr, ...], scope: _Scope) -> str:
+        if buffer.scope in FRAGMENT_SCOPES:
+            raise EmitError(f"buffer {buffer.name} is a fragment; it has no elements to index")
+        printer = self._printer(scope)
+        texts = [printer(i) for i in indices]
+        return f"{self._buffer_name(buffer)}[{self._offset(buffer, texts)}]"
+
+    def _offset(self, buffer: Buffer, indices: list[str]) -> str:
+        if buffer.scope == "shared":
+            return self.shared[buffer].offset(indices)
+        return dense_offset(buffer.effective_strides, indices)
+
+    # ---- statements ----------------------------------------------------------------------
+
+    def _stmt(self, stmt: Stmt, scope: _Scope, ctx: str) -> set:
+        """Emit ``stmt`` in context ``ctx`` (grid, block or warp); returns the memory
+        accesses left unsynchronised at its end (block context)."""
+        if isinstance(stmt, SeqStmt):
+            return self._seq(stmt.stmts, scope, ctx)[1]
+        if isinstance(stmt, For):
+            return self._for(stmt, scope, ctx)
+        if isinstance(stmt, IfThenElse):
+            printer = self._printer(scope)
+            self._line(f"if ({printer(stmt.cond)}) {{")
+            self.depth += 1
+            pending = self._stmt(stmt.then_case, scope, ctx)
+            self.depth -= 1
+            if stmt.else_case is not None:
+                self._line("} else {")
+                self.depth += 1
+                pending |= self._stmt(stmt.else_case, scope, ctx)
+                self.depth -= 1
+            self._line("}")
+            return pending
+        if isinstance(stmt, BlockRealize):
+            if ctx != "warp" and not _calls_intrinsic(stmt):
+                self._cooperative([], stmt, scope, ctx)
+                return _memory_accesses(stmt, self.registry)
+            self._realize(stmt, scope, ctx)
+            return _memory_accesses(stmt, self.registry)
+        if isinstance(stmt, BufferStore):
+            printer = self._printer(scope)
+            self._line(f"{self._element(stmt.buffer, stmt.indices, scope)} = "
+                       f"{printer(stmt.value)};")
+            return _memory_accesses(stmt, self.registry)
+        if isinstance(stmt, IntrinsicCall):
+            if ctx != "warp" and self.dims:
+                raise EmitError(f"call of {stmt.intrinsic} outside any warp loop: WMMA calls "
+                                "are warp-collective; bind a loop around it to threadIdx.y/z")
+            self._call(stmt, scope)
+            return _memory_accesses(stmt, self.registry)
+        raise EmitError(f"statement {type(stmt).__name__} has no CUDA form")
+
+    def _seq(self, stmts: tuple[Stmt, ...], scope: _Scope, ctx: str) -> tuple[set, set]:
+        """Emit statements in order with barriers between conflicting ones (block context);
+        returns (accesses before the first barrier, accesses after the last)."""
+        pending: set = set()
+        head: set | None = None
+        for stmt in stmts:
+            touched = _memory_accesses(stmt, self.registry)
+            if ctx == "block" and _conflict(pending, touched):
+                self._line("__syncthreads();")
+                head = pending if head is None else head
+                pending = set()
+            pending |= self._stmt(stmt, scope, ctx)
+        return (pending if head is None else head), pending
+
+    def _for(self, loop: For, scope: _Scope, ctx: str) -> set:
+        inner = scope.child()
+        inner.ranges[loop.var] = Interval(0, loop.extent - 1)
+        name = self._fresh(loop.var.name)
+        inner.names[loop.var] = name
+        if loop.kind is ForKind.THREAD_BINDING:
+            inner.threads[loop.var] = loop.thread
+            self._line(f"{{ const int {name} = {loop.thread};")
+            entered = "warp" if loop.thread.startswith("threadIdx") else ctx
+            pending = self._stmt(loop.body, inner, entered)
+            self._line("}")
+            return pending if entered == ctx else _memory_accesses(loop, self.registry)
+        nest = _perfect_nest(loop)
+        if nest is not None and not _calls_intrinsic(loop) and not _thread_loops(loop):
+            self._cooperative(nest[0], nest[1], scope, ctx)
+            return _memory_accesses(loop, self.registry)
+        if loop.kind is ForKind.UNROLLED:
+            self._line("#pragma unroll")
+        self._line(f"for (int {name} = 0; {name} < {loop.extent}; ++{name}) {{")
+        self.depth += 1
+        body = loop.body.stmts if isinstance(loop.body, SeqStmt) else (loop.body,)
+        head, pending = self._seq(body, inner, ctx)
+        if ctx == "block" and _conflict(pending, head):
+            self._line("__syncthreads();")
+            pending = set()
+        self.depth -= 1
+        self._line("}")
+        return pending
+
+    def _cooperative(self, loops: list[For], realize: BlockRealize, scope: _Scope,
+                     ctx: str) -> None:
+        """Deal the iterations of the nest's leading loops that bind no reduce iterator out
+        to the threads of ``ctx``; the other loops run in each thread."""
+        reduce_vars: set[Var] = set()
+        for iv, binding in zip(realize.block.iter_vars, realize.bindings):
+            if iv.kind is IterKind.REDUCE:
+                post_order_visit(binding, lambda n: reduce_vars.add(n) if isinstance(n, Var)
+                                 else None)
+        spread = []
+        for loop in loops:
+            if loop.var in reduce_vars:
+                break
+            spread.append(loop)
+        tid, count = self.group[ctx]
+        total = 1
+        for loop in spread:
+            total *= loop.extent
+        flat = self._fresh("tz_i")
+        inner = scope.child()
+        self._line(f"for (int {flat} = {tid}; {flat} < {total}; {flat} += {count}) {{")
+        self.depth += 1
+        stride = total
+        for loop in spread:
+            stride //= loop.extent
+            name = self._fresh(loop.var.name)
+            inner.names[loop.var] = name
+            inner.ranges[loop.var] = Interval(0, loop.extent - 1)
+            self._line(f"const int {name} = ({flat} / {stride}) % {loop.extent};")
+        stmt: Stmt = realize
+        for loop in reversed(loops[len(spread):]):
+            stmt = For(loop.var, loop.extent, stmt, ForKind.SERIAL)
+        self._serial(stmt, inner)
+        self.depth -= 1
+        self._line("}")
+        if ctx == "warp":
+            self._line("__syncwarp();")
+
+    def _serial(self, stmt: Stmt, scope: _Scope) -> None:
+        """Emit ``stmt`` as run by one thread."""
+        if isinstance(stmt, For):
+            inner = scope.child()
+            name = self._fresh(stmt.var.name)
+            inner.names[stmt.var] = name
+            inner.ranges[stmt.var] = Interval(0, stmt.extent - 1)
+            self._line(f"for (int {name} = 0; {name} < {stmt.extent}; ++{name}) {{")
+            self.depth += 1
+            self._serial(stmt.body, inner)
+            self.depth -= 1
+            self._line("}")
+        elif isinstance(stmt, BlockRealize):
+            self._realize(stmt, scope, "thread")
+        else:
+            self._stmt(stmt, scope, "thread")
+
+    def _realize(self, realize: BlockRealize, scope: _Scope, ctx: str) -> None:
+        block: Block = realize.block
+        if block.alloc_buffers:
+            raise EmitError(f"block {block.name} allocates buffers; only the root block may")
+        printer = self._printer(scope)
+        inner = scope.child()
+        self._line(f"{{  // block {block.name}")
+        self.depth += 1
+        for iv, binding in zip(block.iter_vars, realize.bindings):
+            name = self._fresh(iv.var.name)
+            self._line(f"const {ctype(iv.var.dtype)} {name} = {printer(binding)};")
+            inner.names[iv.var] = name
+            inner.ranges[iv.var] = Interval(0, iv.extent - 1)
+            inner.env[iv.var] = substitute(binding, scope.env)
+        guarded = not (realize.predicate.dtype.is_bool and getattr(realize.predicate, "value",
+                                                                   0) == 1)
+        if guarded:
+            self._line(f"if ({self._printer(inner)(realize.predicate)}) {{")
+            self.depth += 1
+        if block.init is not None:
+            reduce_names = [inner.names[iv.var] for iv in block.iter_vars
+                            if iv.kind is IterKind.REDUCE]
+            self._line(f"if ({' && '.join(f'{n} == 0' for n in reduce_names)}) {{")
+            self.depth += 1
+            self._stmt(block.init, inner, ctx)
+            self.depth -= 1
+            self._line("}")
+        self._stmt(block.body, inner, ctx)
+        if guarded:
+            self.depth -= 1
+            self._line("}")
+        self.depth -= 1
+        self._line("}")
+
+    def _call(self, call: IntrinsicCall, scope: _Scope) -> None:
+        intrinsic = self.registry.get(call.intrinsic)
+        printer = self._printer(scope)
+        values: dict[str, str] = {}
+        for operand, arg in zip(intrinsic.operands, call.args):
+            if not isinstance(arg, BufferRegion):
+                values[operand.name] = printer(arg)
+                continue
+            buffer = arg.buffer
+            if buffer.scope in FRAGMENT_SCOPES:
+                values[operand.name] = self._fragment(buffer, arg, scope)
+                continue
+            starts = [printer(r.start) for r in arg.ranges]
+            values[operand.name] = f"(&{self._buffer_name(buffer)}[{self._offset(buffer, starts)}])"
+            ld = self._leading(buffer, operand.layout)
+            values[f"{operand.name}.ld"] = str(ld)
+            values[f"{operand.name}.ld_bytes"] = str(ld * max(buffer.dtype.bits // 8, 1))
+        self._line(intrinsic.render("cuda", values))
+
+    def _leading(self, buffer: Buffer, layout: str) -> int:
+        if buffer.scope == "shared":
+            return self.shared[buffer].leading(layout)
+        strides = buffer.effective_strides
+        return strides[-2] if layout == "row_major" else strides[-1]
+
+    def _fragment(self, buffer: Buffer, region: BufferRegion, scope: _Scope) -> str:
+        frag = self.frags[buffer]
+        printer = self._printer(scope)
+        indices = []
+        for d, r in enumerate(region.ranges[-2:]):
+            split = warp_split(substitute(r.start, scope.env), scope.threads, scope.ranges)
+            if frag.per_warp and split is not None:
+                local = split[1]
+                form = type(local)(tuple((a, c // frag.tile[d]) for a, c in local.terms),
+                                   local.const // frag.tile[d])
+                indices.append(printer(to_expr(form)))
+            else:
+                indices.append(f"({printer(r.start)}) / {frag.tile[d]}")
+        return f"{self._buffer_name(buffer)}[{indices[0]}][{indices[1]}]"
+
+
+def _fragment_type(buffer: Buffer, intrinsic: Intrinsic, layout: str) -> str:
+    """``nvcuda::wmma::fragment<use, m, n, k, type[, layout]>`` for ``buffer``."""
+    params = intrinsic.params
+    use = buffer.scope.split(".", 1)[1]
+    shape = f"{params['m']}, {params['n']}, {params['k']}"
+    if use == "accumulator":
+        return f"nvcuda::wmma::fragment<nvcuda::wmma::accumulator, {shape}, {ctype(buffer.dtype)}>"
+    elem = ("nvcuda::wmma::precision::tf32" if params.get("in") == "tf32"
+            else ctype(buffer.dtype))
+    return (f"nvcuda::wmma::fragment<nvcuda::wmma::{use}, {shape}, {elem}, "
+            f"nvcuda::wmma::{layout}>")

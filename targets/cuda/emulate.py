@@ -1,0 +1,108 @@
+"""Running emitted CUDA C++ on the host: the same source, compiled by g++ against
+``emulation/mma.h`` and ``emulation/cuda_fp16.h`` (which stand in for the CUDA headers),
+loaded with ctypes and run on numpy arrays.
+
+The headers emulate the thread model (blocks in turn; a block's threads as coroutines that
+switch at barriers) and the warp matrix API (each lane holds whole tiles); see the header's
+comment and ``docs/cuda_backend.md`` for what a run proves.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from targets.cuda.cexpr import ctype
+from targets.cuda.emit import CudaKernel
+
+__all__ = ["EmulationError", "emulate"]
+
+HEADERS = Path(__file__).resolve().parent / "emulation"
+_COMPILED: dict[str, ctypes.CDLL] = {}
+_BUILD_DIR = Path(tempfile.mkdtemp(prefix="tz_cuda_emulation_"))
+ALIGNMENT = 256
+
+
+class EmulationError(RuntimeError):
+    """The emulated kernel failed: a compile error, a misaligned or non-uniform WMMA
+    operation, or threads that diverge at a barrier."""
+
+
+def _launcher(kernel: CudaKernel) -> str:
+    """C entry points, one per launch: ``tz_launch_<kernel>(void** args, int reverse)``."""
+    lines = ['extern "C" const char* tz_error() { return tz::error_text; }']
+    for launch in kernel.launches:
+        casts = ", ".join(f"({ctype(b.dtype)}*)args[{n}]" for n, b in enumerate(kernel.buffers))
+        grid = "tz_dim3{%d, %d, %d}" % launch.grid
+        block = "tz_dim3{%d, %d, %d}" % launch.block
+        lines.append(f'extern "C" int tz_launch_{launch.kernel}(void** args, int reverse) {{\n'
+                     f"  return tz::launch([&] {{ {launch.kernel}({casts}); }}, {grid}, "
+                     f"{block}, reverse);\n}}")
+    return "\n".join(lines) + "\n"
+
+
+def _library(kernel: CudaKernel) -> ctypes.CDLL:
+    text = kernel.source + "\n" + _launcher(kernel)
+    key = hashlib.sha256(text.encode()).hexdigest()[:24]
+    if key in _COMPILED:
+        return _COMPILED[key]
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        raise EmulationError("no host C++ compiler (g++) to build the emulation")
+    source = _BUILD_DIR / f"{key}.cpp"
+    library = _BUILD_DIR / f"{key}.so"
+    source.write_text(text)
+    command = [compiler, "-std=c++17", "-O1", "-fwrapv", "-w", "-shared", "-fPIC",
+               f"-I{HEADERS}", "-o", str(library), str(source)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise EmulationError(f"the host build of {kernel.name} failed:\n{done.stderr[-4000:]}")
+    _COMPILED[key] = ctypes.CDLL(str(library))
+    return _COMPILED[key]
+
+
+def _aligned(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A zeroed array whose data starts at a multiple of ALIGNMENT bytes (as cudaMalloc's)."""
+    nbytes = max(int(np.prod(shape)) * dtype.itemsize, 1)
+    raw = np.zeros(nbytes + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start:start + nbytes].view(dtype)[:int(np.prod(shape))].reshape(shape)
+
+
+def emulate(kernel: CudaKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray], *,
+            reverse: bool = False) -> dict[str, np.ndarray]:
+    """Run ``kernel`` under the host emulation and return the parameters it writes, by name.
+
+    ``inputs`` maps parameter names to arrays (or lists them in parameter order); others
+    start as zeros, as do the intermediates. ``reverse`` runs each block's threads in
+    decreasing order between barriers (a missing barrier shows in one order or the other).
+    Raises EmulationError when the build or a run fails.
+    """
+    if not isinstance(inputs, Mapping):
+        inputs = {b.name: a for b, a in zip(kernel.buffers, inputs)}
+    arrays = []
+    for buffer in kernel.buffers:
+        array = _aligned(buffer.shape, buffer.dtype.numpy)
+        if buffer.name in inputs:
+            given = np.asarray(inputs[buffer.name])
+            if given.shape != buffer.shape or given.dtype != buffer.dtype.numpy:
+                raise ValueError(f"input {buffer.name} must be {buffer.dtype} {buffer.shape}, "
+                                 f"got {given.dtype} {given.shape}")
+            array[...] = given
+        arrays.append(array)
+    library = _library(kernel)
+    library.tz_error.restype = ctypes.c_char_p
+    args = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+    for launch in kernel.launches:
+        entry = getattr(library, f"tz_launch_{launch.kernel}")
+        if entry(args, int(reverse)) != 0:
+            raise EmulationError(f"{launch.kernel}: {library.tz_error().decode()}")
+    by_name = {b.name: a for b, a in zip(kernel.buffers, arrays)}
+    return {name: by_name[name].copy() for name in kernel.outputs}

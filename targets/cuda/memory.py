@@ -1,0 +1,159 @@
+"""Where a kernel's buffers live in CUDA memory: global and shared layouts, and the per-warp
+fragment arrays that stand for ``wmma.*`` buffers.
+
+Shared memory. A 2-D shared buffer read by fragment loads of tiles ``W`` columns wide is
+stored in **column panels** of width ``W``: element ``(r, c)`` at
+``(c / W) * panel_stride + r * P + c % W``, where ``P`` (the row pitch in a panel) is ``W``
+rounded up to 16 bytes. Each fragment tile is then one block with ``ldm = P`` starting at a
+multiple of ``16 * P`` elements, which keeps every ``load_matrix_sync`` pointer 32-byte
+aligned and ``ldm`` a multiple of 16 bytes (row-major int8 tiles at column 16, or 8-wide int8
+tiles at column 8, would not be) and the loads free of bank conflicts (a warp reads
+consecutive words). ``panel_stride`` is the panel's size plus 32 bytes, so the copy into
+shared memory, whose consecutive threads cross from one panel into the next, finds the next
+panel 8 banks further on instead of on the same banks. Other shared buffers are row-major
+with their rows padded by 16 bytes (4 banks) where that keeps the row size a multiple of
+16 bytes.
+
+Fragments. A ``wmma.*`` buffer is a tile grid; each warp keeps only the fragments it touches.
+An access region's start, as an affine function of the loop variables, splits into the terms
+in thread-bound variables (the warp's offset, the same in every access) and the rest (the
+fragment within the warp). Where the warp offsets differ or an index is not affine, every
+thread holds the whole grid (correct, but large).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ir import Buffer, Expr, Var
+from ir.arith import Interval, LinearForm, bound_form, linearize, simplify
+from targets.cuda.cexpr import EmitError
+
+__all__ = ["FragmentLayout", "SharedLayout", "dense_offset", "shared_layout", "warp_split"]
+
+
+def dense_offset(strides: tuple[int, ...], indices: list[str]) -> str:
+    """``sum(index * stride)`` as text."""
+    terms = [idx if s == 1 else f"({idx}) * {s}" for idx, s in zip(indices, strides)]
+    return " + ".join(terms) if terms else "0"
+
+
+@dataclass(frozen=True, slots=True)
+class SharedLayout:
+    """A shared buffer's placement: ``panel`` columns per panel (None: row-major with
+    ``strides``), ``pitch`` elements between a panel's rows, ``panel_stride`` elements between
+    panels, ``size`` elements in all."""
+
+    buffer: Buffer
+    panel: int | None
+    pitch: int
+    panel_stride: int
+    strides: tuple[int, ...]
+    size: int
+
+    def offset(self, indices: list[str]) -> str:
+        """The element offset of ``buffer[indices]``."""
+        if self.panel is None:
+            return dense_offset(self.strides, indices)
+        r, c = indices[-2:]
+        w = self.panel
+        return f"(({c}) / {w}) * {self.panel_stride} + ({r}) * {self.pitch} + ({c}) % {w}"
+
+    def leading(self, layout: str) -> int:
+        """ldm of a tile in ``layout`` (row_major: the row stride; col_major: the column
+        stride)."""
+        if self.panel is not None:
+            if layout != "row_major":
+                raise EmitError(f"shared buffer {self.buffer.name} is stored in column panels; "
+                                "a col_major tile cannot be read from it")
+            return self.pitch
+        return self.strides[-2] if layout == "row_major" else self.strides[-1]
+
+
+def shared_layout(buffer: Buffer, tile_width: int | None) -> SharedLayout:
+    """The layout of shared ``buffer`` (module docs); ``tile_width`` is the width of the
+    fragment tiles loaded from it, None when no fragment load reads it. Leading dimensions of
+    extent 1 do not stop the panel layout (their index is always 0)."""
+    elem = max(buffer.dtype.bits // 8, 1)
+    shape = buffer.shape
+    rows, cols = (_product(shape[:-1]), shape[-1]) if shape else (1, 1)
+    if tile_width is not None and len(shape) >= 2 and all(e == 1 for e in shape[:-2]):
+        pitch = -(-tile_width * elem // 16) * 16 // elem
+        if cols % tile_width == 0 and (rows * pitch * elem) % 32 == 0:
+            stride = rows * pitch + 32 // elem
+            return SharedLayout(buffer, tile_width, pitch, stride, (),
+                                stride * (cols // tile_width))
+    strides = list(buffer.effective_strides)
+    if len(shape) >= 2 and (shape[-1] * elem) % 16 == 0:
+        row = shape[-1] + 16 // elem
+        strides = [row * _product(shape[d + 1:-1]) for d in range(len(shape) - 1)] + [1]
+    size = strides[0] * shape[0] if shape else 1
+    return SharedLayout(buffer, None, 0, 0, tuple(strides), size)
+
+
+def _product(values: tuple[int, ...]) -> int:
+    total = 1
+    for v in values:
+        total *= v
+    return total
+
+
+def warp_split(start: Expr, threads: dict[Var, str], ranges: dict[Var, Interval]
+               ) -> tuple[tuple[tuple[str, int], ...], LinearForm] | None:
+    """Split an index into (warp offset as ((thread tag, coefficient), ...), local form), or
+    None when it is not affine in plain variables."""
+    form = linearize(simplify(start, ranges))
+    warp: list[tuple[str, int]] = []
+    local = []
+    for atom, coeff in form.terms:
+        if not isinstance(atom, Var):
+            return None
+        if atom in threads:
+            warp.append((threads[atom], coeff))
+        else:
+            local.append((atom, coeff))
+    return tuple(sorted(warp)), LinearForm(tuple(local), form.const)
+
+
+@dataclass
+class FragmentLayout:
+    """A fragment buffer as an array of ``wmma::fragment`` per thread: ``tile`` elements per
+    fragment along each dimension, ``counts`` fragments along each, and ``per_warp`` whether
+    indices drop the warp's offset (see :func:`warp_split`)."""
+
+    buffer: Buffer
+    tile: tuple[int, int]
+    counts: tuple[int, int]
+    per_warp: bool
+    type_text: str
+
+    @staticmethod
+    def plan(buffer: Buffer, tile: tuple[int, int], type_text: str,
+             accesses: list[tuple[tuple[Expr, Expr], dict[Var, str], dict[Var, Interval]]]
+             ) -> FragmentLayout:
+        """Decide the array for ``buffer`` from every access: (region starts in loop
+        variables, thread variables, loop ranges)."""
+        if any(extent != 1 for extent in buffer.shape[:-2]):
+            raise EmitError(f"fragment buffer {buffer.name} {buffer.shape} is not one tile grid: "
+                            "its dimensions before the last two must have extent 1")
+        whole = (buffer.shape[-2] // tile[0], buffer.shape[-1] // tile[1])
+        warps: set = set()
+        highs = [0, 0]
+        for starts, threads, ranges in accesses:
+            for d, start in enumerate(starts):
+                split = warp_split(start, threads, ranges)
+                if split is None or not _tile_multiple(split[1], tile[d]):
+                    return FragmentLayout(buffer, tile, whole, False, type_text)
+                warps.add((d, split[0]))
+                high = bound_form(split[1], ranges).hi
+                low = bound_form(split[1], ranges).lo
+                if high is None or low is None or low < 0:
+                    return FragmentLayout(buffer, tile, whole, False, type_text)
+                highs[d] = max(highs[d], high // tile[d] + 1)
+        if len(warps) != 2:
+            return FragmentLayout(buffer, tile, whole, False, type_text)
+        return FragmentLayout(buffer, tile, (highs[0], highs[1]), True, type_text)
+
+
+def _tile_multiple(form: LinearForm, tile: int) -> bool:
+    return form.const % tile == 0 and all(c % tile == 0 for _, c in form.terms)

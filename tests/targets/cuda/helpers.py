@@ -1,0 +1,43 @@
+"""Suite kernels tensorized for cuda and emitted once, and random inputs for them."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+
+import ir
+from targets import cuda
+from tensorize.engine import auto_tensorize
+from tests.tensorize.engine.suite import suite
+
+# Every suite kernel with a block that a WMMA intrinsic computes.
+TENSORIZED = ("gemm_int8", "gemm_int8_odd", "gemm_fp16", "batch_matmul_int8", "dense_int8",
+              "conv2d_nhwc_int8", "conv2d_nchw_int8", "conv2d_dilated_int8", "conv1d_int8",
+              "conv1x1_int8", "matmul_relu_fp16", "matmul_requant_int8")
+
+
+@cache
+def tensorized(name: str) -> ir.PrimFunc:
+    """Suite kernel ``name`` tensorized for cuda."""
+    return auto_tensorize(suite()[name], "cuda").func
+
+
+@cache
+def emitted(name: str) -> cuda.CudaKernel:
+    """Suite kernel ``name`` tensorized for cuda and emitted."""
+    return cuda.emit(tensorized(name))
+
+
+def random_inputs(func: ir.PrimFunc, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random values for every parameter: int8 over its whole range, floats normal."""
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for param in func.params:
+        dtype = param.dtype
+        if dtype.is_float:
+            inputs[param.name] = rng.standard_normal(param.shape).astype(dtype.numpy)
+        else:
+            low, high = max(dtype.min, -128), min(dtype.max, 127)
+            inputs[param.name] = rng.integers(low, high + 1, param.shape).astype(dtype.numpy)
+    return inputs

@@ -1,0 +1,56 @@
+"""tensorize.engine.cuda_schedule: the block-tiled, warp-tiled WMMA schedule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import intrinsics
+from intrinsics import default_registry
+from ir import For, ForKind, IntrinsicCall, post_order_visit
+from ir.verify import verify
+from targets import host
+from tensorize.engine.cuda_schedule import CudaTiling, choose_tiling
+from tests.targets.cuda.helpers import TENSORIZED, random_inputs, tensorized
+from tests.tensorize.engine.suite import suite
+
+
+def _calls(func) -> list[str]:
+    found: list[str] = []
+    post_order_visit(func.body, lambda n: found.append(n.intrinsic)
+                     if isinstance(n, IntrinsicCall) else None)
+    return found
+
+
+def test_tiling_for_a_large_gemm_is_two_by_four_warps_of_four_by_two_fragments():
+    assert choose_tiling((4096, 4096, 4096), (16, 16, 16), 2) == CudaTiling((2, 4), (4, 2), 2)
+
+
+def test_tiling_for_int8_keeps_one_fragment_step_per_stage():
+    assert choose_tiling((64, 64, 64), (16, 16, 16), 1) == CudaTiling((2, 2), (2, 2), 1)
+
+
+def test_gemm_is_bound_staged_and_uses_every_wmma_kind():
+    func = tensorized("gemm_fp16")
+    verify(func)
+    threads = set()
+    post_order_visit(func.body, lambda n: threads.add(n.thread) if isinstance(n, For)
+                     and n.kind is ForKind.THREAD_BINDING else None)
+    assert threads == {"blockIdx.x", "blockIdx.y", "threadIdx.y", "threadIdx.z"}
+    scopes = {b.scope for b in func.allocs}
+    assert scopes == {"shared", "wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator"}
+    kinds = {default_registry().get(name).kind for name in _calls(func)}
+    assert kinds == {"compute", "load", "store", "fill"}
+
+
+@pytest.mark.parametrize("name", TENSORIZED)
+def test_tensorized_kernel_matches_the_untouched_one(name):
+    original = suite()[name]
+    inputs = random_inputs(original)
+    expected = host.run(original, inputs)
+    actual = host.run(tensorized(name), inputs, intrinsics.lowerer(default_registry().get))
+    for key, value in expected.items():
+        if value.dtype.kind == "f":
+            np.testing.assert_allclose(actual[key], value, rtol=1e-3, atol=1e-3)
+        else:
+            np.testing.assert_array_equal(actual[key], value)

@@ -1,0 +1,65 @@
+"""targets.cuda.emit: the CUDA C++ source, launches and refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from ir import script as T
+from targets import cuda
+from tests.targets.cuda.helpers import emitted
+
+
+def test_gemm_launch_is_one_block_of_four_warps():
+    kernel = emitted("gemm_int8")
+    assert [(l.grid, l.block) for l in kernel.launches] == [((1, 1, 1), (32, 2, 2))]
+    assert kernel.params == ("A", "B", "C") and kernel.outputs == ("C",)
+
+
+def test_each_warp_declares_only_its_own_fragments():
+    source = emitted("gemm_int8").source
+    # The 64x64 accumulator is 4x4 fragments; each of the 2x2 warps keeps 2x2 of them.
+    assert "int> C_wmma_accumulator[2][2];" in source
+    assert "row_major> A_shared_wmma_matrix_a[2][1];" in source
+
+
+def test_shared_stage_is_fenced_before_and_after_its_readers():
+    source = emitted("gemm_fp16").source
+    loop = source[source.index("for (int k_0"):]
+    assert loop.count("__syncthreads();") == 2
+    assert loop.index("__syncthreads();") < loop.index("load_matrix_sync")
+
+
+def test_packing_stages_become_data_parallel_kernels():
+    kernel = emitted("conv2d_nhwc_int8")
+    assert len(kernel.launches) == 5
+    assert [l.block for l in kernel.launches].count((256, 1, 1)) == 4
+
+
+@T.prim_func
+def _bare_call(A: T.Buffer((16, 16), "float16"), B: T.Buffer((16, 16), "float16"),
+               C: T.Buffer((16, 16), "float32")):
+    Af = T.alloc_buffer((16, 16), "float16", scope="wmma.matrix_a")
+    for i in T.thread_binding(1, thread="blockIdx.x"):
+        with T.block("load"):
+            T.reads(A[0:16, 0:16])
+            T.writes(Af[0:16, 0:16])
+            T.call_intrinsic("wmma_load_a_row_m16n16k16_f16", Af[0:16, 0:16], A[0:16, 0:16])
+
+
+def test_warp_collective_call_outside_warp_loops_is_refused():
+    with pytest.raises(cuda.EmitError, match="outside any warp loop"):
+        cuda.emit(_bare_call)
+
+
+@T.prim_func
+def _fragment_element(A: T.Buffer((16, 16), "float32"), C: T.Buffer((16, 16), "float32")):
+    Cf = T.alloc_buffer((16, 16), "float32", scope="wmma.accumulator")
+    for i, j in T.grid(16, 16):
+        with T.block("peek"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            C[vi, vj] = Cf[vi, vj]
+
+
+def test_fragment_read_element_by_element_is_refused():
+    with pytest.raises(cuda.EmitError, match="opaque to plain loads"):
+        cuda.emit(_fragment_element)
