@@ -42,6 +42,7 @@ from ir.printer import print_node
 from ir.structural import structural_equal
 from simulator import load_machine
 from targets import host, npu
+from tensorize.cli.cuda_steps import run_cuda
 from tensorize.engine import Tensorized, auto_tensorize, count_calls
 from tensorize.engine.count import count_calls_by_block
 from tensorize.engine.tune import tune_npu
@@ -109,6 +110,12 @@ class _Report:
             print(f"{'ok  ' if ok else 'FAIL'} {name:<11} {detail}")
         return ok
 
+    def skip(self, name: str, reason: str) -> None:
+        """A step this machine cannot take (a missing compiler or device), and why."""
+        self.steps.append({"step": name, "ok": True, "skipped": True, "detail": reason})
+        if not self.quiet:
+            print(f"skip {name:<11} {reason}")
+
     @property
     def ok(self) -> bool:
         return all(s["ok"] for s in self.steps)
@@ -142,12 +149,15 @@ def handle(args: argparse.Namespace) -> int:
         if args.target == "npu":
             outputs = _simulate(func, result, inputs, outputs, args, registry, report,
                                 emitted)
+        elif args.target == "cuda":
+            outputs = run_cuda(result.func, outputs, inputs, report, compare, emitted,
+                               "code" in args.emit)
         _calls_table(result, report, args.json)
         if "ir" in args.emit:
             emitted.insert(0, print_node(result.func))
         if "trace" in args.emit:
             emitted.append(result.schedule.replay_trace())
-        if "code" in args.emit and args.target != "npu":
+        if "code" in args.emit and args.target == "arm":
             raise KernelError(f"--emit code: the {args.target} code generator is not part of "
                               "this release; --emit ir shows the tensorized IR")
     _check_reference(path, func, inputs, outputs, report)

@@ -1,0 +1,73 @@
+"""tensorize run --target cuda: emit, compile, emulate on the host, and what is skipped."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from targets import cuda
+from tensorize.cli import main
+from tests.tensorize.cli.test_run_cmd import SMALL_GEMM
+
+needs_nvcc = pytest.mark.skipif(cuda.nvcc_path() is None, reason="nvcc not installed")
+
+
+@pytest.fixture
+def gemm(tmp_path):
+    path = tmp_path / "gemm.py"
+    path.write_text(SMALL_GEMM)
+    return str(path)
+
+
+@needs_nvcc
+def test_cuda_run_compiles_and_emulates_exactly(gemm, capsys):
+    assert main(["run", gemm, "--target", "cuda", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "ok   compile     nvcc -arch=sm_80" in out and "ok   compile     nvcc -arch=sm_90" in out
+    assert "ok   emulate     C: the CUDA source" in out
+    assert "all 800 elements equal (exact)" in out
+
+
+def test_cuda_run_without_a_device_reports_a_skip(gemm, capsys):
+    try:
+        import pycuda.autoinit  # noqa: F401
+    except Exception:
+        pass
+    else:
+        pytest.skip("a CUDA device is present")
+    main(["run", gemm, "--target", "cuda", "--quiet"])
+    assert "skip gpu         no CUDA device to run on" in capsys.readouterr().out
+
+
+def test_wrong_emulated_numbers_fail_the_run(gemm, capsys, monkeypatch):
+    real = cuda.emulate
+
+    def off_by_one(kernel, inputs, **kw):
+        outputs = real(kernel, inputs, **kw)
+        outputs["C"][3, 5] += 1
+        return outputs
+
+    monkeypatch.setattr(cuda, "emulate", off_by_one)
+    assert main(["run", gemm, "--target", "cuda", "--quiet"]) == 1
+    assert "FAIL emulate     C: the CUDA source" in capsys.readouterr().out
+
+
+def test_emit_code_writes_the_source_and_its_launches(gemm, tmp_path):
+    out = tmp_path / "gemm.cu"
+    assert main(["run", gemm, "--target", "cuda", "--quiet", "--emit", "code",
+                 "-o", str(out)]) == 0
+    text = out.read_text()
+    # The parameters come first; the padded intermediates the runner allocates follow.
+    assert text.startswith("// launch in order, arguments (A, B, C")
+    assert "wmma::mma_sync" in text and "__global__" in text
+
+
+def test_json_report_lists_the_launches(gemm, capsys):
+    assert main(["run", gemm, "--target", "cuda", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    launches = report["cuda"]["launches"]
+    # The tensorized kernel runs whole warps: its block's x dimension is one warp.
+    assert any(launch["block"][0] == 32 for launch in launches)
+    skipped = [s["step"] for s in report["steps"] if s.get("skipped")]
+    assert "gpu" in skipped or "gpu_ms" in report["cuda"]
