@@ -44,6 +44,13 @@ template <class T> __host__ __device__ inline T tz_floormod(T a, T b) {
 }
 template <class T> __host__ __device__ inline T tz_min(T a, T b) { return a < b ? a : b; }
 template <class T> __host__ __device__ inline T tz_max(T a, T b) { return a < b ? b : a; }
+#ifndef TZ_EMULATION
+// 16 bytes in one 128-bit load and one 128-bit store; both addresses are 16-byte aligned
+// (the backend proves it). The emulation defines its own, which checks that.
+__device__ inline void tz_copy16(void* dst, const void* src) {
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+}
+#endif
 """
 
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}

@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 
 from intrinsics import Intrinsic, Registry, default_registry
 from ir import (Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, Expr, For,
-                ForKind, IfThenElse, IntrinsicCall, IterKind, PrimFunc, SeqStmt, Stmt, Var,
+                ForKind, IfThenElse, IntImm, IntrinsicCall, IterKind, PrimFunc, SeqStmt, Stmt, Var,
                 dtypes, substitute)
-from ir.arith import Interval, to_expr
+from ir.arith import Interval, simplify, to_expr
 from ir.visitor import post_order_visit
 from targets.cuda.cexpr import PRELUDE, EmitError, ExprPrinter, ctype
 from targets.cuda.memory import (FragmentLayout, SharedLayout, dense_offset, shared_layout,
                                  warp_split)
+from targets.cuda.vector import vector_copy
 
 __all__ = ["CudaKernel", "Launch", "emit"]
 
@@ -480,6 +481,9 @@ class _KernelEmitter:
                      ctx: str) -> None:
         """Deal the iterations of the nest's leading loops that bind no reduce iterator out
         to the threads of ``ctx``; the other loops run in each thread."""
+        lane = self._vector_lane(loops, realize, scope)
+        if lane is not None:
+            loops = loops[:-1]
         reduce_vars: set[Var] = set()
         for iv, binding in zip(realize.block.iter_vars, realize.bindings):
             if iv.kind is IterKind.REDUCE:
@@ -505,14 +509,51 @@ class _KernelEmitter:
             inner.names[loop.var] = name
             inner.ranges[loop.var] = Interval(0, loop.extent - 1)
             self._line(f"const int {name} = ({flat} / {stride}) % {loop.extent};")
-        stmt: Stmt = realize
-        for loop in reversed(loops[len(spread):]):
-            stmt = For(loop.var, loop.extent, stmt, ForKind.SERIAL)
-        self._serial(stmt, inner)
+        if lane is not None:
+            self._vector_move(lane, realize, inner)
+        else:
+            stmt: Stmt = realize
+            for loop in reversed(loops[len(spread):]):
+                stmt = For(loop.var, loop.extent, stmt, ForKind.SERIAL)
+            self._serial(stmt, inner)
         self.depth -= 1
         self._line("}")
         if ctx == "warp":
             self._line("__syncwarp();")
+
+    def _vector_lane(self, loops: list[For], realize: BlockRealize, scope: _Scope
+                     ) -> For | None:
+        """The nest's innermost loop when it is vectorized and moves one aligned 16-byte
+        piece per iteration of the others (:mod:`.vector`); otherwise None, and a comment
+        in the source says why a vectorized loop stays scalar."""
+        if not loops or loops[-1].kind is not ForKind.VECTORIZED:
+            if loops and realize.block.writes[0].buffer.scope == "shared":
+                self._line(f"// scalar copy: loop {loops[-1].var.name} is not vectorized "
+                           f"(the schedule vectorizes rows of a multiple of 16 bytes)")
+            return None
+        lane = loops[-1]
+        ranges = dict(scope.ranges)
+        for loop in loops:
+            ranges[loop.var] = Interval(0, loop.extent - 1)
+        _, reason = vector_copy(realize, lane.var, lane.extent, scope.env, ranges, self.shared)
+        if reason is not None:
+            self._line(f"// scalar copy: {reason}")
+            return None
+        return lane
+
+    def _vector_move(self, lane: For, realize: BlockRealize, scope: _Scope) -> None:
+        """One 16-byte move: the copy's store and load at the first lane."""
+        first = {lane.var: IntImm(0, lane.var.dtype)}
+        values = {iv.var: substitute(b, first) for iv, b in zip(realize.block.iter_vars,
+                                                                  realize.bindings)}
+        store = realize.block.body
+
+        def at_first_lane(indices: tuple[Expr, ...]) -> tuple[Expr, ...]:
+            return tuple(simplify(substitute(i, values), scope.ranges) for i in indices)
+
+        dst = self._element(store.buffer, at_first_lane(store.indices), scope)
+        src = self._element(store.value.buffer, at_first_lane(store.value.indices), scope)
+        self._line(f"tz_copy16(&{dst}, &{src});")
 
     def _serial(self, stmt: Stmt, scope: _Scope) -> None:
         """Emit ``stmt`` as run by one thread."""

@@ -10,8 +10,8 @@ become::
         for wy (threadIdx.z), wx (threadIdx.y), fm, fn:     # C_init
             fill_fragment(acc[fm, fn])
         for ko:                                              # BK = kt * tk deep
-            A_shared <- A[by*BM : +BM, ko*BK : +BK]          # every thread of the block
-            B_shared <- B[ko*BK : +BK, bx*BN : +BN]
+            A_shared <- A[by*BM : +BM, ko*BK : +BK]          # every thread of the block,
+            B_shared <- B[ko*BK : +BK, bx*BN : +BN]          # 16 bytes (a vectorized loop) at once
             for wy (threadIdx.z), wx (threadIdx.y), ki:
                 for fm: load_matrix_sync(A_frag[fm], A_shared tile)
                 for fn: load_matrix_sync(B_frag[fn], B_shared tile)
@@ -127,6 +127,8 @@ def schedule_cuda(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry
     sch.reverse_compute_at(c_store, bx)
     for stage in (a_shared, b_shared, a_frag, b_frag):
         sch.compact_buffer(_written(sch, stage))
+    for stage in (a_shared, b_shared):
+        _vectorize_copy(sch, stage)
     sch.compact_buffer(sch.get(c_store).block.reads[0].buffer.name)
 
     init = sch.decompose_reduction(block, ko)
@@ -150,6 +152,18 @@ def schedule_cuda(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry
 
 def _written(sch: Schedule, stage) -> str:
     return sch.get(stage).block.writes[0].buffer.name
+
+
+def _vectorize_copy(sch: Schedule, stage) -> None:
+    """Split the innermost loop of a copy into shared memory by the elements of 16 bytes and
+    mark the inner loop vectorized, so the backend moves each row piece with one 16-byte
+    load and store; a row whose extent is not a multiple of 16 bytes stays scalar."""
+    lanes = 16 // max(sch.get(stage).block.writes[0].buffer.dtype.bits // 8, 1)
+    inner = sch.get_loops(stage)[-1]
+    if sch.get(inner).extent % lanes != 0:
+        return
+    _, vector = sch.split(inner, [None, lanes])
+    sch.vectorize(vector)
 
 
 def _tile_loops(sch: Schedule, stage, bx) -> tuple[list, list]:

@@ -24,6 +24,8 @@
 #include <vector>
 #include <ucontext.h>
 
+// Emitted sources define their device-only helpers (tz_copy16...) unless this is set.
+#define TZ_EMULATION 1
 #define __global__
 #define __device__
 #define __host__
@@ -175,6 +177,13 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
 #define gridDim (tz::grid_dim)
 
 inline void __syncthreads() { tz::wait(tz::AT_BLOCK_BARRIER); }
+
+// A 16-byte vector copy: both addresses must be 16-byte aligned, as uint4 accesses require.
+inline void tz_copy16(void* dst, const void* src) {
+  if (reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16)
+    tz::fail("16-byte copy from %p to %p: an address is not 16-byte aligned", src, dst);
+  std::memcpy(dst, src, 16);
+}
 inline void __syncwarp(unsigned = 0xffffffffu) { tz::wait(tz::AT_WARP_BARRIER); }
 
 namespace nvcuda {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -22,6 +23,13 @@ def test_every_tensorized_suite_kernel_compiles_for_sm80_and_sm90():
         assert "wmma.mma.sync" in text, name
         # Fragment arrays indexed by unrolled loops stay in registers.
         assert ".local" not in text, name
+
+
+@pytest.mark.parametrize("name", ["gemm_fp16", "gemm_int8"])
+def test_copies_into_shared_memory_are_128_bit_loads_and_stores(name):
+    ptx = cuda.compile(emitted(name), "sm_80").decode()
+    assert re.search(r"ld\.global(\.nc)?\.v4\.u32", ptx)
+    assert "st.shared.v4.u32" in ptx
 
 
 def test_cubin_output():

@@ -29,6 +29,20 @@ def test_shared_stage_is_fenced_before_and_after_its_readers():
     assert loop.index("__syncthreads();") < loop.index("load_matrix_sync")
 
 
+def test_copies_into_shared_memory_move_16_bytes_at_once():
+    source = emitted("gemm_fp16").source
+    # 64 x 32 halves of A and 32 x 64 of B: 256 pieces of 8 each, one per thread.
+    assert source.count("tz_copy16(&") == 2
+    assert "scalar copy" not in source
+
+
+def test_a_row_narrower_than_16_bytes_stays_scalar_and_says_why():
+    # 100 x 60 x 36 goes to m8n32k16 tiles: one operand's shared stage has 8-byte rows.
+    source = emitted("gemm_int8_odd").source
+    assert source.count("tz_copy16(&") == 1
+    assert "// scalar copy: loop ax1 is not vectorized" in source
+
+
 def test_packing_stages_become_data_parallel_kernels():
     kernel = emitted("conv2d_nhwc_int8")
     assert len(kernel.launches) == 5

@@ -59,8 +59,16 @@ def test_a_missing_barrier_shows(nth):
 def test_misaligned_fragment_pointer_is_reported():
     kernel = emitted("gemm_int8")
     broken = dataclasses.replace(kernel, source=kernel.source.replace(
-        "(&A_shared[", "(&A_shared[8 + ", 1))
+        ", (&A_shared[", ", (&A_shared[8 + ", 1))
     with pytest.raises(cuda.EmulationError, match="not 32-byte aligned"):
+        cuda.emulate(broken, random_inputs(suite()["gemm_int8"]))
+
+
+def test_misaligned_vector_copy_is_reported():
+    kernel = emitted("gemm_int8")
+    broken = dataclasses.replace(kernel, source=kernel.source.replace(
+        "tz_copy16(&A_shared[", "tz_copy16(&A_shared[4 + ", 1))
+    with pytest.raises(cuda.EmulationError, match="not 16-byte aligned"):
         cuda.emulate(broken, random_inputs(suite()["gemm_int8"]))
 
 

@@ -1,0 +1,85 @@
+"""Whether a vectorized copy loop can move its elements as one 16-byte access.
+
+The CUDA schedule splits each copy into shared memory so that its innermost loop is
+vectorized and spans 16 bytes. Such a loop becomes one ``uint4`` load and store (or one
+``cp.async`` of 16 bytes) when, on both sides of the copy, its elements are consecutive in
+memory and the first one is 16-byte aligned for every value of the other loops; otherwise
+it stays a scalar loop and the reason goes into the source as a comment.
+
+Alignment is proved from the index arithmetic: the loop variable appears in the last index
+only, with coefficient 1; the last index with the loop variable at 0 is a multiple of the
+lane count (every coefficient and the constant are); and the layout keeps multiples of the
+lane count aligned (row strides, or the panel width, pitch and panel stride of a shared
+buffer in column panels, are multiples of it). Buffers start 16-byte aligned: cudaMalloc
+and the emulation align global memory to 256 bytes, shared arrays are ``__align__(128)``.
+"""
+
+from __future__ import annotations
+
+from ir import BlockRealize, BufferLoad, BufferStore, Expr, Var, substitute
+from ir.arith import Interval, linearize, simplify
+from targets.cuda.memory import SharedLayout
+
+__all__ = ["VECTOR_BYTES", "vector_copy"]
+
+VECTOR_BYTES = 16
+
+
+def vector_copy(realize: BlockRealize, lane: Var, lanes: int, env: dict[Var, Expr],
+                ranges: dict[Var, Interval], shared: dict) -> tuple[BufferStore, str | None]:
+    """(the copy's store, None) when the loop over ``lane`` (``lanes`` iterations) around
+    ``realize`` moves 16 consecutive aligned bytes on both sides, else (store, reason).
+
+    ``env`` maps outer block iterators to loop expressions, ``ranges`` gives the loop ranges
+    (``lane``'s included) and ``shared`` the layouts of shared buffers.
+    """
+    block = realize.block
+    store = block.body
+    if not isinstance(store, BufferStore) or not isinstance(store.value, BufferLoad):
+        return store, "the block is not a plain copy"
+    load = store.value
+    if store.buffer.dtype != load.buffer.dtype:
+        return store, f"it converts {load.buffer.dtype} to {store.buffer.dtype}"
+    if lanes * max(store.buffer.dtype.bits // 8, 1) != VECTOR_BYTES:
+        return store, f"{lanes} lanes of {store.buffer.dtype} are not {VECTOR_BYTES} bytes"
+    if not (realize.predicate.dtype.is_bool and getattr(realize.predicate, "value", 0) == 1):
+        return store, "the copy is guarded by a predicate"
+    inner = dict(env)
+    for iv, binding in zip(block.iter_vars, realize.bindings):
+        inner[iv.var] = substitute(binding, env)
+    for buffer, indices in ((store.buffer, store.indices), (load.buffer, load.indices)):
+        placed = tuple(simplify(substitute(i, inner), ranges) for i in indices)
+        reason = _access_reason(buffer, placed, lane, lanes, shared.get(buffer))
+        if reason is not None:
+            return store, f"{buffer.name}: {reason}"
+    return store, None
+
+
+def _access_reason(buffer, indices: tuple[Expr, ...], lane: Var, lanes: int,
+                   layout: SharedLayout | None) -> str | None:
+    """Why ``buffer[indices]`` over the lanes is not one aligned 16-byte access, or None."""
+    if not indices:
+        return "a scalar buffer"
+    for index in indices[:-1]:
+        if any(atom is lane for atom, _ in linearize(index).terms):
+            return "the lanes step along a dimension other than the last"
+    form = linearize(indices[-1])
+    if any(atom is None or not isinstance(atom, Var) for atom, _ in form.terms):
+        return "the last index is not affine in the loops"
+    steps = dict(form.terms)
+    if steps.get(lane) != 1:
+        return "consecutive lanes are not consecutive elements"
+    others = [c for atom, c in form.terms if atom is not lane] + [form.const]
+    if any(c % lanes for c in others):
+        return f"the first lane's column is not always a multiple of {lanes}"
+    if layout is not None and layout.panel is not None:
+        sizes = (layout.panel, layout.pitch, layout.panel_stride)
+        if any(s % lanes for s in sizes):
+            return f"its panels ({sizes}) are not in multiples of {lanes} elements"
+        return None
+    strides = layout.strides if layout is not None else buffer.effective_strides
+    if strides[-1] != 1:
+        return "its last dimension is strided"
+    if any(s % lanes for s in strides[:-1]):
+        return f"a row stride is not a multiple of {lanes} elements"
+    return None
