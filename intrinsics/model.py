@@ -184,6 +184,18 @@ class Intrinsic:
         return "x".join(str(e) for e in self.extents)
 
     @property
+    def feature(self) -> str | None:
+        """The target feature the instruction needs (``dotprod``, ``i8mm``), from the reserved
+        variant parameter ``feature``; None when it needs nothing beyond the base target."""
+        value = self.params.get("feature")
+        return None if value is None else str(value)
+
+    def available(self, features: frozenset[str] | None) -> bool:
+        """True when ``features`` (target feature names without '+'; None: any) provide
+        what the instruction needs."""
+        return features is None or self.feature is None or self.feature in features
+
+    @property
     def accumulates(self) -> bool:
         """True when the semantics adds into its output (``C[...] += ...``)."""
         return self.output.role == "accumulator"

@@ -16,6 +16,7 @@ import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from intrinsics import Intrinsic, Registry, default_registry
 from ir import BlockRealize, IterKind, PrimFunc, ScheduleError
@@ -32,7 +33,7 @@ from tensorize.schedule import Schedule, tree
 MAPPINGS_TRIED = 8
 
 __all__ = ["BlockOutcome", "Tensorized", "auto_tensorize", "candidate_intrinsics",
-           "count_calls"]
+           "count_calls", "target_features"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,27 +73,48 @@ class Tensorized:
         return tuple(b for b in self.blocks if b.intrinsic is not None)
 
 
-def candidate_intrinsics(registry: Registry, target: str, name: str | None = None
-                         ) -> list[Intrinsic]:
+def candidate_intrinsics(registry: Registry, target: str, name: str | None = None,
+                         features: str | None = None) -> list[Intrinsic]:
     """The intrinsics the tensorizer tries for ``target``: its compute intrinsics that reduce
-    and accumulate (resetting variants are used through ``fold_init``), or only ``name``."""
+    and accumulate (resetting variants are used through ``fold_init``) and that the target
+    features provide, or only ``name`` (whatever it needs).
+
+    ``features`` is an LLVM-style list (``"+neon,+dotprod,+i8mm"``); None means the target's
+    defaults (``DEFAULT_FEATURES`` of its schedule module), or every intrinsic when it has
+    none."""
     if name is not None:
         return [registry.get(name)]
+    enabled = target_features(target, features)
     return [i for i in registry.compute_intrinsics(target)
-            if i.reduce_vars() and not i.resets]
+            if i.reduce_vars() and not i.resets and i.available(enabled)]
+
+
+def target_features(target: str, features: str | None = None) -> frozenset[str] | None:
+    """The feature names (without '+') ``features`` enables, or the target's defaults when
+    None; None again when the target declares no defaults (every intrinsic is available)."""
+    if features is None:
+        module = _target_module(target)
+        features = getattr(module, "DEFAULT_FEATURES", None) if module is not None else None
+        if features is None:
+            return None
+    items = (f.strip() for f in features.split(","))
+    return frozenset(f[1:] for f in items if f.startswith("+"))
 
 
 def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = None,
                    intrinsic: str | None = None, config: MachineConfig | None = None,
-                   tiling: NpuTiling | None = None) -> Tensorized:
+                   tiling: NpuTiling | None = None, features: str | None = None
+                   ) -> Tensorized:
     """Tensorize every block of ``func`` that an intrinsic of ``target`` can compute.
 
-    ``intrinsic`` restricts the search to one intrinsic (by name). For the NPU, ``config`` is
-    the machine (default: the built-in one) and ``tiling`` overrides the chosen tile.
+    ``intrinsic`` restricts the search to one intrinsic (by name). ``features`` selects the
+    target features (``"+neon,+dotprod,+i8mm"``; default: the target's own), and with them
+    the intrinsics tried. For the NPU, ``config`` is the machine (default: the built-in one)
+    and ``tiling`` overrides the chosen tile.
     """
     start = time.perf_counter()
     registry = registry or default_registry()
-    candidates = candidate_intrinsics(registry, target, intrinsic)
+    candidates = candidate_intrinsics(registry, target, intrinsic, features)
     sch = Schedule(func)
     outcomes: list[BlockOutcome] = []
     explain: list[str] = []
@@ -148,19 +170,24 @@ def _fused(func: PrimFunc, outcomes: list[BlockOutcome]) -> list[BlockOutcome]:
     return result
 
 
+def _target_module(target: str) -> Any:
+    """``tensorize/engine/<target>_schedule.py`` when the target has one, else None."""
+    try:
+        return importlib.import_module(f"tensorize.engine.{target}_schedule")
+    except ModuleNotFoundError as err:
+        if err.name != f"tensorize.engine.{target}_schedule":
+            raise
+        return None
+
+
 def _target_schedule(target: str) -> Callable[..., None] | None:
     """The ``schedule`` function of ``tensorize/engine/<target>_schedule.py`` when the target
     has its own schedule, else None (the generic one applies). Its signature:
     ``schedule(sch, match, extents, registry, options)``, where ``extents`` are the padded
     extents of the block in the intrinsic's shape and ``options`` holds ``config`` and
     ``tiling`` (None unless the caller chose them)."""
-    try:
-        module = importlib.import_module(f"tensorize.engine.{target}_schedule")
-    except ModuleNotFoundError as err:
-        if err.name != f"tensorize.engine.{target}_schedule":
-            raise
-        return None
-    return module.schedule
+    module = _target_module(target)
+    return None if module is None else module.schedule
 
 
 def _rewrite(sch: Schedule, match: Match, target: str, registry: Registry,

@@ -1,0 +1,334 @@
+"""The AArch64 schedule: a register-blocked micro-kernel around a dot-product intrinsic, with
+its operands packed into the layout the instruction loads.
+
+The block arrives in the intrinsic's shape (``gemm_view``): iterators ``(outer..., i, k)`` for
+the dot products (``C[i] += A[k] * B[i, k]``: i runs along the output's columns, the rows are
+the innermost outer iterator m), padded to the intrinsic's extents. With a register tile of
+``mr`` rows by ``nr`` columns (``nr / 4`` vectors of 4 int32 lanes), the loops become::
+
+    A_pack[.., m // mr, k // 4, m % mr, k % 4] <- A      # packing stages (part of the kernel)
+    B_pack[n // nr, k // 4, n % nr, k % 4] <- B
+    for outer.., mo, no:
+        C_reg[mr, nr] = 0                                  # arm_zero_4_s32, unrolled
+        for ko:
+            A_reg[mr, 4] <- A_pack[.., mo, ko]             # arm_ld1_4x4: 4 rows a load
+            B_reg[nr, 4] <- B_pack[no, ko]                 # arm_ld1_4x4: 4 columns a load
+            for mi, nv (unrolled):
+                sdot_lane(A_reg[mi, 0:4], B_reg[4nv:4nv+4], C_reg[mi, 4nv:4nv+4])
+        C[mo, no tile] <- C_reg                            # arm_st1_4_s32, unrolled
+
+``C_reg``, ``A_reg`` and ``B_reg`` are buffers in scope ``arm.neon`` (registers); the arm
+backend keeps each 16-byte piece in an SSA value, so the ``mr * nr / 4`` accumulators stay in
+vector registers across the k loop. Every step is a schedule primitive, so the trace replays
+it. Other intrinsic shapes (the 2x2x8 matrix multiplies) get the generic schedule with packed
+operands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from intrinsics import Intrinsic, Registry
+from ir import BufferLoad, BufferStore, IterKind, ScheduleError, Var
+from ir.visitor import post_order_visit
+from tensorize.match.result import Match
+from tensorize.schedule import Schedule, tree
+
+__all__ = ["DEFAULT_FEATURES", "ArmTiling", "choose_tiling", "schedule"]
+
+# The features the arm target assumes unless told otherwise: Armv8.2 dot products, which
+# every Armv8.4+ core has and the in-process emulator (unicorn) runs.
+DEFAULT_FEATURES = "+neon,+dotprod"
+
+# Vector registers the micro-kernel may hold at once: 32 minus a few for LLVM's own use.
+_REGISTERS = 29
+_VECTOR_LANES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ArmTiling:
+    """A register tile: ``rows`` output rows by ``vectors`` groups of 4 output columns."""
+
+    rows: int
+    vectors: int
+
+    @property
+    def registers(self) -> int:
+        """Vector registers live in the k loop: accumulators, B columns and A rows."""
+        return self.rows * self.vectors + self.vectors + -(-self.rows // _VECTOR_LANES)
+
+
+def choose_tiling(rows: int, column_vectors: int) -> ArmTiling:
+    """The largest register tile (most accumulators, then most rows) whose sides divide
+    ``rows`` and ``column_vectors`` and that fits the vector registers."""
+    tiles = [ArmTiling(r, v) for r in (8, 4, 2, 1) for v in (4, 3, 2, 1)
+             if rows % r == 0 and column_vectors % v == 0]
+    fitting = [t for t in tiles if t.registers <= _REGISTERS]
+    return max(fitting, key=lambda t: (t.rows * t.vectors, t.rows))
+
+
+def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Registry,
+             options: Mapping[str, Any]) -> None:
+    """The engine's entry (see ``tensorize.engine``): the register-blocked schedule for the
+    dot products (``options["tiling"]`` when it is an :class:`ArmTiling`), the packed
+    generic one for the other intrinsics."""
+    intrinsic = match.intrinsic
+    if len(intrinsic.iter_vars) != 2:
+        schedule_packed(sch, match.block, intrinsic, registry)
+        return
+    block = sch.get_block(match.block)
+    ivs = sch.get(block).block.iter_vars
+    rows = next((iv.extent for iv in reversed(ivs[:-2]) if iv.extent > 1), 1)
+    tiling = options.get("tiling")
+    if not isinstance(tiling, ArmTiling):
+        tiling = choose_tiling(rows, extents[-2] // _VECTOR_LANES)
+    schedule_arm(sch, match.block, intrinsic, registry, tiling)
+
+
+def schedule_arm(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry: Registry,
+                 tiling: ArmTiling) -> None:
+    """Pack, tile, stage into registers and tensorize the dot-product-shaped block
+    ``block_name`` (module docs).
+
+    Raises ScheduleError when a primitive refuses a step, or when the block reduces over a
+    loop outside the tile (its accumulators would not be finished in registers).
+    """
+    block = sch.get_block(block_name)
+    ivs = sch.get(block).block.iter_vars
+    if any(iv.kind is IterKind.REDUCE for iv in ivs[:-2]):
+        raise ScheduleError("arm schedule", f"block {block_name} reduces over a loop outside "
+                            "the register tile; its accumulators would leave the registers")
+    ti, tk = intrinsic.extents
+    names = [iv.var.name for iv in ivs]
+    row = next((p for p in range(len(ivs) - 3, -1, -1) if ivs[p].extent > 1), None)
+    factors = {names[-2]: tiling.vectors * ti, names[-1]: tk}
+    if row is not None:
+        factors[names[row]] = tiling.rows
+    operands = _operand_buffers(sch, block_name, intrinsic)
+    packed = {op.name: _pack(sch, block_name, operands[op.name]) for op in intrinsic.inputs}
+    layouts = {op: _tiled_layout(sch, block_name, buffer, factors)
+               for op, buffer in packed.items()}
+    block = sch.get_block(block_name)
+    loops = sch.get_loops(block)[-len(names):]
+    ni_o, ni_u, ni_t = sch.split(loops[-2], [None, tiling.vectors, ti])
+    ko, kt = sch.split(loops[-1], [None, tk])
+    rest = [loop for p, loop in enumerate(loops[:-2]) if p != row]
+    if row is not None:
+        mo, mi = sch.split(loops[row], [None, tiling.rows])
+        sch.reorder(*rest, mo, ni_o, ko, mi, ni_u, ni_t, kt)
+        unrolled = [mi, ni_u]
+    else:
+        sch.reorder(*rest, ni_o, ko, ni_u, ni_t, kt)
+        unrolled = [ni_u]
+    _stage_and_tensorize(sch, block_name, intrinsic, registry, packed, operands, layouts,
+                         (ni_o, ko, ni_t))
+    for loop in unrolled:
+        sch.unroll(loop)
+
+
+def _tiled_layout(sch: Schedule, block_name: str, buffer: str, factors: dict[str, int]
+                  ) -> str | None:
+    """The packed layout of ``buffer`` (indexed by the block's iterators) as lambda text:
+    each dimension whose iterator has a factor ``f`` splits into ``d // f`` (in place) and
+    ``d % f`` (last), so that a register tile is contiguous; None when none splits."""
+    dims = _index_vars(sch, block_name, buffer) or []
+    if not any(factors.get(d, 1) > 1 for d in dims):
+        return None
+    params = [f"d{i}" for i in range(len(dims))]
+    outer = [f"{p} // {factors[d]}" if factors.get(d, 1) > 1 else p
+             for p, d in zip(params, dims)]
+    inner = [f"{p} % {factors[d]}" for p, d in zip(params, dims) if factors.get(d, 1) > 1]
+    return f"lambda {', '.join(params)}: ({', '.join(outer + inner)},)"
+
+
+def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
+                         registry: Registry, packed: dict[str, str], operands: dict[str, str],
+                         layouts: dict[str, str | None], loops: tuple[Any, Any, Any]) -> None:
+    """Stage the packed inputs into registers at every k step, the accumulator tile in
+    registers across the k loop (zeroed before it, stored after it), and tensorize.
+    The packed buffers take their tiled ``layouts`` once their register stages are placed
+    (the stages' regions are then plain affine windows). ``loops`` are the innermost output-tile loop, the k loop and the intrinsic tile's first
+    loop."""
+    tile_loop, ko, first = loops
+    block = sch.get_block(block_name)
+    stages = {}
+    for op in packed:
+        stage = sch.cache_read(block, packed[op], intrinsic.operand(op).scope)
+        sch.compute_at(stage, ko)
+        stages[op] = stage
+    c_op = intrinsic.output
+    c_store = sch.cache_write(block, operands[c_op.name], c_op.scope)
+    sch.reverse_compute_at(c_store, tile_loop)
+    for stage in stages.values():
+        sch.compact_buffer(_written(sch, stage))
+    sch.compact_buffer(sch.get(c_store).block.reads[0].buffer.name)
+    for op, layout in layouts.items():
+        if layout is not None:
+            sch.transform_layout(stages[op], packed[op], layout)
+    init = sch.decompose_reduction(block, ko)
+    _vector_nest(sch, init, [registry.get(n) for n in intrinsic.fill[c_op.name]], True)
+    _vector_nest(sch, c_store, [registry.get(n) for n in intrinsic.stores[c_op.name]], False)
+    for op, stage in stages.items():
+        _vector_nest(sch, stage, _loads(registry, intrinsic, op), True)
+    sch.tensorize(first, intrinsic)
+
+
+def schedule_packed(sch: Schedule, block_name: str, intrinsic: Intrinsic,
+                    registry: Registry) -> None:
+    """One intrinsic tile at a time (the 2x2x8 matrix multiplies): loops ``(outer.., io, jo,
+    ko, ii, jj, ki)``, inputs packed so that each tile is one contiguous register, the
+    accumulator tile in registers across the k loop."""
+    block = sch.get_block(block_name)
+    names = [iv.var.name for iv in sch.get(block).block.iter_vars]
+    count = len(intrinsic.iter_vars)
+    factors = dict(zip(names[-count:], intrinsic.extents))
+    operands = _operand_buffers(sch, block_name, intrinsic)
+    packed = {op.name: _pack(sch, block_name, operands[op.name]) for op in intrinsic.inputs}
+    layouts = {op: _tiled_layout(sch, block_name, buffer, factors)
+               for op, buffer in packed.items()}
+    loops = sch.get_loops(sch.get_block(block_name))[-count:]
+    parts = [sch.split(loop, [None, e]) for loop, e in zip(loops, intrinsic.extents)]
+    sch.reorder(*(p[0] for p in parts), *(p[1] for p in parts))
+    _stage_and_tensorize(sch, block_name, intrinsic, registry, packed, operands, layouts,
+                         (parts[-2][0], parts[-1][0], parts[0][1]))
+
+
+def _pack(sch: Schedule, block_name: str, buffer: str) -> str:
+    """The packing stage of an input: a copy indexed by the block's own (tiled) iterators,
+    so that each register tile is contiguous (``reindex``), unless the block already reads
+    an intermediate that way. A copy stage it then reads from (an earlier reindex or
+    padding) is inlined into it, so the data moves once. Returns the packed buffer's name."""
+    if _index_vars(sch, block_name, buffer) is not None and \
+            not any(p.name == buffer for p in sch.func.params):
+        return buffer
+    packing = sch.reindex(sch.get_block(block_name), buffer)
+    producers = [b for b in tree.block_names(sch.func)
+                 if any(w.buffer.name == buffer
+                        for w in sch.get(sch.get_block(b)).block.writes)]
+    if len(producers) == 1 and _is_copy(sch, producers[0]):
+        sch.compute_inline(sch.get_block(producers[0]))
+    return sch.get(packing).block.writes[0].buffer.name
+
+
+def _is_copy(sch: Schedule, block_name: str) -> bool:
+    """True for a block that only moves elements (a reindex), not one that computes."""
+    block = sch.get(sch.get_block(block_name)).block
+    return isinstance(block.body, BufferStore) and isinstance(block.body.value, BufferLoad) \
+        and block.init is None
+
+
+def _index_vars(sch: Schedule, block_name: str, buffer: str) -> list[str] | None:
+    """The block iterators indexing ``buffer``, one per dimension in order, or None when an
+    index is not a plain iterator."""
+    block = sch.get(sch.get_block(block_name)).block
+    iters = {iv.var for iv in block.iter_vars}
+    found: list[list[str] | None] = []
+
+    def visit(node: object) -> None:
+        if isinstance(node, BufferLoad) and node.buffer.name == buffer:
+            ok = all(isinstance(i, Var) and i in iters for i in node.indices)
+            found.append([i.name for i in node.indices] if ok else None)  # type: ignore
+
+    post_order_visit(block.body, visit)
+    return found[0] if found and len({tuple(f) if f else None for f in found}) == 1 else None
+
+
+def _operand_buffers(sch: Schedule, block_name: str, intrinsic: Intrinsic) -> dict[str, str]:
+    """Kernel buffer names by intrinsic operand: the one stored is the output; the inputs
+    in the order the block's value reads them matched against the intrinsic's (by dtype,
+    then by order)."""
+    block = sch.get(sch.get_block(block_name)).block
+    store = block.body
+    loads: list[BufferLoad] = []
+    post_order_visit(store.value, lambda n: loads.append(n)  # type: ignore[attr-defined]
+                     if isinstance(n, BufferLoad) and n.buffer is not store.buffer else None)
+    result = {intrinsic.output.name: store.buffer.name}  # type: ignore[attr-defined]
+    semantic_loads: list[BufferLoad] = []
+    post_order_visit(intrinsic.semantics.value, lambda n: semantic_loads.append(n)
+                     if isinstance(n, BufferLoad)
+                     and n.buffer is not intrinsic.semantics.buffer else None)
+    if len(loads) != len(semantic_loads):
+        raise ScheduleError("arm schedule", f"block {block_name} reads {len(loads)} buffers, "
+                            f"{intrinsic.name} {len(semantic_loads)}")
+    for kernel, semantic in zip(loads, semantic_loads):
+        result[semantic.buffer.name] = kernel.buffer.name
+    return result
+
+
+def _loads(registry: Registry, intrinsic: Intrinsic, operand: str) -> list[Intrinsic]:
+    """The load intrinsics of the family that fill ``operand``'s scope with its dtype,
+    widest tile first: a register tile of several rows of A loads 4 rows at once (one
+    16-byte load) though the instruction reads one row's 4 bytes."""
+    op = intrinsic.operand(operand)
+    fits = [i for i in registry.for_target(intrinsic.target) if i.kind == "load"
+            and i.operands[0].dtype == op.dtype and i.operands[0].scope == op.scope]
+    return sorted(fits, key=lambda i: -len(i.operands[0].shape))
+
+
+def _written(sch: Schedule, stage: Any) -> str:
+    return sch.get(stage).block.writes[0].buffer.name
+
+
+def _vector_nest(sch: Schedule, stage: Any, candidates: list[Intrinsic], required: bool
+                 ) -> None:
+    """Tensorize a register-tile copy or fill nest one vector at a time with the first
+    candidate whose tile fits (its last dimension splits the nest's innermost loop, a
+    leading one the loop outside it), unrolling the loops around the calls. When no
+    candidate fits and ``required`` is false (a store whose destination is not contiguous),
+    the nest stays plain loops, unrolled, which the backend runs lane by lane."""
+    refusals = []
+    loops = sch.get_loops(stage)
+    own = _own_loops(sch, stage, loops)
+    for intrinsic in candidates:
+        shape = intrinsic.operands[0].shape
+        saved_func, saved_steps = sch.func, list(sch.trace.steps)
+        try:
+            outside, tile = _split_to(sch, own, shape)
+            sch.tensorize(tile[0], intrinsic)
+            for loop in outside:
+                sch.unroll(loop)
+            return
+        except ScheduleError as err:
+            sch.func = saved_func
+            sch.trace.steps[:] = saved_steps
+            refusals.append(str(err))
+    if required:
+        raise ScheduleError("arm schedule", "; ".join(refusals))
+    for loop in own:
+        sch.unroll(loop)
+
+
+def _own_loops(sch: Schedule, stage: Any, loops: list[Any]) -> list[Any]:
+    """The loops of a stage's own perfect nest: from the stage outwards, while each loop
+    holds nothing but the one inside it."""
+    own: list[Any] = []
+    child: Any = sch.get(stage)
+    for loop in reversed(loops):
+        node = sch.get(loop)
+        if node.body is not child:
+            break
+        own.insert(0, loop)
+        child = node
+    return own
+
+
+def _split_to(sch: Schedule, loops: list[Any], shape: tuple[int, ...]
+              ) -> tuple[list[Any], list[Any]]:
+    """Split the innermost loops of a nest by a tile's shape: returns (the loops left outside
+    the tile, the tile's loops), the tile's loops innermost and in the tile's order."""
+    if len(loops) < len(shape):
+        raise ScheduleError("arm schedule", f"a {len(shape)}-d tile needs {len(shape)} loops, "
+                            f"the nest has {len(loops)}")
+    outside, tile = list(loops[:-len(shape)]), []
+    for loop, extent in zip(loops[-len(shape):], shape):
+        if sch.get(loop).extent == extent:
+            tile.append(loop)
+            continue
+        outer, inner = sch.split(loop, [None, extent])
+        outside.append(outer)
+        tile.append(inner)
+    if outside:
+        sch.reorder(*outside, *tile)
+    return outside, tile
