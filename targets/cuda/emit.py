@@ -37,6 +37,8 @@ from targets.cuda.vector import vector_copy
 __all__ = ["CudaKernel", "Launch", "emit"]
 
 FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
+# The barrier ordering memory accesses among the threads of a context.
+_BARRIERS = {"block": "__syncthreads();", "warp": "__syncwarp();"}
 DATA_PARALLEL_THREADS = 256
 MAX_GRID = 65535
 _RESERVED = {"int", "float", "half", "char", "short", "long", "double", "bool", "for", "if",
@@ -194,6 +196,20 @@ def _thread_loops(stmt: Stmt) -> list[For]:
     return found
 
 
+def _outside_warps(stmt: Stmt, registry: Registry) -> set[Buffer]:
+    """The buffers ``stmt`` touches outside every threadIdx-bound (warp) loop."""
+    if isinstance(stmt, For):
+        if stmt.thread is not None and stmt.thread.startswith("threadIdx"):
+            return set()
+        return _outside_warps(stmt.body, registry)
+    if isinstance(stmt, SeqStmt):
+        return set().union(*(_outside_warps(s, registry) for s in stmt.stmts))
+    if isinstance(stmt, IfThenElse):
+        parts = [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
+        return set().union(*(_outside_warps(s, registry) for s in parts))
+    return {b for b, _ in _accesses(stmt, registry)}
+
+
 def _perfect_nest(stmt: Stmt) -> tuple[list[For], BlockRealize] | None:
     """The loops of a perfect nest ending in one block, or None."""
     loops = []
@@ -240,6 +256,7 @@ class _KernelEmitter:
         self.taken = set(names.values())
         self.shared: dict[Buffer, SharedLayout] = {}
         self.frags: dict[Buffer, FragmentLayout] = {}
+        self.per_warp: dict[Buffer, int] = {}
         self.dims: dict[str, int] = {}
         self.group: dict[str, tuple[str, str]] = {}
         self.launch = Launch(name, (1, 1, 1), (1, 1, 1))
@@ -259,8 +276,14 @@ class _KernelEmitter:
         tile_widths: dict[Buffer, int] = {}
         frag_info: dict[Buffer, dict] = {}
         self._walk_plan(stmt, _Scope(), tile_widths, frag_info)
+        block_level = _outside_warps(stmt, self.registry)
         for buffer in {b for b, _ in _accesses(stmt, self.registry) if b.scope == "shared"}:
             self.shared[buffer] = shared_layout(buffer, tile_widths.get(buffer))
+            if buffer not in block_level and self.dims:
+                # Only warps touch it (an epilogue's staging tile): one copy per warp, each
+                # 128-byte aligned so fragment stores into it stay 32-byte aligned.
+                elem = max(buffer.dtype.bits // 8, 1)
+                self.per_warp[buffer] = -(-self.shared[buffer].size * elem // 128) * 128 // elem
         for buffer, info in frag_info.items():
             self.frags[buffer] = FragmentLayout.plan(buffer, info["tile"], info["type"],
                                                      info["accesses"])
@@ -334,9 +357,12 @@ class _KernelEmitter:
             self._line("const int tz_tid = threadIdx.x + blockDim.x * (threadIdx.y + "
                        "blockDim.y * threadIdx.z);")
             self._line("const int tz_nthreads = blockDim.x * blockDim.y * blockDim.z;")
+            self._line("const int tz_warp = threadIdx.y + blockDim.y * threadIdx.z;")
+            warps = block[1] * block[2]
             for buffer, layout in self.shared.items():
+                size = warps * self.per_warp[buffer] if buffer in self.per_warp else layout.size
                 self._line(f"__shared__ __align__(128) {ctype(buffer.dtype)} "
-                           f"{self._buffer_name(buffer)}[{layout.size}];")
+                           f"{self._buffer_name(buffer)}[{size}];")
             for buffer, frag in self.frags.items():
                 self._line(f"{frag.type_text} {self._buffer_name(buffer)}"
                            f"[{frag.counts[0]}][{frag.counts[1]}];")
@@ -390,7 +416,10 @@ class _KernelEmitter:
 
     def _offset(self, buffer: Buffer, indices: list[str]) -> str:
         if buffer.scope == "shared":
-            return self.shared[buffer].offset(indices)
+            offset = self.shared[buffer].offset(indices)
+            if buffer in self.per_warp:
+                return f"tz_warp * {self.per_warp[buffer]} + {offset}"
+            return offset
         return dense_offset(buffer.effective_strides, indices)
 
     # ---- statements ----------------------------------------------------------------------
@@ -417,8 +446,7 @@ class _KernelEmitter:
             return pending
         if isinstance(stmt, BlockRealize):
             if ctx != "warp" and not _calls_intrinsic(stmt):
-                self._cooperative([], stmt, scope, ctx)
-                return _memory_accesses(stmt, self.registry)
+                return self._cooperative([], stmt, scope, ctx)
             self._realize(stmt, scope, ctx)
             return _memory_accesses(stmt, self.registry)
         if isinstance(stmt, BufferStore):
@@ -441,8 +469,8 @@ class _KernelEmitter:
         head: set | None = None
         for stmt in stmts:
             touched = _memory_accesses(stmt, self.registry)
-            if ctx == "block" and _conflict(pending, touched):
-                self._line("__syncthreads();")
+            if ctx in _BARRIERS and _conflict(pending, touched):
+                self._line(_BARRIERS[ctx])
                 head = pending if head is None else head
                 pending = set()
             pending |= self._stmt(stmt, scope, ctx)
@@ -462,25 +490,25 @@ class _KernelEmitter:
             return pending if entered == ctx else _memory_accesses(loop, self.registry)
         nest = _perfect_nest(loop)
         if nest is not None and not _calls_intrinsic(loop) and not _thread_loops(loop):
-            self._cooperative(nest[0], nest[1], scope, ctx)
-            return _memory_accesses(loop, self.registry)
+            return self._cooperative(nest[0], nest[1], scope, ctx)
         if loop.kind is ForKind.UNROLLED:
             self._line("#pragma unroll")
         self._line(f"for (int {name} = 0; {name} < {loop.extent}; ++{name}) {{")
         self.depth += 1
         body = loop.body.stmts if isinstance(loop.body, SeqStmt) else (loop.body,)
         head, pending = self._seq(body, inner, ctx)
-        if ctx == "block" and _conflict(pending, head):
-            self._line("__syncthreads();")
+        if ctx in _BARRIERS and _conflict(pending, head):
+            self._line(_BARRIERS[ctx])
             pending = set()
         self.depth -= 1
         self._line("}")
         return pending
 
     def _cooperative(self, loops: list[For], realize: BlockRealize, scope: _Scope,
-                     ctx: str) -> None:
+                     ctx: str) -> set:
         """Deal the iterations of the nest's leading loops that bind no reduce iterator out
-        to the threads of ``ctx``; the other loops run in each thread."""
+        to the threads of ``ctx``; the other loops run in each thread. Returns the memory
+        accesses left unsynchronised (none in a warp, which synchronises after the nest)."""
         lane = self._vector_lane(loops, realize, scope)
         if lane is not None:
             loops = loops[:-1]
@@ -520,6 +548,8 @@ class _KernelEmitter:
         self._line("}")
         if ctx == "warp":
             self._line("__syncwarp();")
+            return set()
+        return _memory_accesses(realize, self.registry)
 
     def _vector_lane(self, loops: list[For], realize: BlockRealize, scope: _Scope
                      ) -> For | None:

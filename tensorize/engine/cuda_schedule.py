@@ -38,7 +38,7 @@ from intrinsics import Intrinsic, Registry
 from ir import BufferLoad, BufferStore, IterKind, ScheduleError, Var
 from ir.visitor import post_order_visit
 from tensorize.match.result import Match
-from tensorize.schedule import Schedule
+from tensorize.schedule import Schedule, tree
 
 __all__ = ["CudaTiling", "choose_tiling", "schedule", "schedule_cuda"]
 
@@ -123,6 +123,12 @@ def schedule_cuda(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry
     sch.compute_at(a_frag, kf)
     b_frag = sch.cache_read(block, _written(sch, b_shared), scope[names[1]])
     sch.compute_at(b_frag, kf)
+    epilogue = _fuse_epilogue_chain(sch, block, c)
+    if epilogue is not None:
+        # The accumulator goes to a staging tile in shared memory, which the epilogue reads.
+        copy = sch.cache_write(block, c, "shared")
+        c = sch.get(copy).block.reads[0].buffer.name
+        sch.compute_inline(copy)
     c_store = sch.cache_write(block, c, scope[names[2]])
     sch.reverse_compute_at(c_store, bx)
     for stage in (a_shared, b_shared, a_frag, b_frag):
@@ -135,7 +141,9 @@ def schedule_cuda(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry
     _warp_tile(sch, init, _tile_loops(sch, init, bx), tiling, (tm, tn),
                [registry.get(n) for n in intrinsic.fill[names[2]]])
     _warp_tile(sch, c_store, _tile_loops(sch, c_store, bx), tiling, (tm, tn),
-               [registry.get(n) for n in intrinsic.stores[names[2]]])
+               [registry.get(n) for n in intrinsic.stores[names[2]]], epilogue)
+    if epilogue is not None:
+        sch.compact_buffer(c)
     _fragment_loads(sch, a_frag, tm, [registry.get(n) for n in intrinsic.loads[names[0]]])
     _fragment_loads(sch, b_frag, tk, [registry.get(n) for n in intrinsic.loads[names[1]]])
     sch.tensorize(mi, intrinsic)
@@ -152,6 +160,62 @@ def schedule_cuda(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry
 
 def _written(sch: Schedule, stage) -> str:
     return sch.get(stage).block.writes[0].buffer.name
+
+
+def _readers(sch: Schedule, buffer: str) -> list[str]:
+    """The blocks reading ``buffer`` other than those writing it (an accumulation)."""
+    found = []
+    for name in tree.block_names(sch.func):
+        block = sch.get(sch.get_block(name)).block
+        if (any(r.buffer.name == buffer for r in block.reads)
+                and not any(w.buffer.name == buffer for w in block.writes)):
+            found.append(name)
+    return found
+
+
+def _elementwise_reader(sch: Schedule, buffer: str):
+    """The one block reading ``buffer``, when it maps it element by element: a spatial store
+    at its own iterators (over the whole output) reading ``buffer`` at the same iterators,
+    possibly permuted (a reindexed GEMM result is transposed back this way)."""
+    readers = _readers(sch, buffer)
+    if len(readers) != 1:
+        return None
+    handle = sch.get_block(readers[0])
+    block = sch.get(handle).block
+    store = block.body
+    if (not isinstance(store, BufferStore) or block.init is not None
+            or any(iv.kind is IterKind.REDUCE for iv in block.iter_vars)):
+        return None
+    ivs = tuple(iv.var for iv in block.iter_vars)
+    if store.indices != ivs or [iv.extent for iv in block.iter_vars] != list(
+            store.buffer.shape):
+        return None
+    loads: list[BufferLoad] = []
+    post_order_visit(store.value, lambda n: loads.append(n) if isinstance(n, BufferLoad)
+                     and n.buffer.name == buffer else None)
+    if not loads or any(len(l.indices) != len(ivs) or set(l.indices) != set(ivs)
+                        for l in loads):
+        return None
+    return handle
+
+
+def _fuse_epilogue_chain(sch: Schedule, block, c: str):
+    """The elementwise blocks after the GEMM (bias, activation, requantisation, cast), as
+    one block reading the GEMM's result ``c``: each but the last is inlined into the next.
+    None when no such block follows, or ``c`` is a parameter (its values must reach the
+    caller, so it cannot become a staging tile)."""
+    if c not in {b.name for b in sch.func.allocs}:
+        return None
+    epilogue = _elementwise_reader(sch, c)
+    if epilogue is None:
+        return None
+    while True:
+        out = _written(sch, epilogue)
+        following = _elementwise_reader(sch, out)
+        if following is None or out not in {b.name for b in sch.func.allocs}:
+            return epilogue
+        sch.compute_inline(epilogue)
+        epilogue = sch.get_block(sch.get(following).block.name)
 
 
 def _vectorize_copy(sch: Schedule, stage) -> None:
@@ -182,10 +246,11 @@ def _tile_loops(sch: Schedule, stage, bx) -> tuple[list, list]:
 
 
 def _warp_tile(sch: Schedule, stage, loops: tuple[list, list], tiling: CudaTiling,
-               shape: tuple[int, int], candidates: list[Intrinsic]) -> None:
+               shape: tuple[int, int], candidates: list[Intrinsic], epilogue=None) -> None:
     """Bring a block-tile nest (its row and column loops) to (warp row, warp column,
     fragment row, fragment column, tile rows, tile columns), tensorize each fragment tile
-    with the first candidate that fits and bind the warp loops."""
+    with the first candidate that fits and bind the warp loops. An ``epilogue`` reading what
+    the nest stores is moved after each fragment's store, over that fragment's tile."""
     rows, cols = loops
     sch.reorder(*rows, *cols)
     row = sch.fuse(*rows) if len(rows) > 1 else rows[0]
@@ -193,6 +258,8 @@ def _warp_tile(sch: Schedule, stage, loops: tuple[list, list], tiling: CudaTilin
     wr, fr, ri = sch.split(row, [tiling.warps[0], tiling.fragments[0], shape[0]])
     wc, fc, _ = sch.split(col, [tiling.warps[1], tiling.fragments[1], shape[1]])
     sch.reorder(wr, wc, fr, fc, ri)
+    if epilogue is not None:
+        sch.reverse_compute_at(epilogue, fc)
     _tensorize_first(sch, ri, candidates)
     sch.bind(wr, "threadIdx.z")
     sch.bind(wc, "threadIdx.y")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from functools import cache
 
 import numpy as np
@@ -9,12 +10,22 @@ import numpy as np
 import ir
 from targets import cuda
 from tensorize.engine import auto_tensorize
-from tests.tensorize.engine.suite import suite
+from tests.tensorize.engine.suite import SUITE, suite
 
 # Every suite kernel with a block that a WMMA intrinsic computes.
 TENSORIZED = ("gemm_int8", "gemm_int8_odd", "gemm_fp16", "batch_matmul_int8", "dense_int8",
               "conv2d_nhwc_int8", "conv2d_nchw_int8", "conv2d_dilated_int8", "conv1d_int8",
               "conv1x1_int8", "matmul_relu_fp16", "matmul_requant_int8")
+
+
+@cache
+def sized(name: str, **sizes: int) -> ir.PrimFunc:
+    """Suite kernel ``name`` built at other sizes than its defaults."""
+    spec = importlib.util.spec_from_file_location("tensorize_suite_sized", SUITE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)(**sizes)
 
 
 @cache

@@ -7,7 +7,7 @@ import pytest
 
 import intrinsics
 from intrinsics import default_registry
-from ir import For, ForKind, IntrinsicCall, post_order_visit
+from ir import Block, For, ForKind, IntrinsicCall, post_order_visit
 from ir.verify import verify
 from targets import host
 from tensorize.engine.cuda_schedule import CudaTiling, choose_tiling
@@ -54,3 +54,23 @@ def test_tensorized_kernel_matches_the_untouched_one(name):
             np.testing.assert_allclose(actual[key], value, rtol=1e-3, atol=1e-3)
         else:
             np.testing.assert_array_equal(actual[key], value)
+
+
+def test_epilogue_chain_is_one_block_under_each_fragment_store():
+    func = tensorized("matmul_requant_int8")
+    verify(func)
+    # bias, scale and clip read the accumulator tile in shared memory; no global
+    # intermediate is left between the GEMM and the int8 output.
+    assert {b.name: b.scope for b in func.allocs}["acc_shared"] == "shared"
+    assert not [b for b in func.allocs if b.scope == "global"]
+    stores = []
+    post_order_visit(func.body, lambda n: stores.append(n) if isinstance(n, For)
+                     and "out" in _block_names(n) and "acc_shared_wmma_accumulator_o"
+                     in _block_names(n) and n.kind is ForKind.UNROLLED else None)
+    assert stores, "the epilogue is not under the store's fragment loops"
+
+
+def _block_names(stmt) -> set[str]:
+    names: set[str] = set()
+    post_order_visit(stmt, lambda n: names.add(n.name) if isinstance(n, Block) else None)
+    return names

@@ -43,6 +43,20 @@ def test_a_row_narrower_than_16_bytes_stays_scalar_and_says_why():
     assert "// scalar copy: loop ax1 is not vectorized" in source
 
 
+@pytest.mark.parametrize("name", ["matmul_relu_fp16", "matmul_requant_int8"])
+def test_epilogues_run_in_the_gemm_kernel_on_a_staging_tile_per_warp(name):
+    kernel = emitted(name)
+    assert len(kernel.launches) == 1
+    source = kernel.source
+    # 2 x 2 warps of 32 x 32 / 4 = 16 x 16 tiles, 20 elements a row (16 + 16 bytes padding).
+    stage = "acc_shared" if "requant" in name else "Y_shared"
+    assert f"{stage}[1280];" in source
+    assert f"store_matrix_sync((&{stage}[tz_warp * 320 + " in source
+    # Lanes read the tile only after the store, and the next store waits for their reads.
+    after_store = source[source.index("store_matrix_sync"):]
+    assert after_store.count("__syncwarp();") == 2
+
+
 def test_packing_stages_become_data_parallel_kernels():
     kernel = emitted("conv2d_nhwc_int8")
     assert len(kernel.launches) == 5

@@ -11,7 +11,7 @@ import pytest
 from ir import script as T
 from targets import cuda, host
 from tensorize.engine import auto_tensorize
-from tests.targets.cuda.helpers import TENSORIZED, emitted, random_inputs
+from tests.targets.cuda.helpers import TENSORIZED, emitted, random_inputs, sized
 from tests.tensorize.engine.suite import suite
 
 
@@ -54,6 +54,21 @@ def test_a_missing_barrier_shows(nth):
     assert broken.source.count("__syncthreads();") == kernel.source.count("__syncthreads();") - 1
     results = [cuda.emulate(broken, inputs, reverse=r)["C"] for r in (False, True)]
     assert any(not np.array_equal(r, expected) for r in results)
+
+
+def test_a_missing_warp_barrier_after_the_epilogue_shows():
+    # 64 x 64: each of the 2 x 2 warps stores 2 x 2 fragments through one staging tile.
+    func = sized("matmul_relu_fp16", m=64, n=64, k=32)
+    kernel = cuda.emit(auto_tensorize(func, "cuda").func)
+    inputs = random_inputs(func, seed=2)
+    expected = host.run(func, inputs)["C"]
+    np.testing.assert_allclose(cuda.emulate(kernel, inputs)["C"], expected, rtol=1e-3,
+                               atol=1e-3)
+    parts = kernel.source.split("__syncwarp();")
+    assert len(parts) == 3
+    broken = dataclasses.replace(kernel, source="__syncwarp();".join(parts[:2]) + parts[2])
+    results = [cuda.emulate(broken, inputs, reverse=r)["C"] for r in (False, True)]
+    assert any(not np.allclose(r, expected, rtol=1e-3, atol=1e-3) for r in results)
 
 
 def test_misaligned_fragment_pointer_is_reported():
