@@ -1,0 +1,478 @@
+"""Tensorized IR to LLVM IR for AArch64: plain statements as the host backend lowers them,
+intrinsic calls through their ``emit.arm`` templates, and register buffers as SSA values.
+
+A buffer in scope ``arm.neon`` (the schedule's accumulator, A and B tiles) is never given
+memory. Each of its 16-byte pieces is one LLVM vector value, looked up by the piece's offset,
+which every index must fix at emission time (:mod:`.static`): the loops indexing a register
+buffer are unrolled here, and a serial loop gets a phi per live piece, so the accumulators of
+a register tile stay in vector registers across the k loop. An intrinsic operand that lives
+in memory must be one contiguous run of bytes, as ``LD1``/``ST1`` of a whole register read
+it; any other tile is refused with :class:`EmitError` rather than read wrongly.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from llvmlite import ir as ll
+
+from intrinsics import Intrinsic, Registry, default_registry
+from ir.buffer import Buffer
+from ir.expr import Expr, IntImm, Var
+from ir.function import PrimFunc
+from ir.stmt import (
+    BlockRealize,
+    BufferRegion,
+    BufferStore,
+    For,
+    ForKind,
+    IfThenElse,
+    IntrinsicCall,
+    IterKind,
+    SeqStmt,
+    Stmt,
+)
+from ir.visitor import Visitor
+from targets.arm import templates
+from targets.arm.errors import EmitError
+from targets.arm.static import Form, evaluate
+from targets.host import numerics as nm
+from targets.host.exprs import BoundsSite, ExprEmitter
+from targets.host.numerics import I1, I64
+from targets.host.prepare import storage, written_params
+
+__all__ = ["DEFAULT_FEATURES", "REGISTER_SCOPE", "ArmKernel", "emit", "enabled_features"]
+
+DEFAULT_FEATURES = "+neon,+dotprod"
+REGISTER_SCOPE = "arm.neon"
+_VECTOR_BYTES = 16
+_I32X4 = ll.VectorType(ll.IntType(32), 4)
+
+
+@dataclass(frozen=True)
+class ArmKernel:
+    """An emitted kernel: its LLVM IR (``llvm_ir``, unoptimized), the function's ``symbol``,
+    the ``buffers`` its pointer arguments address in order (parameters first, then the
+    intermediates; a final argument points at three int64s of bounds-check status), the
+    parameters it writes (``outputs``), the target ``features`` and the bounds-check
+    ``sites``."""
+
+    func: PrimFunc
+    llvm_ir: str
+    symbol: str
+    buffers: tuple[Buffer, ...]
+    outputs: tuple[str, ...]
+    features: str
+    sites: tuple[BoundsSite, ...]
+
+
+def enabled_features(features: str) -> frozenset[str]:
+    """The feature names a ``+a,+b,-c`` string turns on."""
+    items = (f.strip() for f in features.split(","))
+    return frozenset(f[1:] for f in items if f.startswith("+"))
+
+
+def emit(func: PrimFunc, features: str = DEFAULT_FEATURES,
+         registry: Registry | None = None) -> ArmKernel:
+    """Emit ``func`` (tensorized for ``arm``, or plain) as LLVM IR for AArch64.
+
+    Raises EmitError when it calls an intrinsic that ``features`` does not provide or that
+    has no arm template, reads an operand tile that is not contiguous, or indexes a register
+    buffer by a value not known at emission time.
+    """
+    registry = registry or default_registry()
+    _check_features(func, features, registry)
+    buffers = tuple(b for b in storage(func) if b.scope != REGISTER_SCOPE)
+    module = ll.Module(name=func.name)
+    module.triple = "aarch64-unknown-linux-gnu"
+    symbol = "tensorize_" + "".join(c if c.isalnum() else "_" for c in func.name)
+    function = ll.Function(module, ll.FunctionType(ll.VoidType(), [ll.PointerType()] *
+                                                   (len(buffers) + 1)), symbol)
+    for arg, buffer in zip(function.args, buffers):
+        arg.name = buffer.name
+    function.args[-1].name = "status"
+    builder = ll.IRBuilder(function.append_basic_block("entry"))
+    emitter = _ArmEmitter(function, builder, dict(zip(buffers, function.args)),
+                          function.args[-1], registry)
+    emitter.stmt(func.body)
+    builder.ret_void()
+    outputs = tuple(p.name for p in written_params(func))
+    return ArmKernel(func, _no_builtins(str(module), symbol), symbol, buffers, outputs,
+                     features, tuple(emitter.sites))
+
+
+def _no_builtins(text: str, symbol: str) -> str:
+    """Mark the function ``no-builtins`` so LLVM does not turn a loop into a call of memset or
+    memcpy: the object code must stand alone (it runs under an emulator with no libc)."""
+    pattern = re.compile(rf'^(define void @"?{symbol}"?\(.*\))', re.MULTILINE)
+    text, count = pattern.subn(r"\1 #0", text, count=1)
+    if count != 1:
+        raise EmitError(f"the arm backend could not find the definition of {symbol} in the "
+                        "module it built; please report it")
+    return text + '\nattributes #0 = { "no-builtins" }\n'
+
+
+def _check_features(func: PrimFunc, features: str, registry: Registry) -> None:
+    enabled = enabled_features(features)
+    for call in _calls(func):
+        intrinsic = registry.get(call.intrinsic)
+        if not intrinsic.available(enabled):
+            raise EmitError(f"{intrinsic.name} requires target feature +{intrinsic.feature}, "
+                            f"got features {features!r}; pass features="
+                            f"'{features},+{intrinsic.feature}'", call.loc)
+        if "arm" not in intrinsic.emit:
+            raise EmitError(f"the arm backend requires an emit.arm template, and "
+                            f"{intrinsic.name} (target {intrinsic.target}) has none", call.loc)
+
+
+def _calls(func: PrimFunc) -> list[IntrinsicCall]:
+    found: list[IntrinsicCall] = []
+
+    class _Calls(Visitor):
+        def visit_IntrinsicCall(self, call: IntrinsicCall) -> None:
+            found.append(call)
+
+    _Calls().visit(func.body)
+    return found
+
+
+@dataclass(frozen=True)
+class _Tile:
+    """Where an operand's elements are: a register piece (``key``) and the bytes within it,
+    or memory (``address``) holding ``size`` contiguous bytes."""
+
+    size: int
+    key: tuple[int, int] | None = None
+    offset: int = 0
+    address: ll.Value | None = None
+
+
+class _ArmEmitter(ExprEmitter):
+    """Statements, register buffers and intrinsic calls on top of the host's expressions."""
+
+    def __init__(self, function: ll.Function, builder: ll.IRBuilder,
+                 pointers: dict[Buffer, ll.Value], status: ll.Value, registry: Registry
+                 ) -> None:
+        super().__init__(function, builder, pointers, status)
+        self.registry = registry
+        self.forms: dict[Var, Form] = {}
+        self.registers: dict[tuple[int, int], ll.Value] = {}
+
+    # -- statements -------------------------------------------------------------------------
+
+    def stmt(self, node: Stmt) -> None:
+        """Emit one statement."""
+        handler: Callable[[Stmt], None] | None = getattr(self, "_" + type(node).__name__, None)
+        if handler is None:
+            raise EmitError(f"the arm backend requires statements it knows, got "
+                            f"{type(node).__name__}")
+        handler(node)
+
+    def _SeqStmt(self, node: SeqStmt) -> None:
+        for item in node.stmts:
+            self.stmt(item)
+
+    def _BufferStore(self, store: BufferStore) -> None:
+        value = nm.to_memory(self.b, store.buffer.dtype, self.expr(store.value))
+        if store.buffer.scope == REGISTER_SCOPE:
+            self._set_element(store.buffer, store.indices, value)
+            return
+        self.b.store(value, self.address(store.buffer, store.indices, "store"))
+
+    def _BufferLoad(self, load) -> ll.Value:  # type: ignore[no-untyped-def]
+        if load.buffer.scope != REGISTER_SCOPE:
+            return super()._BufferLoad(load)
+        key, lane, vector = self._element(load.buffer, load.indices)
+        raw = self.b.extract_element(self.b.bitcast(self._piece(key, load.buffer), vector),
+                                     ll.Constant(ll.IntType(32), lane))
+        return nm.from_memory(self.b, load.buffer.dtype, raw)
+
+    def _IfThenElse(self, node: IfThenElse) -> None:
+        cond = self.expr(node.cond)
+        with self._no_register_writes("a branch"):
+            if node.else_case is None:
+                with self.b.if_then(cond):
+                    self.stmt(node.then_case)
+                return
+            with self.b.if_else(cond) as (then, otherwise):
+                with then:
+                    self.stmt(node.then_case)
+                with otherwise:
+                    self.stmt(node.else_case)
+
+    def _For(self, loop: For) -> None:
+        if loop.kind is ForKind.UNROLLED:
+            for value in range(loop.extent):
+                with self._bind({loop.var: ll.Constant(nm.value_type(loop.var.dtype), value)},
+                                {loop.var: Form(value)}):
+                    self.stmt(loop.body)
+            return
+        b = self.b
+        ty = nm.value_type(loop.var.dtype)
+        before = b.block
+        body = b.append_basic_block(f"{loop.var.name}.body")
+        after = b.append_basic_block(f"{loop.var.name}.end")
+        b.branch(body)
+        b.position_at_end(body)
+        counter = b.phi(ty, loop.var.name)
+        counter.add_incoming(ll.Constant(ty, 0), before)
+        # Every register piece live into the loop is carried around it: the accumulators.
+        carried = {}
+        for key, value in self.registers.items():
+            phi = b.phi(value.type)
+            phi.add_incoming(value, before)
+            carried[key] = phi
+        self.registers.update(carried)
+        with self._bind({loop.var: counter}, {}):
+            self.stmt(loop.body)
+        for key, phi in carried.items():
+            phi.add_incoming(self.registers[key], b.block)
+        following = b.add(counter, ll.Constant(ty, 1))
+        counter.add_incoming(following, b.block)
+        b.cbranch(b.icmp_unsigned("<", following, ll.Constant(ty, loop.extent)), body, after)
+        b.position_at_end(after)
+
+    def _BlockRealize(self, realize: BlockRealize) -> None:
+        block = realize.block
+        values = {iv.var: nm.convert(self.b, binding.dtype, iv.var.dtype, self.expr(binding))
+                  for iv, binding in zip(block.iter_vars, realize.bindings)}
+        forms = {}
+        for iv, binding in zip(block.iter_vars, realize.bindings):
+            form = evaluate(binding, self.forms)
+            forms[iv.var] = form if form is not None else Form(0, {iv.var: 1})
+        outer_name = self.block_name
+        self.block_name = block.name
+        with self._bind(values, forms):
+            if isinstance(realize.predicate, IntImm) and realize.predicate.value == 1:
+                self._block_body(realize, values)
+            else:
+                with self._no_register_writes("a block predicate"):
+                    with self.b.if_then(self.expr(realize.predicate)):
+                        self._block_body(realize, values)
+        self.block_name = outer_name
+
+    def _block_body(self, realize: BlockRealize, values: dict[Var, ll.Value]) -> None:
+        block = realize.block
+        if block.init is not None:
+            first = ll.Constant(I1, 1)
+            for iv in block.iter_vars:
+                if iv.kind is IterKind.REDUCE:
+                    value = values[iv.var]
+                    first = self.b.and_(first, self.b.icmp_unsigned(
+                        "==", value, ll.Constant(value.type, 0)))
+            with self._no_register_writes("a block init"):
+                with self.b.if_then(first):
+                    self.stmt(block.init)
+        self.stmt(block.body)
+
+    # -- intrinsic calls ---------------------------------------------------------------------
+
+    def _IntrinsicCall(self, call: IntrinsicCall) -> None:
+        intrinsic = self.registry.get(call.intrinsic)
+        template = templates.parse(intrinsic.name, intrinsic.emit["arm"])
+        tiles = {op.name: self._tile(intrinsic, op.name, region)
+                 for op, region in zip(intrinsic.operands, call.args)
+                 if isinstance(region, BufferRegion)}
+        regions = {op.name: region for op, region in zip(intrinsic.operands, call.args)}
+        if template.kind == "store":
+            (ty, source), = template.args
+            value = self._operand(intrinsic, source, tiles[source], ty)
+            self._write(intrinsic, template.pointer, tiles[template.pointer], value, regions,
+                        memory_only=True)
+            return
+        if template.kind == "load":
+            pointer = self._memory(intrinsic, template.pointer, tiles[template.pointer],
+                                   template.result_type)
+            value = self.b.load(pointer, typ=template.result_type)
+        elif template.kind == "zero":
+            value = ll.Constant(template.result_type, None)
+        else:
+            args = [self._operand(intrinsic, name, tiles[name], ty) for ty, name in template.args]
+            function = self.declare(template.function, template.result_type,
+                                    tuple(ty for ty, _ in template.args))
+            value = self.b.call(function, args)
+        self._write(intrinsic, template.result, tiles[template.result], value, regions)
+
+    def _tile(self, intrinsic: Intrinsic, name: str, region: BufferRegion) -> _Tile:
+        """Where operand ``name``'s tile is, after checking it is one contiguous run of the
+        operand's size (the instruction moves whole registers or 32-bit lanes)."""
+        buffer = region.buffer
+        extents = []
+        for rng in region.ranges:
+            if not isinstance(rng.extent, IntImm):
+                raise EmitError(f"block {self.block_name}: operand {name} of {intrinsic.name} "
+                                f"requires a constant-size tile of {buffer.name}")
+            extents.append(rng.extent.value)
+        operand = intrinsic.operand(name)
+        wanted = 1
+        for extent in operand.buffer.shape:
+            wanted *= extent
+        count = 1
+        for extent in extents:
+            count *= extent
+        strides = buffer.effective_strides
+        if count != wanted or not _contiguous(extents, strides):
+            raise EmitError(
+                f"block {self.block_name}: operand {name} of {intrinsic.name} requires "
+                f"{wanted} contiguous {operand.buffer.dtype} elements (one register's "
+                f"worth), got a {'x'.join(map(str, extents))} tile of {buffer.name} with "
+                f"strides {strides}; pack the operand first (transform_layout)",
+                region.loc)
+        size = count * buffer.dtype.bits // 8
+        if buffer.scope != REGISTER_SCOPE:
+            return _Tile(size, address=self._tile_address(region))
+        starts = [self._static(rng.start, buffer) for rng in region.ranges]
+        offset = sum(s * st for s, st in zip(starts, strides)) * buffer.dtype.bits // 8
+        piece, within = divmod(offset, _VECTOR_BYTES)
+        if within + size > _VECTOR_BYTES or within % 4 or size % 4:
+            raise EmitError(f"block {self.block_name}: operand {name} of {intrinsic.name} "
+                            f"requires its {size} bytes of register buffer {buffer.name} "
+                            f"within one register, 4-byte aligned; they start at byte "
+                            f"{offset}")
+        return _Tile(size, (id(buffer), piece), within)
+
+    def _operand(self, intrinsic: Intrinsic, name: str, tile: _Tile, ty: ll.Type
+                 ) -> ll.Value:
+        """Operand ``name`` as a value of vector type ``ty``: a register, a 32-bit lane of one
+        replicated to all lanes (the by-element forms), or a load of contiguous memory."""
+        if tile.key is None:
+            return self.b.load(self._memory(intrinsic, name, tile, ty), typ=ty)
+        value = self._piece(tile.key, None)
+        if tile.size == _VECTOR_BYTES:
+            return self.b.bitcast(value, ty)
+        if tile.size != 4:
+            raise EmitError(f"block {self.block_name}: operand {name} of {intrinsic.name} "
+                            f"requires a whole register or one 32-bit lane, got {tile.size} "
+                            "bytes")
+        lanes = self.b.bitcast(value, _I32X4)
+        lane = tile.offset // 4
+        splat = self.b.shuffle_vector(lanes, ll.Constant(_I32X4, None),
+                                      ll.Constant(_I32X4, [lane] * 4))
+        return self.b.bitcast(splat, ty)
+
+    def _write(self, intrinsic: Intrinsic, name: str, tile: _Tile, value: ll.Value,
+               regions: dict[str, object], memory_only: bool = False) -> None:
+        if tile.key is None:
+            self.b.store(value, self._memory(intrinsic, name, tile, value.type))
+            return
+        if memory_only:
+            raise EmitError(f"block {self.block_name}: {intrinsic.name} stores to register "
+                            f"buffer {regions[name].buffer.name}; its operand {name} must be "
+                            "in memory")
+        bits = value.type.count * value.type.element.width
+        if tile.size == _VECTOR_BYTES and bits == 128:
+            self.registers[tile.key] = value
+            return
+        if tile.size != 4 or bits != 32:
+            raise EmitError(f"block {self.block_name}: {intrinsic.name} writes {bits // 8} "
+                            f"bytes into a {tile.size}-byte tile of a register")
+        word = self.b.bitcast(value, ll.IntType(32))
+        current = self.registers.get(tile.key, ll.Constant(_I32X4, None))
+        self.registers[tile.key] = self.b.insert_element(
+            self.b.bitcast(current, _I32X4), word, ll.Constant(ll.IntType(32), tile.offset // 4))
+
+    def _memory(self, intrinsic: Intrinsic, name: str, tile: _Tile, ty: ll.Type) -> ll.Value:
+        bits = ty.count * ty.element.width
+        if tile.address is None or bits != tile.size * 8:
+            raise EmitError(f"block {self.block_name}: operand {name} of {intrinsic.name} "
+                            f"requires {bits // 8} bytes of memory, got a {tile.size}-byte "
+                            "tile")
+        return tile.address
+
+    def _tile_address(self, region: BufferRegion) -> ll.Value:
+        """The address of a memory tile's first element (its extent was checked whole by
+        the schedule's region analysis; the tile's own bytes need no per-element check)."""
+        buffer = region.buffer
+        base = self.pointers.get(buffer)
+        if base is None:
+            raise EmitError(f"block {self.block_name} requires buffer {buffer.name} to be a "
+                            "parameter or allocated by an enclosing block")
+        offset: ll.Value = ll.Constant(I64, 0)
+        for rng, stride in zip(region.ranges, buffer.effective_strides):
+            term = self._index(rng.start)
+            if stride != 1:
+                term = self.b.mul(term, ll.Constant(I64, stride))
+            offset = self.b.add(offset, term)
+        return self.b.gep(base, [offset], source_etype=nm.memory_type(buffer.dtype))
+
+    # -- register buffers --------------------------------------------------------------------
+
+    def _static(self, index: Expr, buffer: Buffer) -> int:
+        form = evaluate(index, self.forms)
+        if form is None or form.value is None:
+            raise EmitError(f"block {self.block_name}: register buffer {buffer.name} is "
+                            f"indexed by {index}, which is not known when the code is emitted; "
+                            "unroll the loops that index it")
+        return form.value
+
+    def _element(self, buffer: Buffer, indices: tuple[Expr, ...]
+                 ) -> tuple[tuple[int, int], int, ll.VectorType]:
+        flat = sum(self._static(i, buffer) * s for i, s in zip(indices, buffer.effective_strides))
+        size = buffer.dtype.bits // 8
+        piece, within = divmod(flat * size, _VECTOR_BYTES)
+        vector = ll.VectorType(nm.memory_type(buffer.dtype), _VECTOR_BYTES // size)
+        return (id(buffer), piece), within // size, vector
+
+    def _set_element(self, buffer: Buffer, indices: tuple[Expr, ...], value: ll.Value) -> None:
+        key, lane, vector = self._element(buffer, indices)
+        current = self.registers.get(key, ll.Constant(vector, None))
+        self.registers[key] = self.b.insert_element(self.b.bitcast(current, vector), value,
+                                                    ll.Constant(ll.IntType(32), lane))
+
+    def _piece(self, key: tuple[int, int], buffer: Buffer | None) -> ll.Value:
+        value = self.registers.get(key)
+        if value is None:
+            name = buffer.name if buffer is not None else "a register buffer"
+            raise EmitError(f"block {self.block_name} reads {name} (register piece {key[1]}) "
+                            "before anything writes it")
+        return value
+
+    # -- scoping -----------------------------------------------------------------------------
+
+    @contextmanager
+    def _bind(self, values: dict[Var, ll.Value], forms: dict[Var, Form]) -> Iterator[None]:
+        saved = {var: self.env.get(var) for var in values}
+        saved_forms = {var: self.forms.get(var) for var in values}
+        self.env.update(values)
+        for var in values:
+            if var in forms:
+                self.forms[var] = forms[var]
+            else:
+                self.forms.pop(var, None)
+        try:
+            yield
+        finally:
+            for var, old in saved.items():
+                if old is None:
+                    self.env.pop(var, None)
+                else:
+                    self.env[var] = old
+            for var, old_form in saved_forms.items():
+                if old_form is None:
+                    self.forms.pop(var, None)
+                else:
+                    self.forms[var] = old_form
+
+    @contextmanager
+    def _no_register_writes(self, where: str) -> Iterator[None]:
+        before = dict(self.registers)
+        yield
+        if self.registers != before:
+            raise EmitError(f"block {self.block_name} writes a register buffer under {where}; "
+                            "the arm backend keeps registers only in straight-line code and "
+                            "loops")
+
+
+def _contiguous(extents: list[int], strides: tuple[int, ...]) -> bool:
+    """True when a tile of ``extents`` at ``strides`` covers consecutive elements."""
+    expected = 1
+    for extent, stride in zip(reversed(extents), reversed(strides)):
+        if extent == 1:
+            continue
+        if stride != expected:
+            return False
+        expected *= extent
+    return True

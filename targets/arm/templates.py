@@ -1,0 +1,73 @@
+"""The ``emit.arm`` templates of intrinsics/arm.yaml, read as one LLVM instruction each.
+
+A template is one line of LLVM IR whose ``{operand}`` placeholders stand for register values
+(or, after ``ptr``, an address). Four shapes occur, and any other is refused when the
+template is first used:
+
+- ``{D} = call <ty> @name(<ty> {X}, ...)``: an LLVM intrinsic (sdot, udot, smmla...);
+- ``{D} = load <ty>, ptr {S}, align N``: a register filled from memory;
+- ``store <ty> {S}, ptr {D}, align N``: a register written to memory;
+- ``{D} = bitcast <ty> zeroinitializer to <ty>``: a zeroed register.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from llvmlite import ir as ll
+
+from targets.arm.errors import EmitError
+
+_TYPE = r"<\d+ x i\d+>"
+_CALL = re.compile(rf"^\{{(\w+)\}} = call ({_TYPE}) @([\w.]+)\((.*)\)$")
+_ARG = re.compile(rf"^({_TYPE}) \{{(\w+)\}}$")
+_LOAD = re.compile(rf"^\{{(\w+)\}} = load ({_TYPE}), ptr \{{(\w+)\}}, align \d+$")
+_STORE = re.compile(rf"^store ({_TYPE}) \{{(\w+)\}}, ptr \{{(\w+)\}}, align \d+$")
+_ZERO = re.compile(rf"^\{{(\w+)\}} = bitcast ({_TYPE}) zeroinitializer to ({_TYPE})$")
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """One parsed template: ``kind`` (call, load, store, zero), the operand it defines (or
+    stores to), the LLVM function called, and the (type, operand) of each argument; for a
+    load and a store the argument is the register and ``pointer`` the memory operand."""
+
+    kind: str
+    result: str
+    result_type: ll.Type
+    function: str = ""
+    args: tuple[tuple[ll.Type, str], ...] = ()
+    pointer: str = ""
+
+
+def vector_type(text: str) -> ll.VectorType:
+    """``<16 x i8>`` as an llvmlite type."""
+    count, bits = re.findall(r"\d+", text)
+    return ll.VectorType(ll.IntType(int(bits)), int(count))
+
+
+def parse(name: str, text: str) -> Template:
+    """The template of intrinsic ``name``; EmitError for a shape this backend cannot emit."""
+    line = text.strip()
+    if match := _CALL.match(line):
+        args = []
+        for part in match.group(4).split(","):
+            arg = _ARG.match(part.strip())
+            if arg is None:
+                raise EmitError(f"the arm template of {name} requires typed operands as "
+                                f"arguments, got {part.strip()!r}")
+            args.append((vector_type(arg.group(1)), arg.group(2)))
+        return Template("call", match.group(1), vector_type(match.group(2)), match.group(3),
+                        tuple(args))
+    if match := _LOAD.match(line):
+        return Template("load", match.group(1), vector_type(match.group(2)),
+                        pointer=match.group(3))
+    if match := _STORE.match(line):
+        return Template("store", match.group(3), vector_type(match.group(1)),
+                        args=((vector_type(match.group(1)), match.group(2)),),
+                        pointer=match.group(3))
+    if match := _ZERO.match(line):
+        return Template("zero", match.group(1), vector_type(match.group(3)))
+    raise EmitError(f"the arm backend requires an emit.arm template that is a call, load, "
+                    f"store or zeroing bitcast; {name}'s is {line!r}")
