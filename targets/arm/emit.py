@@ -99,7 +99,7 @@ def emit(func: PrimFunc, features: str = DEFAULT_FEATURES,
                           function.args[-1], registry)
     emitter.stmt(func.body)
     builder.ret_void()
-    outputs = tuple(p.name for p in written_params(func))
+    outputs = _written(func, registry)
     return ArmKernel(func, _no_builtins(str(module), symbol), symbol, buffers, outputs,
                      features, tuple(emitter.sites))
 
@@ -126,6 +126,17 @@ def _check_features(func: PrimFunc, features: str, registry: Registry) -> None:
         if "arm" not in intrinsic.emit:
             raise EmitError(f"the arm backend requires an emit.arm template, and "
                             f"{intrinsic.name} (target {intrinsic.target}) has none", call.loc)
+
+
+def _written(func: PrimFunc, registry: Registry) -> tuple[str, ...]:
+    """The parameters a store or an intrinsic's output operand writes, in order."""
+    written = {id(p) for p in written_params(func)}
+    for call in _calls(func):
+        intrinsic = registry.get(call.intrinsic)
+        for operand, region in zip(intrinsic.operands, call.args):
+            if operand.role != "input" and isinstance(region, BufferRegion):
+                written.add(id(region.buffer))
+    return tuple(p.name for p in func.params if id(p) in written)
 
 
 def _calls(func: PrimFunc) -> list[IntrinsicCall]:
