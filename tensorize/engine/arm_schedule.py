@@ -283,6 +283,10 @@ def _vector_nest(sch: Schedule, stage: Any, candidates: list[Intrinsic], require
     own = _own_loops(sch, stage, loops)
     for intrinsic in candidates:
         shape = intrinsic.operands[0].shape
+        if not required and sum(e > 1 for e in shape) > 1:
+            # A store of several rows writes them contiguously; in the kernel's output they
+            # are a row apart, so only single-row stores fit.
+            continue
         saved_func, saved_steps = sch.func, list(sch.trace.steps)
         try:
             outside, tile = _split_to(sch, own, shape)

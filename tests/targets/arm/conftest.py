@@ -1,0 +1,40 @@
+"""Shared helpers: suite kernels tensorized for arm, random inputs, the host reference."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+
+from targets import arm
+from tensorize.engine import auto_tensorize
+from tests.tensorize.engine.suite import suite
+
+
+@cache
+def tensorized(name: str, features: str | None = None):
+    """Suite kernel ``name`` tensorized for arm (default features unless given)."""
+    return auto_tensorize(suite()[name], "arm", features=features)
+
+
+@cache
+def kernel(name: str) -> arm.ArmKernel:
+    """The arm kernel of suite kernel ``name``."""
+    return arm.emit(tensorized(name).func)
+
+
+@cache
+def assembly(name: str) -> str:
+    """The -O3 assembly of suite kernel ``name``."""
+    return arm.compile(kernel(name), "asm")
+
+
+def random_inputs(func, seed: int = 0) -> dict[str, np.ndarray]:
+    """Integer inputs over each dtype's whole range (int8 -128..127 included)."""
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for param in func.params:
+        info = np.iinfo(param.dtype.numpy)
+        inputs[param.name] = rng.integers(info.min, info.max, param.shape, endpoint=True,
+                                          dtype=param.dtype.numpy)
+    return inputs

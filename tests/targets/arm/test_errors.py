@@ -1,0 +1,77 @@
+"""Every refusal of the arm backend: its type and what it says."""
+
+import numpy as np
+import pytest
+
+from intrinsics import default_registry
+from ir import script as T
+from targets import arm
+from targets.arm.elf import load_object
+from tensorize.engine.gemm_view import to_intrinsic_shape
+from tensorize.engine.generic_schedule import schedule_generic
+from tensorize.match import match_block
+from tensorize.schedule import Schedule
+from tests.targets.arm.conftest import kernel, tensorized
+from tests.tensorize.engine.suite import suite
+
+
+def test_i8mm_intrinsic_requires_the_feature() -> None:
+    func = tensorized("gemm_int8", "+neon,+dotprod,+i8mm").func
+    with pytest.raises(arm.EmitError, match=r"arm_smmla requires target feature \+i8mm"):
+        arm.emit(func)
+
+
+def test_i8mm_kernel_compiles_but_is_not_run_under_the_emulator() -> None:
+    features = "+neon,+dotprod,+i8mm"
+    k = arm.emit(tensorized("gemm_int8", features).func, features=features)
+    assert "smmla" in arm.compile(k, "asm")
+    ok, reason = arm.can_run(k)
+    if not ok:
+        assert "i8mm" in reason
+        with pytest.raises(arm.ArmRunError, match="does not execute i8mm"):
+            arm.run(k, {})
+
+
+def test_non_contiguous_operand_tile_is_refused() -> None:
+    # The generic schedule leaves B's 4x4 tile as rows 64 bytes apart: sdot would read wrong
+    # bytes, so the backend refuses it.
+    sch = Schedule(suite()["gemm_int8"])
+    registry = default_registry()
+    intrinsic = registry.get("arm_sdot_lane")
+    match = match_block(sch.func, "C", intrinsic, registry)[0]
+    to_intrinsic_shape(sch, match)
+    schedule_generic(sch, "C", intrinsic)
+    with pytest.raises(arm.EmitError, match="requires 16 contiguous int8 elements"):
+        arm.emit(sch.func)
+
+
+def test_register_buffer_indexed_by_a_serial_loop_is_refused() -> None:
+    @T.prim_func
+    def copy(A: T.Buffer((8,), "int32"), B: T.Buffer((8,), "int32")):
+        R = T.alloc_buffer((8,), "int32", scope="arm.neon")
+        for i in range(8):
+            with T.block("load"):
+                vi = T.axis.spatial(8, i)
+                R[vi] = A[vi]
+        for i in range(8):
+            with T.block("store"):
+                vi = T.axis.spatial(8, i)
+                B[vi] = R[vi]
+
+    with pytest.raises(arm.EmitError, match="register buffer R is indexed by"):
+        arm.emit(copy)
+
+
+def test_non_elf_object_is_refused() -> None:
+    with pytest.raises(arm.ArmRunError, match="little-endian ELF64"):
+        load_object(b"\x7fELF\x01\x01", 0x1000)
+
+
+def test_wrong_input_shape_is_refused() -> None:
+    with pytest.raises(arm.ArmRunError, match=r"input A requires shape \(64, 64\)"):
+        arm.run(kernel("gemm_int8"), {"A": np.zeros((2, 2), np.int8)})
+
+
+def test_unknown_output_kind_is_refused() -> None:
+    with pytest.raises(arm.EmitError, match="output 'asm' or 'obj'"):
+        arm.compile(kernel("gemm_int8"), "exe")
