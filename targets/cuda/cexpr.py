@@ -50,6 +50,27 @@ template <class T> __host__ __device__ inline T tz_max(T a, T b) { return a < b 
 __device__ inline void tz_copy16(void* dst, const void* src) {
   *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
 }
+// Asynchronous 16-byte copies from global to shared memory (sm_80 and later; a plain copy
+// before): issued, committed as a group, and complete for this thread after the wait.
+__device__ inline void tz_cp_async16(void* dst, const void* src) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::
+               "r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+               "l"(__cvta_generic_to_global(src)) : "memory");
+#else
+  tz_copy16(dst, src);
+#endif
+}
+__device__ inline void tz_cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+__device__ inline void tz_cp_async_wait_all() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
+}
 #endif
 """
 

@@ -32,6 +32,7 @@ from ir.visitor import post_order_visit
 from targets.cuda.cexpr import PRELUDE, EmitError, ExprPrinter, ctype
 from targets.cuda.memory import (FragmentLayout, SharedLayout, dense_offset, shared_layout,
                                  warp_split)
+from targets.cuda.pipeline import Pipelined, software_pipeline
 from targets.cuda.vector import vector_copy
 
 __all__ = ["CudaKernel", "Launch", "emit"]
@@ -91,14 +92,21 @@ class CudaKernel:
         return (tiled or list(self.launches))[0]
 
 
-def emit(func: PrimFunc, registry: Registry | None = None) -> CudaKernel:
+def emit(func: PrimFunc, registry: Registry | None = None, *,
+         pipeline: bool = True) -> CudaKernel:
     """Emit ``func`` (tensorized for cuda, or not tensorized at all) as CUDA C++.
+
+    With ``pipeline``, the shared-memory stages of each reduction loop are double-buffered
+    and filled with ``cp.async`` one step ahead (:mod:`.pipeline`); without, each step
+    copies its tiles and then computes.
 
     Raises EmitError naming the statement or buffer the backend cannot express (a
     warp-collective call outside any warp loop, a fragment read element by element, loops
     bound to one thread axis with different extents).
     """
     registry = registry or default_registry()
+    pipelined = software_pipeline(func) if pipeline else Pipelined(func, frozenset(), {})
+    func = pipelined.func
     globals_ = [b for b in func.allocs if b.scope == "global"]
     for buffer in func.allocs:
         if buffer.scope not in ("global", "shared") + FRAGMENT_SCOPES:
@@ -111,7 +119,7 @@ def emit(func: PrimFunc, registry: Registry | None = None) -> CudaKernel:
     kernels, launches = [], []
     for n, stmt in enumerate(stmts):
         name = f"{_identifier(func.name)}_k{n}"
-        emitter = _KernelEmitter(name, buffers, names, registry)
+        emitter = _KernelEmitter(name, buffers, names, registry, pipelined)
         kernels.append(emitter.emit(stmt))
         launches.append(emitter.launch)
     written: set[str] = set()
@@ -182,7 +190,14 @@ def _memory_accesses(stmt: Stmt, registry: Registry) -> set[tuple[Buffer, str]]:
     return {(b, m) for b, m in _accesses(stmt, registry) if b.scope in ("shared", "global")}
 
 
-def _conflict(before: set[tuple[Buffer, str]], after: set[tuple[Buffer, str]]) -> bool:
+def _conflict(before: set[tuple[Buffer, str]], after: set[tuple[Buffer, str]],
+              ctx: str) -> bool:
+    """Whether ``after`` touches what ``before`` wrote or writes what it touched. Within a
+    warp only shared memory counts: its warp-collective stores to global memory write
+    disjoint tiles, and the backend never reads global data a warp wrote."""
+    if ctx == "warp":
+        before = {(b, m) for b, m in before if b.scope == "shared"}
+        after = {(b, m) for b, m in after if b.scope == "shared"}
     written_before = {b for b, m in before if m == "w"}
     written_after = {b for b, m in after if m == "w"}
     return bool(written_before & {b for b, _ in after}) or bool(
@@ -246,8 +261,9 @@ class _KernelEmitter:
     """Emits one root statement as one ``__global__`` function (module docs)."""
 
     def __init__(self, name: str, buffers: tuple[Buffer, ...], names: dict[str, str],
-                 registry: Registry):
+                 registry: Registry, pipelined: Pipelined):
         self.name = name
+        self.pipelined = pipelined
         self.buffers = buffers
         self.buffer_names = {b: names[b.name] for b in buffers}
         self.registry = registry
@@ -469,7 +485,9 @@ class _KernelEmitter:
         head: set | None = None
         for stmt in stmts:
             touched = _memory_accesses(stmt, self.registry)
-            if ctx in _BARRIERS and _conflict(pending, touched):
+            # A pipelined loop opens every step with its own wait and barrier.
+            opens_synced = isinstance(stmt, For) and stmt.var in self.pipelined.loops
+            if ctx in _BARRIERS and _conflict(pending, touched, ctx) and not opens_synced:
                 self._line(_BARRIERS[ctx])
                 head = pending if head is None else head
                 pending = set()
@@ -488,6 +506,8 @@ class _KernelEmitter:
             pending = self._stmt(loop.body, inner, entered)
             self._line("}")
             return pending if entered == ctx else _memory_accesses(loop, self.registry)
+        if loop.var in self.pipelined.loops and ctx == "block":
+            return self._pipelined_for(loop, inner, name)
         nest = _perfect_nest(loop)
         if nest is not None and not _calls_intrinsic(loop) and not _thread_loops(loop):
             return self._cooperative(nest[0], nest[1], scope, ctx)
@@ -497,12 +517,31 @@ class _KernelEmitter:
         self.depth += 1
         body = loop.body.stmts if isinstance(loop.body, SeqStmt) else (loop.body,)
         head, pending = self._seq(body, inner, ctx)
-        if ctx in _BARRIERS and _conflict(pending, head):
+        if ctx in _BARRIERS and _conflict(pending, head, ctx):
             self._line(_BARRIERS[ctx])
             pending = set()
         self.depth -= 1
         self._line("}")
         return pending
+
+    def _pipelined_for(self, loop: For, inner: _Scope, name: str) -> set:
+        """A double-buffered loop (:mod:`.pipeline`): its body is the guarded prefetch of the
+        next step, then the compute. The copies issued before the loop (the prologue) and
+        each prefetch are committed as one group; each step opens by waiting for the group
+        in flight and a barrier, after which every thread's copies are visible and every
+        warp has finished reading the stage the prefetch overwrites."""
+        prefetch, *rest = loop.body.stmts
+        self._line("tz_cp_async_commit();")
+        self._line(f"for (int {name} = 0; {name} < {loop.extent}; ++{name}) {{")
+        self.depth += 1
+        self._line("tz_cp_async_wait_all();")
+        self._line("__syncthreads();")
+        self._stmt(prefetch, inner, "block")
+        self._line("tz_cp_async_commit();")
+        self._seq(tuple(rest), inner, "block")
+        self.depth -= 1
+        self._line("}")
+        return _memory_accesses(loop, self.registry)
 
     def _cooperative(self, loops: list[For], realize: BlockRealize, scope: _Scope,
                      ctx: str) -> set:
@@ -583,7 +622,8 @@ class _KernelEmitter:
 
         dst = self._element(store.buffer, at_first_lane(store.indices), scope)
         src = self._element(store.value.buffer, at_first_lane(store.value.indices), scope)
-        self._line(f"tz_copy16(&{dst}, &{src});")
+        move = "tz_cp_async16" if store.buffer in self.pipelined.staged else "tz_copy16"
+        self._line(f"{move}(&{dst}, &{src});")
 
     def _serial(self, stmt: Stmt, scope: _Scope) -> None:
         """Emit ``stmt`` as run by one thread."""

@@ -10,9 +10,10 @@ aligned and ``ldm`` a multiple of 16 bytes (row-major int8 tiles at column 16, o
 tiles at column 8, would not be) and the loads free of bank conflicts (a warp reads
 consecutive words). ``panel_stride`` is the panel's size plus 32 bytes, so the copy into
 shared memory, whose consecutive threads cross from one panel into the next, finds the next
-panel 8 banks further on instead of on the same banks. Other shared buffers are row-major
-with their rows padded by 16 bytes (4 banks) where that keeps the row size a multiple of
-16 bytes.
+panel 8 banks further on instead of on the same banks. Leading dimensions (the two stages of a
+double buffer) select whole sets of panels, each 128-byte aligned. Other shared buffers are
+row-major with their rows padded by 16 bytes (4 banks) where that keeps the row size a
+multiple of 16 bytes.
 
 Fragments. A ``wmma.*`` buffer is a tile grid; each warp keeps only the fragments it touches.
 An access region's start, as an affine function of the loop variables, splits into the terms
@@ -50,6 +51,7 @@ class SharedLayout:
     panel_stride: int
     strides: tuple[int, ...]
     size: int
+    stage_strides: tuple[int, ...] = ()
 
     def offset(self, indices: list[str]) -> str:
         """The element offset of ``buffer[indices]``."""
@@ -57,7 +59,11 @@ class SharedLayout:
             return dense_offset(self.strides, indices)
         r, c = indices[-2:]
         w = self.panel
-        return f"(({c}) / {w}) * {self.panel_stride} + ({r}) * {self.pitch} + ({c}) % {w}"
+        text = f"(({c}) / {w}) * {self.panel_stride} + ({r}) * {self.pitch} + ({c}) % {w}"
+        stages = [i for i, s in zip(indices, self.stage_strides) if s]
+        if not stages:
+            return text
+        return f"{dense_offset(tuple(s for s in self.stage_strides if s), stages)} + {text}"
 
     def leading(self, layout: str) -> int:
         """ldm of a tile in ``layout`` (row_major: the row stride; col_major: the column
@@ -72,17 +78,23 @@ class SharedLayout:
 
 def shared_layout(buffer: Buffer, tile_width: int | None) -> SharedLayout:
     """The layout of shared ``buffer`` (module docs); ``tile_width`` is the width of the
-    fragment tiles loaded from it, None when no fragment load reads it. Leading dimensions of
-    extent 1 do not stop the panel layout (their index is always 0)."""
+    fragment tiles loaded from it, None when no fragment load reads it. In the panel layout,
+    leading dimensions (stages) select whole 128-byte-aligned panel sets."""
     elem = max(buffer.dtype.bits // 8, 1)
     shape = buffer.shape
-    rows, cols = (_product(shape[:-1]), shape[-1]) if shape else (1, 1)
-    if tile_width is not None and len(shape) >= 2 and all(e == 1 for e in shape[:-2]):
+    rows, cols = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
+    if tile_width is not None and len(shape) >= 2:
         pitch = -(-tile_width * elem // 16) * 16 // elem
         if cols % tile_width == 0 and (rows * pitch * elem) % 32 == 0:
             stride = rows * pitch + 32 // elem
+            size = stride * (cols // tile_width)
+            # Leading dimensions (the stages of a double buffer) index whole panel sets,
+            # each starting 128 bytes aligned.
+            whole = -(-size * elem // 128) * 128 // elem
+            stage_strides = tuple(whole * _product(shape[d + 1:-2]) if shape[d] > 1 else 0
+                                  for d in range(len(shape) - 2))
             return SharedLayout(buffer, tile_width, pitch, stride, (),
-                                stride * (cols // tile_width))
+                                whole * _product(shape[:-2]), stage_strides)
     strides = list(buffer.effective_strides)
     if len(shape) >= 2 and (shape[-1] * elem) % 16 == 0:
         row = shape[-1] + 16 // elem

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from ir import BlockRealize, BufferLoad, BufferStore, Expr, Var, substitute
 from ir.arith import Interval, linearize, simplify
+from ir.visitor import post_order_visit
 from targets.cuda.memory import SharedLayout
 
 __all__ = ["VECTOR_BYTES", "vector_copy"]
@@ -64,8 +65,9 @@ def _access_reason(buffer, indices: tuple[Expr, ...], lane: Var, lanes: int,
         if any(atom is lane for atom, _ in linearize(index).terms):
             return "the lanes step along a dimension other than the last"
     form = linearize(indices[-1])
-    if any(atom is None or not isinstance(atom, Var) for atom, _ in form.terms):
-        return "the last index is not affine in the loops"
+    # Other atoms (a step's (ko + 1) % K) are integers the lanes do not change.
+    if any(atom is None or (atom is not lane and _uses(atom, lane)) for atom, _ in form.terms):
+        return "the last index is not affine in the lanes' loop"
     steps = dict(form.terms)
     if steps.get(lane) != 1:
         return "consecutive lanes are not consecutive elements"
@@ -73,7 +75,7 @@ def _access_reason(buffer, indices: tuple[Expr, ...], lane: Var, lanes: int,
     if any(c % lanes for c in others):
         return f"the first lane's column is not always a multiple of {lanes}"
     if layout is not None and layout.panel is not None:
-        sizes = (layout.panel, layout.pitch, layout.panel_stride)
+        sizes = (layout.panel, layout.pitch, layout.panel_stride, *layout.stage_strides)
         if any(s % lanes for s in sizes):
             return f"its panels ({sizes}) are not in multiples of {lanes} elements"
         return None
@@ -83,3 +85,9 @@ def _access_reason(buffer, indices: tuple[Expr, ...], lane: Var, lanes: int,
     if any(s % lanes for s in strides[:-1]):
         return f"a row stride is not a multiple of {lanes} elements"
     return None
+
+
+def _uses(expr: Expr, var: Var) -> bool:
+    found: list[bool] = []
+    post_order_visit(expr, lambda n: found.append(True) if n is var else None)
+    return bool(found)

@@ -6,6 +6,8 @@
 // reaches __syncthreads() (or __syncwarp(), or its end), in increasing or decreasing thread
 // order, and releases a barrier once every thread of the block (of the warp) waits at it.
 // A thread that finishes while others wait at a barrier is reported as barrier divergence.
+// Asynchronous copies (cp.async) are performed when their thread waits for them, not when
+// issued; a thread ending with copies it never waited for is reported.
 // __shared__ variables are function statics: one copy, shared by the block's threads.
 //
 // Fragments. Every lane holds the whole tile, row-major, and every lane performs each wmma
@@ -41,12 +43,18 @@ namespace tz {
 enum State { RUNNING, AT_BLOCK_BARRIER, AT_WARP_BARRIER, DONE };
 const size_t STACK_BYTES = 256 * 1024;
 
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+};
+
 struct Thread {
   ucontext_t context;
   tz_dim3 index;
   State state;
   size_t collectives;
   char* stack;
+  std::vector<AsyncCopy> issued, committed;  // cp.async copies not yet performed
 };
 
 struct Collective {
@@ -103,6 +111,8 @@ inline void collective(const char* kind, const void* pointer, unsigned ldm, size
 
 inline void entry() {
   (*kernel_body)();
+  size_t pending = current->issued.size() + current->committed.size();
+  if (pending) fail("%zu asynchronous copies were never waited for", pending);
   current->state = DONE;
 }
 
@@ -125,6 +135,8 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
           th.index = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
           th.state = RUNNING;
           th.collectives = 0;
+          th.issued.clear();
+          th.committed.clear();
           th.stack = stacks[t].data();
           getcontext(&th.context);
           th.context.uc_stack.ss_sp = th.stack;
@@ -183,6 +195,23 @@ inline void tz_copy16(void* dst, const void* src) {
   if (reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16)
     tz::fail("16-byte copy from %p to %p: an address is not 16-byte aligned", src, dst);
   std::memcpy(dst, src, 16);
+}
+
+// cp.async: a copy lands only when its thread waits for its committed group, so code that
+// reads a stage before the wait (or without a barrier after it) reads stale data here.
+inline void tz_cp_async16(void* dst, const void* src) {
+  if (reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16)
+    tz::fail("cp.async from %p to %p: an address is not 16-byte aligned", src, dst);
+  tz::current->issued.push_back({dst, src});
+}
+inline void tz_cp_async_commit() {
+  auto& t = *tz::current;
+  t.committed.insert(t.committed.end(), t.issued.begin(), t.issued.end());
+  t.issued.clear();
+}
+inline void tz_cp_async_wait_all() {
+  for (auto& copy : tz::current->committed) std::memcpy(copy.dst, copy.src, 16);
+  tz::current->committed.clear();
 }
 inline void __syncwarp(unsigned = 0xffffffffu) { tz::wait(tz::AT_WARP_BARRIER); }
 

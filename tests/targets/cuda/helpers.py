@@ -35,9 +35,10 @@ def tensorized(name: str) -> ir.PrimFunc:
 
 
 @cache
-def emitted(name: str) -> cuda.CudaKernel:
-    """Suite kernel ``name`` tensorized for cuda and emitted."""
-    return cuda.emit(tensorized(name))
+def emitted(name: str, pipeline: bool = True) -> cuda.CudaKernel:
+    """Suite kernel ``name`` tensorized for cuda and emitted (double-buffered unless
+    ``pipeline`` is False)."""
+    return cuda.emit(tensorized(name), pipeline=pipeline)
 
 
 def random_inputs(func: ir.PrimFunc, seed: int = 0) -> dict[str, np.ndarray]:

@@ -27,9 +27,18 @@ def test_every_tensorized_suite_kernel_compiles_for_sm80_and_sm90():
 
 @pytest.mark.parametrize("name", ["gemm_fp16", "gemm_int8"])
 def test_copies_into_shared_memory_are_128_bit_loads_and_stores(name):
-    ptx = cuda.compile(emitted(name), "sm_80").decode()
+    ptx = cuda.compile(emitted(name, pipeline=False), "sm_80").decode()
     assert re.search(r"ld\.global(\.nc)?\.v4\.u32", ptx)
     assert "st.shared.v4.u32" in ptx
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", ["gemm_fp16", "gemm_int8", "conv2d_nhwc_int8"])
+def test_double_buffered_stages_are_filled_by_cp_async(name, arch):
+    ptx = cuda.compile(emitted(name), arch).decode()
+    assert re.search(r"cp\.async\.cg\.shared\.global \[%r\d+\], \[%rd\d+\], 16;", ptx)
+    assert "cp.async.commit_group;" in ptx
+    assert "cp.async.wait_group 0;" in ptx
 
 
 def test_cubin_output():

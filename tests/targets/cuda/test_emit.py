@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ir import script as T
@@ -23,14 +25,31 @@ def test_each_warp_declares_only_its_own_fragments():
 
 
 def test_shared_stage_is_fenced_before_and_after_its_readers():
-    source = emitted("gemm_fp16").source
+    source = emitted("gemm_fp16", pipeline=False).source
     loop = source[source.index("for (int k_0"):]
     assert loop.count("__syncthreads();") == 2
     assert loop.index("__syncthreads();") < loop.index("load_matrix_sync")
 
 
-def test_copies_into_shared_memory_move_16_bytes_at_once():
+def test_double_buffered_step_waits_then_prefetches_then_computes():
     source = emitted("gemm_fp16").source
+    before, loop = source.split("for (int k_0", 1)
+    # Prologue: both stage-0 copies are issued and committed before the loop.
+    assert before.count("tz_cp_async16(&") == 2 and before.rstrip().endswith(
+        "tz_cp_async_commit();")
+    order = ["tz_cp_async_wait_all();", "__syncthreads();", "if (((k_0 + 1) < 2))",
+             "tz_cp_async16(&A_shared[(((k_0 + 1) % 2)) * 2112 + ", "tz_cp_async_commit();",
+             "load_matrix_sync", "mma_sync"]
+    positions = [loop.index(text) for text in order]
+    assert positions == sorted(positions)
+    assert loop.count("__syncthreads();") == 1
+    # The fragment loads read the current stage.
+    stage = re.search(r"const int (stage(_\d+)?) = \(k_0 % 2\);", loop).group(1)
+    assert f"(&A_shared[({stage}) * 2112 + " in loop
+
+
+def test_copies_into_shared_memory_move_16_bytes_at_once():
+    source = emitted("gemm_fp16", pipeline=False).source
     # 64 x 32 halves of A and 32 x 64 of B: 256 pieces of 8 each, one per thread.
     assert source.count("tz_copy16(&") == 2
     assert "scalar copy" not in source
@@ -38,7 +57,7 @@ def test_copies_into_shared_memory_move_16_bytes_at_once():
 
 def test_a_row_narrower_than_16_bytes_stays_scalar_and_says_why():
     # 100 x 60 x 36 goes to m8n32k16 tiles: one operand's shared stage has 8-byte rows.
-    source = emitted("gemm_int8_odd").source
+    source = emitted("gemm_int8_odd", pipeline=False).source
     assert source.count("tz_copy16(&") == 1
     assert "// scalar copy: loop ax1 is not vectorized" in source
 

@@ -47,7 +47,7 @@ def _without_barrier(kernel: cuda.CudaKernel, nth: int) -> cuda.CudaKernel:
 
 @pytest.mark.parametrize("nth", [0, 1])
 def test_a_missing_barrier_shows(nth):
-    kernel = emitted("gemm_int8")
+    kernel = emitted("gemm_int8", pipeline=False)
     inputs = random_inputs(suite()["gemm_int8"], seed=5)
     expected = host.run(suite()["gemm_int8"], inputs)["C"]
     broken = _without_barrier(kernel, nth)
@@ -79,12 +79,81 @@ def test_misaligned_fragment_pointer_is_reported():
         cuda.emulate(broken, random_inputs(suite()["gemm_int8"]))
 
 
-def test_misaligned_vector_copy_is_reported():
-    kernel = emitted("gemm_int8")
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_misaligned_vector_copy_is_reported(pipeline):
+    kernel = emitted("gemm_int8", pipeline)
+    move = "tz_cp_async16" if pipeline else "tz_copy16"
     broken = dataclasses.replace(kernel, source=kernel.source.replace(
-        "tz_copy16(&A_shared[", "tz_copy16(&A_shared[4 + ", 1))
+        f"{move}(&A_shared[", f"{move}(&A_shared[4 + ", 1))
     with pytest.raises(cuda.EmulationError, match="not 16-byte aligned"):
         cuda.emulate(broken, random_inputs(suite()["gemm_int8"]))
+
+
+@pytest.mark.parametrize("name", ["gemm_fp16", "matmul_requant_int8"])
+def test_kernels_without_double_buffering_match_too(name):
+    original = suite()[name]
+    inputs = random_inputs(original, seed=4)
+    expected = host.run(original, inputs)
+    for key, value in cuda.emulate(emitted(name, pipeline=False), inputs).items():
+        np.testing.assert_allclose(value, expected[key], rtol=1e-3, atol=1e-3)
+
+
+def _pipelined_gemm() -> tuple[cuda.CudaKernel, dict, np.ndarray]:
+    kernel = emitted("gemm_int8")
+    inputs = random_inputs(suite()["gemm_int8"], seed=6)
+    return kernel, inputs, host.run(suite()["gemm_int8"], inputs)["C"]
+
+
+def _wrong_in_some_order(kernel: cuda.CudaKernel, inputs: dict, expected: np.ndarray) -> bool:
+    results = [cuda.emulate(kernel, inputs, reverse=r)["C"] for r in (False, True)]
+    return any(not np.array_equal(r, expected) for r in results)
+
+
+def test_double_buffered_gemm_is_exact_in_both_thread_orders():
+    kernel, inputs, expected = _pipelined_gemm()
+    assert "tz_cp_async16(&" in kernel.source
+    assert not _wrong_in_some_order(kernel, inputs, expected)
+
+
+def test_a_missing_barrier_after_the_wait_shows():
+    kernel, inputs, expected = _pipelined_gemm()
+    text = "tz_cp_async_wait_all();\n    __syncthreads();"
+    assert kernel.source.count(text) == 1
+    broken = dataclasses.replace(kernel, source=kernel.source.replace(
+        text, "tz_cp_async_wait_all();"))
+    assert _wrong_in_some_order(broken, inputs, expected)
+
+
+def test_a_missing_wait_is_reported():
+    kernel, inputs, _ = _pipelined_gemm()
+    broken = dataclasses.replace(kernel, source=kernel.source.replace(
+        "    tz_cp_async_wait_all();\n", ""))
+    with pytest.raises(cuda.EmulationError, match="asynchronous copies were never waited for"):
+        cuda.emulate(broken, inputs)
+
+
+def test_a_wait_at_the_end_of_the_step_shows():
+    # The copies land after the compute: the first step reads a stage nobody has filled.
+    kernel, inputs, expected = _pipelined_gemm()
+    assert _wrong_in_some_order(_wait_at_step_end(kernel), inputs, expected)
+
+
+def _wait_at_step_end(kernel: cuda.CudaKernel) -> cuda.CudaKernel:
+    """``kernel`` with each step's wait moved from its start to its end."""
+    source = kernel.source.replace("    tz_cp_async_wait_all();\n", "", 1)
+    head, loop = source.split("for (int k_0", 1)
+    body_end = loop.index("\n  }\n")
+    loop = loop[:body_end] + "\n    tz_cp_async_wait_all();" + loop[body_end:]
+    return dataclasses.replace(kernel, source=head + "for (int k_0" + loop)
+
+
+def test_a_wrong_stage_index_shows():
+    kernel, inputs, expected = _pipelined_gemm()
+    # The fragment loads read the stage being prefetched instead of the current one.
+    assert kernel.source.count("= (k_0 % 2);") == 2
+    broken = dataclasses.replace(kernel, source=kernel.source.replace(
+        "= (k_0 % 2);", "= ((k_0 + 1) % 2);"))
+    assert _wrong_in_some_order(broken, inputs, expected)
 
 
 @T.prim_func

@@ -1,0 +1,38 @@
+"""targets.cuda.pipeline: the double-buffered reduction loop, as IR run by the host executor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import intrinsics
+from intrinsics import default_registry
+from ir.verify import verify
+from targets import host
+from targets.cuda.pipeline import software_pipeline
+from tests.targets.cuda.helpers import random_inputs, tensorized
+from tests.tensorize.engine.suite import suite
+
+
+@pytest.mark.parametrize("name", ["gemm_fp16", "gemm_int8_odd", "conv2d_nhwc_int8",
+                                  "matmul_requant_int8"])
+def test_pipelined_function_computes_what_the_loop_did(name):
+    pipelined = software_pipeline(tensorized(name))
+    verify(pipelined.func)
+    assert len(pipelined.loops) == 1
+    # Each staged buffer gains a leading dimension of two stages.
+    assert all(new.shape == (2, *old.shape) for new, old in pipelined.staged.items())
+    inputs = random_inputs(suite()[name], seed=7)
+    expected = host.run(suite()[name], inputs)
+    actual = host.run(pipelined.func, inputs, intrinsics.lowerer(default_registry().get))
+    for key, value in expected.items():
+        if value.dtype.kind == "f":
+            np.testing.assert_allclose(actual[key], value, rtol=1e-3, atol=1e-3)
+        else:
+            np.testing.assert_array_equal(actual[key], value)
+
+
+def test_a_single_step_loop_is_left_alone():
+    # 32 x 32 x 32 fp16: one 32-deep stage, nothing to prefetch.
+    func = tensorized("matmul_relu_fp16")
+    assert software_pipeline(func).func is func
