@@ -76,27 +76,24 @@ class Tensorized:
 def candidate_intrinsics(registry: Registry, target: str, name: str | None = None,
                          features: str | None = None) -> list[Intrinsic]:
     """The intrinsics the tensorizer tries for ``target``: its compute intrinsics that reduce
-    and accumulate (resetting variants are used through ``fold_init``) and that the target
-    features provide, or only ``name`` (whatever it needs).
-
-    ``features`` is an LLVM-style list (``"+neon,+dotprod,+i8mm"``); None means the target's
-    defaults (``DEFAULT_FEATURES`` of its schedule module), or every intrinsic when it has
-    none."""
+    and accumulate (resetting variants are used through ``fold_init``) and, when
+    ``features`` is given (``"+neon,+dotprod,+i8mm"``), that those features provide; or only
+    ``name`` (whatever it needs)."""
     if name is not None:
         return [registry.get(name)]
-    enabled = target_features(target, features)
+    enabled = None if features is None else _feature_names(features)
     return [i for i in registry.compute_intrinsics(target)
             if i.reduce_vars() and not i.resets and i.available(enabled)]
 
 
-def target_features(target: str, features: str | None = None) -> frozenset[str] | None:
-    """The feature names (without '+') ``features`` enables, or the target's defaults when
-    None; None again when the target declares no defaults (every intrinsic is available)."""
-    if features is None:
-        module = _target_module(target)
-        features = getattr(module, "DEFAULT_FEATURES", None) if module is not None else None
-        if features is None:
-            return None
+def target_features(target: str) -> str | None:
+    """The target's default features (``DEFAULT_FEATURES`` of its schedule module), or None
+    when it declares none (every intrinsic is then available)."""
+    module = _target_module(target)
+    return getattr(module, "DEFAULT_FEATURES", None) if module is not None else None
+
+
+def _feature_names(features: str) -> frozenset[str]:
     items = (f.strip() for f in features.split(","))
     return frozenset(f[1:] for f in items if f.startswith("+"))
 
@@ -114,6 +111,7 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = N
     """
     start = time.perf_counter()
     registry = registry or default_registry()
+    features = features if features is not None else target_features(target)
     candidates = candidate_intrinsics(registry, target, intrinsic, features)
     sch = Schedule(func)
     outcomes: list[BlockOutcome] = []
