@@ -144,8 +144,9 @@ def _tiled_layout(sch: Schedule, block_name: str, buffer: str, factors: dict[str
 
 
 def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
-                         registry: Registry, packed: dict[str, str], operands: dict[str, str],
-                         layouts: dict[str, str | None], loops: tuple[Any, Any, Any]) -> None:
+                         registry: Registry, packed: dict[str, str],
+                         operands: dict[str, str], layouts: dict[str, str | None],
+                         loops: tuple[Any, Any, Any]) -> None:
     """Stage the packed inputs into registers at every k step, the accumulator tile in
     registers across the k loop (zeroed before it, stored after it), and tensorize.
     The packed buffers take their tiled ``layouts`` once their register stages are placed
