@@ -150,8 +150,8 @@ def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
     """Stage the packed inputs into registers at every k step, the accumulator tile in
     registers across the k loop (zeroed before it, stored after it), and tensorize.
     The packed buffers take their tiled ``layouts`` once their register stages are placed
-    (the stages' regions are then plain affine windows). ``loops`` are the innermost output-tile loop, the k loop and the intrinsic tile's first
-    loop."""
+    (the stages' regions are then plain affine windows). ``loops`` are the innermost
+    output-tile loop, the k loop and the intrinsic tile's first loop."""
     tile_loop, ko, first = loops
     block = sch.get_block(block_name)
     stages = {}
