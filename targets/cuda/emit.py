@@ -16,7 +16,10 @@ calls run in warp context as their ``emit.cuda`` template; at block level they a
 ``__syncthreads()`` goes, at block level, before a statement that touches a shared or global
 buffer that an earlier statement since the last barrier wrote (or writes one it touched), and
 at the end of a loop body whose last accesses conflict with its first ones in the next
-iteration. Memory layouts and the per-warp fragment arrays are :mod:`.memory`'s.
+iteration; ``__syncwarp()`` likewise within a warp, for shared buffers. Reduction loops
+that stage tiles in shared memory are double-buffered first (:mod:`.pipeline`), and their
+copies issued as ``cp.async``; 16-byte copy loops become vector moves (:mod:`.vector`).
+Memory layouts and the per-warp fragment arrays are :mod:`.memory`'s.
 """
 
 from __future__ import annotations

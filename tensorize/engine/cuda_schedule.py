@@ -18,6 +18,8 @@ become::
                 for fm, fn: mma_sync(acc[fm, fn], A_frag[fm], B_frag[fn])
         for wy (threadIdx.z), wx (threadIdx.y), fm, fn:
             store_matrix_sync(C tile, acc[fm, fn])
+            [epilogue over the C tile]      # when elementwise blocks follow (C is then a
+                                            # one-tile staging buffer in shared memory)
 
 with ``BM = wy * fm * tm`` and ``BN = wx * fn * tn``. Every step is a schedule primitive:
 split/reorder, cache_read into ``shared`` and then into the fragment scopes, cache_write into
