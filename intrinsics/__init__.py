@@ -15,7 +15,7 @@ intrinsic's semantics against an independent numpy model; :func:`lower_call` tur
 
 from intrinsics.loader import check_family, load_family
 from intrinsics.lowering import lower_call, lowerer
-from intrinsics.model import Cost, Family, Intrinsic, Operand, Scope, StrideRule
+from intrinsics.model import Cost, Family, Intrinsic, Operand, Scope, StrideRule, feature_names
 from intrinsics.registry import (
     ENV_VAR,
     Registry,
@@ -29,6 +29,6 @@ from intrinsics.selfcheck import Checker, CheckResult, SemanticsChecker, self_ch
 __all__ = [
     "ENV_VAR", "CheckResult", "Checker", "Cost", "Family", "Intrinsic", "Operand", "Registry",
     "Scope", "SemanticsChecker", "StrideRule", "check_family", "check_registry",
-    "default_registry", "load_family", "load_registry", "lower_call", "lowerer", "search_dirs",
+    "default_registry", "feature_names", "load_family", "load_registry", "lower_call", "lowerer", "search_dirs",
     "self_check",
 ]

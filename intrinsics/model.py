@@ -270,3 +270,10 @@ class Family:
             return loader.construct_object(self.machine, deep=True)
         finally:
             loader.dispose()
+
+
+def feature_names(features: str) -> frozenset[str]:
+    """The feature names a target-feature string such as ``+neon,+dotprod,-i8mm`` turns on
+    (what :meth:`Intrinsic.available` takes)."""
+    items = (f.strip() for f in features.split(","))
+    return frozenset(f[1:] for f in items if f.startswith("+"))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir as ll
 
-from intrinsics import Intrinsic, Registry, default_registry
+from intrinsics import Intrinsic, Registry, default_registry, feature_names
 from ir.buffer import Buffer
 from ir.expr import Expr, IntImm, Var
 from ir.function import PrimFunc
@@ -43,10 +43,10 @@ from targets.host import numerics as nm
 from targets.host.exprs import BoundsSite, ExprEmitter
 from targets.host.numerics import I1, I64
 from targets.host.prepare import storage, written_params
+from tensorize.engine.arm_schedule import DEFAULT_FEATURES
 
-__all__ = ["DEFAULT_FEATURES", "REGISTER_SCOPE", "ArmKernel", "emit", "enabled_features"]
+__all__ = ["DEFAULT_FEATURES", "REGISTER_SCOPE", "ArmKernel", "emit"]
 
-DEFAULT_FEATURES = "+neon,+dotprod"
 REGISTER_SCOPE = "arm.neon"
 _VECTOR_BYTES = 16
 _I32X4 = ll.VectorType(ll.IntType(32), 4)
@@ -67,12 +67,6 @@ class ArmKernel:
     outputs: tuple[str, ...]
     features: str
     sites: tuple[BoundsSite, ...]
-
-
-def enabled_features(features: str) -> frozenset[str]:
-    """The feature names a ``+a,+b,-c`` string turns on."""
-    items = (f.strip() for f in features.split(","))
-    return frozenset(f[1:] for f in items if f.startswith("+"))
 
 
 def emit(func: PrimFunc, features: str = DEFAULT_FEATURES,
@@ -116,7 +110,7 @@ def _no_builtins(text: str, symbol: str) -> str:
 
 
 def _check_features(func: PrimFunc, features: str, registry: Registry) -> None:
-    enabled = enabled_features(features)
+    enabled = feature_names(features)
     for call in _calls(func):
         intrinsic = registry.get(call.intrinsic)
         if not intrinsic.available(enabled):

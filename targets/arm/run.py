@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from targets.arm.elf import load_object
-from targets.arm.emit import ArmKernel, enabled_features
+from intrinsics import feature_names
+from targets.arm.emit import ArmKernel
 from targets.arm.errors import ArmRunError
 from targets.arm.machine import compile
 
@@ -50,7 +51,7 @@ def can_run(kernel: ArmKernel) -> tuple[bool, str]:
     emulator when its features are ones the emulator executes."""
     if _native():
         return True, ""
-    missing = enabled_features(kernel.features) - EMULATED_FEATURES
+    missing = feature_names(kernel.features) - EMULATED_FEATURES
     if missing:
         return False, (f"the emulator (unicorn) does not execute {', '.join(sorted(missing))} "
                        "instructions, and this host is not AArch64")

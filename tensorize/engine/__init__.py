@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from intrinsics import Intrinsic, Registry, default_registry
+from intrinsics import Intrinsic, Registry, default_registry, feature_names
 from ir import BlockRealize, IterKind, PrimFunc, ScheduleError
 from simulator import MachineConfig
 from tensorize.engine.count import count_calls
@@ -81,7 +81,7 @@ def candidate_intrinsics(registry: Registry, target: str, name: str | None = Non
     ``name`` (whatever it needs)."""
     if name is not None:
         return [registry.get(name)]
-    enabled = None if features is None else _feature_names(features)
+    enabled = None if features is None else feature_names(features)
     return [i for i in registry.compute_intrinsics(target)
             if i.reduce_vars() and not i.resets and i.available(enabled)]
 
@@ -91,11 +91,6 @@ def target_features(target: str) -> str | None:
     when it declares none (every intrinsic is then available)."""
     module = _target_module(target)
     return getattr(module, "DEFAULT_FEATURES", None) if module is not None else None
-
-
-def _feature_names(features: str) -> frozenset[str]:
-    items = (f.strip() for f in features.split(","))
-    return frozenset(f[1:] for f in items if f.startswith("+"))
 
 
 def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = None,

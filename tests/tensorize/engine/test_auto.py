@@ -16,13 +16,14 @@ from tests.tensorize.schedule.kernels import gemm_int8, random_inputs
 INT8 = ["gemm_int8", "gemm_int8_odd", "batch_matmul_int8", "dense_int8", "conv2d_nhwc_int8",
         "conv2d_nchw_int8", "conv2d_dilated_int8", "conv1d_int8", "conv1x1_int8",
         "matmul_requant_int8"]
-# (target, kernel) pairs that must tensorize: int8 everywhere; the u8 x s8 GEMM on ARM's
-# mixed-sign usmmla; fp16 on the tensor cores; the depthwise conv on ARM's dot product.
+# (target, kernel) pairs that must tensorize: int8 everywhere; fp16 on the tensor cores; the
+# depthwise conv on ARM's dot product. The u8 x s8 GEMM needs i8mm on ARM (below).
 EXPECTED = ([("npu", k) for k in INT8] + [("arm", k) for k in INT8]
             + [("cuda", k) for k in INT8]
-            + [("arm", "gemm_u8s8"), ("arm", "depthwise_conv2d_int8"),
+            + [("arm", "depthwise_conv2d_int8"),
                ("cuda", "gemm_fp16"), ("cuda", "matmul_relu_fp16")])
 NOT_TENSORIZED = [("npu", "gemm_fp16"), ("npu", "gemm_u8s8"), ("npu", "add"),
+                  ("arm", "gemm_u8s8"),
                   ("cuda", "gemm_u8s8"), ("npu", "depthwise_conv2d_int8")]
 
 
@@ -45,6 +46,13 @@ def test_suite_kernel_tensorizes_and_computes_the_same(target, name):
     assert done, [b.reason for b in result.blocks]
     for outcome in done:
         assert default_registry().get(outcome.intrinsic).target == target
+    assert_computes_the_same(func, result.func)
+
+
+def test_mixed_sign_gemm_uses_usmmla_when_the_features_have_i8mm():
+    func = suite()["gemm_u8s8"]
+    result = auto_tensorize(func, "arm", features="+neon,+dotprod,+i8mm")
+    assert [b.intrinsic for b in result.tensorized] == ["arm_usmmla"]
     assert_computes_the_same(func, result.func)
 
 
