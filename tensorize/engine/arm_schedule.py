@@ -45,6 +45,8 @@ DEFAULT_FEATURES = "+neon,+dotprod"
 # Vector registers the micro-kernel may hold at once: 32 minus a few for LLVM's own use.
 _REGISTERS = 29
 _VECTOR_LANES = 4
+# k steps per iteration of the micro-kernel's k loop.
+_K_UNROLL = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +128,12 @@ def schedule_arm(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
                          (ni_o, ko, ni_t))
     for loop in unrolled:
         sch.unroll(loop)
+    if sch.get(ko).extent % _K_UNROLL == 0:
+        # Two k steps per iteration: the loop's counter, pointer steps and branch are then
+        # spread over twice the dot products.
+        sch.unroll(sch.split(ko, [None, _K_UNROLL])[1])
+    for op, buffer in packed.items():
+        _tile_packing(sch, buffer, factors)
 
 
 def _tiled_layout(sch: Schedule, block_name: str, buffer: str, factors: dict[str, int]
@@ -141,6 +149,35 @@ def _tiled_layout(sch: Schedule, block_name: str, buffer: str, factors: dict[str
              for p, d in zip(params, dims)]
     inner = [f"{p} % {factors[d]}" for p, d in zip(params, dims) if factors.get(d, 1) > 1]
     return f"lambda {', '.join(params)}: ({', '.join(outer + inner)},)"
+
+
+def _tile_packing(sch: Schedule, buffer: str, factors: dict[str, int]) -> None:
+    """Walk the stage that fills packed ``buffer`` in the packed order: each loop whose
+    dimension the layout splits by ``f`` splits by ``f`` too, the tile's loops go inside and
+    are unrolled, so each tile is written contiguously and LLVM can move it in words rather
+    than bytes. A stage the kernel already had (not a plain copy) is left as it is."""
+    producers = [b for b in tree.block_names(sch.func)
+                 if any(w.buffer.name == buffer for w in sch.get(sch.get_block(b)).block.writes)]
+    if len(producers) != 1 or not _is_copy(sch, producers[0]):
+        return
+    block = sch.get_block(producers[0])
+    ivs = sch.get(block).block.iter_vars
+    loops = sch.get_loops(block)[-len(ivs):]
+    outer, inner = [], []
+    # A reindex stage binds its iterators, named as the block's, to its loops in order.
+    for loop, name in zip(loops, (iv.var.name for iv in ivs)):
+        factor = factors.get(name, 1)
+        if factor <= 1 or sch.get(loop).extent % factor:
+            outer.append(loop)
+            continue
+        parts = sch.split(loop, [None, factor])
+        outer.append(parts[0])
+        inner.append(parts[1])
+    if not inner:
+        return
+    sch.reorder(*outer, *inner)
+    for loop in inner:
+        sch.unroll(loop)
 
 
 def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,

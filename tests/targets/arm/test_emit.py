@@ -36,7 +36,10 @@ def test_llvm_ir_calls_the_sdot_intrinsic() -> None:
 def test_k_loop_is_sdot_by_element_with_accumulators_in_registers() -> None:
     loop = _k_loop(assembly("gemm_int8"))
     dots = [i for i in loop if i.startswith("sdot")]
-    assert len(dots) == 16
+    # An 8 x 8 register tile: 16 accumulators, each updated once per k step; two k steps
+    # per iteration.
+    assert len(dots) == 2 * 16
+    assert len({i.split(",")[0] for i in dots}) == 16
     assert all(re.search(r"\.4b\[[0-3]\]$", i) for i in dots)
     # Register blocking: the accumulators are never loaded or stored inside the k loop, and
     # the only memory traffic is the packed A and B tiles (32 bytes each per k step).
