@@ -1,6 +1,7 @@
 """``tensorize run KERNEL.py``: tensorize a kernel for a target, check it, run it.
 
-Each step prints one line as it finishes (``ok`` or ``FAIL``):
+Each step prints one line as it finishes (``ok``, ``FAIL``, or ``skip`` with the reason when
+this machine lacks what the step needs):
 
 1. parse the file's ``@T.prim_func`` kernel (``--func NAME`` picks one of several), print it,
    and check that print -> parse gives back a structurally equal function;
@@ -8,9 +9,14 @@ Each step prints one line as it finishes (``ok`` or ``FAIL``):
    compute, one line per block saying which intrinsic and mapping, or why not;
 3. validate: run the tensorized IR on the host, each intrinsic executed by its semantics,
    against the untouched kernel on random inputs (``--seed``): exactly for integers;
-4. on the NPU: emit the programs, simulate them, compare with the reference executor, and
-   report cycles and MAC utilisation (``--trace FILE`` writes the timeline for Perfetto);
-   with ``--target host`` (the default) the kernel runs on the reference executor;
+4. run the target's code and compare it with the reference executor:
+   - npu: emit the programs, simulate them, report cycles and MAC utilisation (``--trace
+     FILE`` writes the timeline for Perfetto);
+   - arm: emit LLVM IR for AArch64 (``--features``), compile it at -O3, run the object under
+     the AArch64 emulator (natively on AArch64), report the instructions it executed;
+   - cuda: emit CUDA C++ with WMMA, compile it with nvcc for sm_80 and sm_90, run it under
+     the host's emulation of WMMA and the thread model, and on a GPU where pycuda finds one;
+   - host (the default): the kernel runs on the reference executor;
 5. when the file defines ``reference(...)``, a numpy function taking the kernel's inputs in
    parameter order and returning its output(s), compare the outputs with it as well.
 
@@ -34,14 +40,15 @@ from typing import Any
 
 import numpy as np
 
-from intrinsics import default_registry, lowerer
+from intrinsics import default_registry, feature_names, lowerer
 from ir import BlockRealize, IterKind, PrimFunc
 from ir import script as T
 from ir.errors import KernelError
 from ir.printer import print_node
 from ir.structural import structural_equal
 from simulator import load_machine
-from targets import host, npu
+from targets import arm, host, npu
+from tensorize.cli.arm_steps import run_arm
 from tensorize.cli.cuda_steps import run_cuda
 from tensorize.engine import Tensorized, auto_tensorize, count_calls
 from tensorize.engine.count import count_calls_by_block
@@ -57,6 +64,8 @@ examples:
   tensorize run examples/script/conv2d_nhwc.py --target npu   # tensorize, simulate, check
   tensorize run KERNEL.py --target npu --emit code -o prog.s  # the NPU program
   tensorize run KERNEL.py --target cuda --explain             # why each block maps or not
+  tensorize run KERNEL.py --target arm --emit code            # AArch64 assembly with sdot
+  tensorize run KERNEL.py --target cuda --emit code -o k.cu   # the CUDA C++ and its launches
 """
 
 # Float outputs are compared to a float64 numpy reference with this relative tolerance per
@@ -74,7 +83,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--func", help="the kernel to run when the file defines several")
     parser.add_argument("--target", choices=TARGETS, default="host",
                         help="where to run: host (reference executor, default), npu "
-                             "(tensorize and simulate), arm or cuda (tensorize and validate)")
+                             "(tensorize and simulate), arm (AArch64, emulated) or cuda (WMMA)")
     parser.add_argument("--intrinsic", metavar="NAME",
                         help="use only this intrinsic, and fail if it does not fire")
     parser.add_argument("--require-tensorized", action="store_true",
@@ -82,7 +91,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--explain", action="store_true",
                         help="print, for every block and intrinsic, the mapping or why not")
     parser.add_argument("--emit", choices=("ir", "code", "trace"), action="append", default=[],
-                        help="print the tensorized IR, the target code (NPU assembly) or the "
+                        help="print the tensorized IR, the target code (NPU or AArch64 "
+                             "assembly, CUDA C++) or the "
                              "replayable schedule trace (repeatable)")
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="write what --emit selects to FILE instead of the terminal")
@@ -90,6 +100,9 @@ def register(subparsers: Any) -> None:
                         help="NPU: simulate every tile height that fits and keep the fastest")
     parser.add_argument("--trace", metavar="FILE",
                         help="NPU: write the simulated timeline (Chrome trace JSON) to FILE")
+    parser.add_argument("--features", default=arm.DEFAULT_FEATURES,
+                        help="arm: the target features, which choose the intrinsics tried "
+                             f"(default {arm.DEFAULT_FEATURES}; add +i8mm for smmla/usdot)")
     parser.add_argument("--seed", type=int, default=0, help="random seed for the inputs (0)")
     parser.add_argument("--quiet", action="store_true", help="do not print the kernel")
     parser.add_argument("--json", action="store_true", help="print a JSON report instead")
@@ -125,6 +138,8 @@ def handle(args: argparse.Namespace) -> int:
     """Run the steps; returns the exit status."""
     if args.target != "npu" and (args.tune or args.trace):
         raise KernelError("--tune and --trace apply to --target npu only")
+    if args.features != arm.DEFAULT_FEATURES and args.target != "arm":
+        raise KernelError("--features applies to --target arm only")
     if args.intrinsic and args.target == "host":
         raise KernelError("--intrinsic needs a --target with intrinsics (npu, arm, cuda)")
     path = Path(args.kernel)
@@ -149,6 +164,9 @@ def handle(args: argparse.Namespace) -> int:
         if args.target == "npu":
             outputs = _simulate(func, result, inputs, outputs, args, registry, report,
                                 emitted)
+        elif args.target == "arm":
+            outputs = run_arm(result.func, args.features, outputs, inputs, report, compare,
+                              emitted, "code" in args.emit)
         elif args.target == "cuda":
             outputs = run_cuda(result.func, outputs, inputs, report, compare, emitted,
                                "code" in args.emit)
@@ -157,9 +175,6 @@ def handle(args: argparse.Namespace) -> int:
             emitted.insert(0, print_node(result.func))
         if "trace" in args.emit:
             emitted.append(result.schedule.replay_trace())
-        if "code" in args.emit and args.target == "arm":
-            raise KernelError(f"--emit code: the {args.target} code generator is not part of "
-                              "this release; --emit ir shows the tensorized IR")
     _check_reference(path, func, inputs, outputs, report)
     _write_emitted(emitted, args.output)
     report.data["steps"] = report.steps
@@ -200,7 +215,10 @@ def _tensorize(func: PrimFunc, args: argparse.Namespace, registry, report: _Repo
             report.step("tune", True, f"tile {trial.tiling.rows} rows: {trial.cycles} cycles")
         report.data["tune"] = [{"rows": t.tiling.rows, "cycles": t.cycles} for t in trials]
     else:
-        result = auto_tensorize(func, args.target, registry=registry, intrinsic=args.intrinsic)
+        features = args.features if args.target == "arm" else None
+        _check_named_intrinsic(args.intrinsic, features, registry)
+        result = auto_tensorize(func, args.target, registry=registry, intrinsic=args.intrinsic,
+                                features=features)
     reductions = _reduction_blocks(func)
     missing = []
     for outcome in result.blocks:
@@ -224,6 +242,17 @@ def _tensorize(func: PrimFunc, args: argparse.Namespace, registry, report: _Repo
     report.data["not_tensorized"] = missing
     report.data["trace"] = result.schedule.replay_trace()
     return result
+
+
+def _check_named_intrinsic(name: str | None, features: str | None, registry) -> None:
+    """Refuse, before any work, an ``--intrinsic`` that ``--features`` does not provide."""
+    if name is None or features is None:
+        return
+    intrinsic = registry.get(name)
+    if not intrinsic.available(feature_names(features)):
+        raise KernelError(f"--intrinsic {name} requires target feature +{intrinsic.feature}, "
+                          f"got --features {features}; use --features "
+                          f"{features},+{intrinsic.feature}")
 
 
 def _validate(func: PrimFunc, result: Tensorized, inputs: dict[str, np.ndarray], registry,

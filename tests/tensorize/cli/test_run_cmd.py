@@ -79,8 +79,15 @@ def test_required_intrinsic_that_does_not_fire_fails_with_the_reason(kernel, cap
 
 def test_named_intrinsic_is_used(kernel, capsys):
     assert main(["run", kernel(SMALL_GEMM), "--target", "arm", "--quiet",
-                 "--intrinsic", "arm_smmla"]) == 0
-    assert "ok   tensorize   C: arm_smmla" in capsys.readouterr().out
+                 "--intrinsic", "arm_sdot_lane"]) == 0
+    assert "ok   tensorize   C: arm_sdot_lane " in capsys.readouterr().out
+
+
+def test_named_intrinsic_needing_a_feature_not_given_is_a_usage_error(kernel, capsys):
+    assert main(["run", kernel(SMALL_GEMM), "--target", "arm", "--quiet",
+                 "--intrinsic", "arm_smmla"]) == 2
+    assert ("--intrinsic arm_smmla requires target feature +i8mm, got --features "
+            "+neon,+dotprod; use --features +neon,+dotprod,+i8mm") in capsys.readouterr().err
 
 
 def test_explain_prints_every_pair(capsys):
@@ -117,9 +124,3 @@ def test_bad_kernel_exits_2_with_file_and_line(kernel, capsys):
     assert main(["run", kernel(bad), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "kernel.py:14:33: unknown buffer Q" in err
-
-
-def test_code_for_targets_without_a_generator_is_refused(kernel, capsys):
-    assert main(["run", kernel(SMALL_GEMM), "--target", "arm", "--quiet", "--emit",
-                 "code"]) == 2
-    assert "code generator" in capsys.readouterr().err

@@ -1,0 +1,57 @@
+"""tensorize run --target arm: emit, compile, run under the emulator, count instructions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tensorize.cli import main
+from tests.tensorize.cli.test_run_cmd import SMALL_GEMM
+
+
+@pytest.fixture
+def gemm(tmp_path):
+    path = tmp_path / "gemm.py"
+    path.write_text(SMALL_GEMM)
+    return str(path)
+
+
+def test_arm_run_executes_the_object_and_matches_exactly(gemm, capsys):
+    assert main(["run", gemm, "--target", "arm", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "ok   tensorize   C: arm_sdot_lane" in out
+    assert "ok   run         C on unicorn" in out
+    assert "all 800 elements equal (exact)" in out
+
+
+def test_json_counts_one_sdot_per_intrinsic_call(gemm, capsys):
+    assert main(["run", gemm, "--target", "arm", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    calls = {c["intrinsic"]: c["executed"] for c in report["calls"]}
+    # Each arm_sdot_lane call is one SDOT (by element) in the object code.
+    assert report["arm"]["dot_instructions"] == calls["arm_sdot_lane"]
+    # 40 x 20 x 24 pads to 40 x 24 x 24 (columns to the register tile): at most that many
+    # MACs, 16 per SDOT.
+    assert 16 * calls["arm_sdot_lane"] >= 40 * 20 * 24
+    assert report["arm"]["instructions"] > report["arm"]["dot_instructions"]
+
+
+def test_emit_code_writes_the_assembly(gemm, tmp_path):
+    out = tmp_path / "gemm.s"
+    assert main(["run", gemm, "--target", "arm", "--quiet", "--emit", "code",
+                 "-o", str(out)]) == 0
+    assert "\tsdot\tv" in out.read_text()
+
+
+def test_i8mm_code_is_emitted_and_its_run_skipped_with_the_reason(gemm, capsys):
+    assert main(["run", gemm, "--target", "arm", "--quiet", "--features",
+                 "+neon,+dotprod,+i8mm"]) == 0
+    out = capsys.readouterr().out
+    assert "ok   tensorize   C: arm_smmla" in out
+    assert "skip run         the emulator (unicorn) does not execute i8mm" in out
+
+
+def test_features_on_another_target_is_a_usage_error(gemm, capsys):
+    assert main(["run", gemm, "--target", "npu", "--quiet", "--features", "+i8mm"]) == 2
+    assert "--features applies to --target arm only" in capsys.readouterr().err
