@@ -4,6 +4,7 @@ thread-model emulation, against the reference executor."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 
 import numpy as np
 import pytest
@@ -13,6 +14,9 @@ from targets import cuda, host
 from tensorize.engine import auto_tensorize
 from tests.targets.cuda.helpers import TENSORIZED, emitted, random_inputs, sized
 from tests.tensorize.engine.suite import suite
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                                reason="no host C++ compiler to build the emulation")
 
 
 def _check(name: str, reverse: bool = False) -> None:

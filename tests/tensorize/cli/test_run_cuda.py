@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -11,6 +12,8 @@ from tensorize.cli import main
 from tests.tensorize.cli.test_run_cmd import SMALL_GEMM
 
 needs_nvcc = pytest.mark.skipif(cuda.nvcc_path() is None, reason="nvcc not installed")
+needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                               reason="no host C++ compiler to build the emulation")
 
 
 @pytest.fixture
@@ -21,6 +24,7 @@ def gemm(tmp_path):
 
 
 @needs_nvcc
+@needs_cxx
 def test_cuda_run_compiles_and_emulates_exactly(gemm, capsys):
     assert main(["run", gemm, "--target", "cuda", "--quiet"]) == 0
     out = capsys.readouterr().out
@@ -40,6 +44,7 @@ def test_cuda_run_without_a_device_reports_a_skip(gemm, capsys):
     assert "skip gpu         no CUDA device to run on" in capsys.readouterr().out
 
 
+@needs_cxx
 def test_wrong_emulated_numbers_fail_the_run(gemm, capsys, monkeypatch):
     real = cuda.emulate
 
