@@ -13,7 +13,7 @@ it; any other tile is refused with :class:`EmitError` rather than read wrongly.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -31,17 +31,15 @@ from ir.stmt import (
     ForKind,
     IfThenElse,
     IntrinsicCall,
-    IterKind,
-    SeqStmt,
-    Stmt,
 )
 from ir.visitor import Visitor
 from targets.arm import templates
 from targets.arm.errors import EmitError
 from targets.arm.static import Form, evaluate
 from targets.host import numerics as nm
-from targets.host.exprs import BoundsSite, ExprEmitter
-from targets.host.numerics import I1, I64
+from targets.host.codegen import StmtEmitter
+from targets.host.exprs import BoundsSite
+from targets.host.numerics import I64
 from targets.host.prepare import storage, written_params
 from tensorize.engine.arm_schedule import DEFAULT_FEATURES
 
@@ -158,8 +156,12 @@ class _Tile:
     address: ll.Value | None = None
 
 
-class _ArmEmitter(ExprEmitter):
-    """Statements, register buffers and intrinsic calls on top of the host's expressions."""
+class _ArmEmitter(StmtEmitter):
+    """Register buffers, unrolled loops and intrinsic calls on top of the host's statements
+    and expressions."""
+
+    backend = "arm"
+    error = EmitError
 
     def __init__(self, function: ll.Function, builder: ll.IRBuilder,
                  pointers: dict[Buffer, ll.Value], status: ll.Value, registry: Registry
@@ -170,18 +172,6 @@ class _ArmEmitter(ExprEmitter):
         self.registers: dict[tuple[int, int], ll.Value] = {}
 
     # -- statements -------------------------------------------------------------------------
-
-    def stmt(self, node: Stmt) -> None:
-        """Emit one statement."""
-        handler: Callable[[Stmt], None] | None = getattr(self, "_" + type(node).__name__, None)
-        if handler is None:
-            raise EmitError(f"the arm backend requires statements it knows, got "
-                            f"{type(node).__name__}")
-        handler(node)
-
-    def _SeqStmt(self, node: SeqStmt) -> None:
-        for item in node.stmts:
-            self.stmt(item)
 
     def _BufferStore(self, store: BufferStore) -> None:
         value = nm.to_memory(self.b, store.buffer.dtype, self.expr(store.value))
@@ -199,17 +189,8 @@ class _ArmEmitter(ExprEmitter):
         return nm.from_memory(self.b, load.buffer.dtype, raw)
 
     def _IfThenElse(self, node: IfThenElse) -> None:
-        cond = self.expr(node.cond)
         with self._no_register_writes("a branch"):
-            if node.else_case is None:
-                with self.b.if_then(cond):
-                    self.stmt(node.then_case)
-                return
-            with self.b.if_else(cond) as (then, otherwise):
-                with then:
-                    self.stmt(node.then_case)
-                with otherwise:
-                    self.stmt(node.else_case)
+            super()._IfThenElse(node)
 
     def _For(self, loop: For) -> None:
         if loop.kind is ForKind.UNROLLED:
@@ -265,14 +246,8 @@ class _ArmEmitter(ExprEmitter):
     def _block_body(self, realize: BlockRealize, values: dict[Var, ll.Value]) -> None:
         block = realize.block
         if block.init is not None:
-            first = ll.Constant(I1, 1)
-            for iv in block.iter_vars:
-                if iv.kind is IterKind.REDUCE:
-                    value = values[iv.var]
-                    first = self.b.and_(first, self.b.icmp_unsigned(
-                        "==", value, ll.Constant(value.type, 0)))
             with self._no_register_writes("a block init"):
-                with self.b.if_then(first):
+                with self.b.if_then(self.first_iteration(block, values)):
                     self.stmt(block.init)
         self.stmt(block.body)
 

@@ -25,6 +25,7 @@ from ir.errors import ExecutionError
 from ir.expr import IntImm, Var
 from ir.function import PrimFunc
 from ir.stmt import (
+    Block,
     BlockRealize,
     BufferStore,
     For,
@@ -62,20 +63,26 @@ def generate(func: PrimFunc, buffers: tuple[Buffer, ...]) -> Generated:
     function.args[-1].name = "status"
     builder = ll.IRBuilder(function.append_basic_block("entry"))
     pointers = dict(zip(buffers, function.args))
-    emitter = _StmtEmitter(function, builder, pointers, function.args[-1])
+    emitter = StmtEmitter(function, builder, pointers, function.args[-1])
     emitter.stmt(func.body)
     builder.ret_void()
     return Generated(module, symbol, buffers, tuple(emitter.sites))
 
 
-class _StmtEmitter(ExprEmitter):
-    """Statements on top of the expression emitter."""
+class StmtEmitter(ExprEmitter):
+    """Statements on top of the expression emitter; a backend that lowers some statements
+    differently (the arm backend's register buffers) subclasses it."""
+
+    # Named in errors, with the error class raised for a statement the backend cannot emit.
+    backend = "host"
+    error: type[Exception] = ExecutionError
 
     def stmt(self, node: Stmt) -> None:
+        """Emit one statement."""
         handler: Callable[[Stmt], None] | None = getattr(self, "_" + type(node).__name__, None)
         if handler is None:
-            raise ExecutionError(f"the host backend requires statements it knows, got "
-                                 f"{type(node).__name__}")
+            raise self.error(f"the {self.backend} backend requires statements it knows, got "
+                             f"{type(node).__name__}")
         handler(node)
 
     def _SeqStmt(self, node: SeqStmt) -> None:
@@ -137,15 +144,19 @@ class _StmtEmitter(ExprEmitter):
         self.block_name = block.name
         with self._bound(values):
             if block.init is not None:
-                first = ll.Constant(I1, 1)
-                for iv in block.iter_vars:
-                    if iv.kind is IterKind.REDUCE:
-                        value = values[iv.var]
-                        first = self.b.and_(
-                            first, self.b.icmp_unsigned("==", value, ll.Constant(value.type, 0)))
-                with self.b.if_then(first):
+                with self.b.if_then(self.first_iteration(block, values)):
                     self.stmt(block.init)
             self.stmt(block.body)
+
+    def first_iteration(self, block: Block, values: dict[Var, ll.Value]) -> ll.Value:
+        """True when every reduce iterator of ``block`` is 0: where its init runs."""
+        first = ll.Constant(I1, 1)
+        for iv in block.iter_vars:
+            if iv.kind is IterKind.REDUCE:
+                value = values[iv.var]
+                first = self.b.and_(first, self.b.icmp_unsigned("==", value,
+                                                                ll.Constant(value.type, 0)))
+        return first
 
     def _IntrinsicCall(self, call: IntrinsicCall) -> None:
         raise ExecutionError(f"no lowering for intrinsic {call.intrinsic!r}; pass "
