@@ -10,7 +10,6 @@ over its instruction count.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -21,14 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from targets import arm  # noqa: E402
 from tensorize.engine import auto_tensorize  # noqa: E402
-from tests.tensorize.engine.suite import SUITE  # noqa: E402
 
-
-def _suite_module():
-    spec = importlib.util.spec_from_file_location("tensorize_suite", SUITE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+import suite_kernels  # noqa: E402  (bench/ is on the path: these run as scripts)
 
 
 def inner_loop(asm: str) -> tuple[int, int]:
@@ -49,10 +42,10 @@ def inner_loop(asm: str) -> tuple[int, int]:
 
 def main() -> None:
     rng = np.random.default_rng(0)
-    kernels = _suite_module()
-    cases = [("int8 GEMM 64^3", kernels.gemm_int8(64, 64, 64), 64 ** 3),
-             ("int8 GEMM 256^3", kernels.gemm_int8(256, 256, 256), 256 ** 3),
-             ("conv2d NHWC 1x28x28x64, 3x3x64 -> 64", kernels.conv2d_nhwc_int8(1, 28, 28, 64, 64),
+    kernels = suite_kernels.builders()
+    cases = [("int8 GEMM 64^3", kernels["gemm_int8"](64, 64, 64), 64 ** 3),
+             ("int8 GEMM 256^3", kernels["gemm_int8"](256, 256, 256), 256 ** 3),
+             ("conv2d NHWC 1x28x28x64, 3x3x64 -> 64", kernels["conv2d_nhwc_int8"](1, 28, 28, 64, 64),
               28 * 28 * 64 * 3 * 3 * 64)]
     print(f"{'kernel':36} {'ours':>8} {'llvm -O3':>9} {'ratio':>6} {'inner loop':>11}")
     for label, func, count in cases:

@@ -12,25 +12,14 @@ assertions.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import time
-from pathlib import Path
 
 import numpy as np
 
 from targets import cuda
 from tensorize.engine import auto_tensorize
 
-_SUITE = Path(__file__).resolve().parents[1] / "examples" / "te" / "suite.py"
-
-
-def _builders() -> dict:
-    spec = importlib.util.spec_from_file_location("suite", _SUITE)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load {_SUITE}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return {builder.__name__: builder for builder in module.BUILDERS}
+import suite_kernels  # bench/ is on the path: the benchmarks run as scripts
 
 
 def _gpu_available() -> str | None:
@@ -87,7 +76,7 @@ def main() -> None:
     if reason is not None:
         print(f"bench_cuda needs a GPU with pycuda ({reason}); nothing to measure here.")
         return
-    builders = _builders()
+    builders = suite_kernels.builders()
     n = args.size
     rng = np.random.default_rng(0)
     for name in ("gemm_fp16", "gemm_int8"):

@@ -12,9 +12,7 @@ Figures, not assertions.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -23,16 +21,7 @@ from simulator import load_machine, simulate
 from targets import npu
 from tensorize.engine import auto_tensorize
 
-_SUITE = Path(__file__).resolve().parents[1] / "examples" / "te" / "suite.py"
-
-
-def _builders() -> dict:
-    spec = importlib.util.spec_from_file_location("suite", _SUITE)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load {_SUITE}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return {builder.__name__: builder for builder in module.BUILDERS}
+import suite_kernels  # bench/ is on the path: the benchmarks run as scripts
 
 
 def main() -> None:
@@ -40,7 +29,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="skip the 1024^3 GEMM")
     args = parser.parse_args()
-    builders = _builders()
+    builders = suite_kernels.builders()
     kernels = [("GEMM 256^3 int8", builders["gemm_int8"](m=256, n=256, k=256))]
     if not args.quick:
         kernels.append(("GEMM 1024^3 int8", builders["gemm_int8"](m=1024, n=1024, k=1024)))
