@@ -199,30 +199,20 @@ class _ArmEmitter(StmtEmitter):
                                 {loop.var: Form(value)}):
                     self.stmt(loop.body)
             return
-        b = self.b
-        ty = nm.value_type(loop.var.dtype)
-        before = b.block
-        body = b.append_basic_block(f"{loop.var.name}.body")
-        after = b.append_basic_block(f"{loop.var.name}.end")
-        b.branch(body)
-        b.position_at_end(body)
-        counter = b.phi(ty, loop.var.name)
-        counter.add_incoming(ll.Constant(ty, 0), before)
+        super()._For(loop)
+
+    def loop_body(self, loop: For, counter: ll.Value, entry: ll.Block) -> None:
         # Every register piece live into the loop is carried around it: the accumulators.
         carried = {}
         for key, value in self.registers.items():
-            phi = b.phi(value.type)
-            phi.add_incoming(value, before)
+            phi = self.b.phi(value.type)
+            phi.add_incoming(value, entry)
             carried[key] = phi
         self.registers.update(carried)
         with self._bind({loop.var: counter}, {}):
             self.stmt(loop.body)
         for key, phi in carried.items():
-            phi.add_incoming(self.registers[key], b.block)
-        following = b.add(counter, ll.Constant(ty, 1))
-        counter.add_incoming(following, b.block)
-        b.cbranch(b.icmp_unsigned("<", following, ll.Constant(ty, loop.extent)), body, after)
-        b.position_at_end(after)
+            phi.add_incoming(self.registers[key], self.b.block)
 
     def _BlockRealize(self, realize: BlockRealize) -> None:
         block = realize.block

@@ -110,7 +110,7 @@ class StmtEmitter(ExprEmitter):
         b = self.b
         ty = nm.value_type(loop.var.dtype)
         if not loop.var.dtype.is_int or loop.extent > loop.var.dtype.max:
-            raise ExecutionError(f"loop {loop.var.name} requires an integer variable that can "
+            raise self.error(f"loop {loop.var.name} requires an integer variable that can "
                                  f"count to {loop.extent}, got {loop.var.dtype}", loop.loc)
         # Extents are positive constants, so the body runs at least once: test at the bottom.
         before = b.block
@@ -120,12 +120,18 @@ class StmtEmitter(ExprEmitter):
         b.position_at_end(body)
         counter = b.phi(ty, loop.var.name)
         counter.add_incoming(ll.Constant(ty, 0), before)
-        with self._bound({loop.var: counter}):
-            self.stmt(loop.body)
+        self.loop_body(loop, counter, before)
         following = b.add(counter, ll.Constant(ty, 1))
         counter.add_incoming(following, b.block)
         b.cbranch(b.icmp_unsigned("<", following, ll.Constant(ty, loop.extent)), body, after)
         b.position_at_end(after)
+
+    def loop_body(self, loop: For, counter: ll.Value, entry: ll.Block) -> None:
+        """Emit ``loop``'s body once, its variable bound to ``counter`` (the phi that the
+        block ``entry`` enters with 0); a backend carrying other values around the loop
+        adds their phis here."""
+        with self._bound({loop.var: counter}):
+            self.stmt(loop.body)
 
     def _BlockRealize(self, realize: BlockRealize) -> None:
         block = realize.block
