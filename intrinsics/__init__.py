@@ -29,6 +29,6 @@ from intrinsics.selfcheck import Checker, CheckResult, SemanticsChecker, self_ch
 __all__ = [
     "ENV_VAR", "CheckResult", "Checker", "Cost", "Family", "Intrinsic", "Operand", "Registry",
     "Scope", "SemanticsChecker", "StrideRule", "check_family", "check_registry",
-    "default_registry", "feature_names", "load_family", "load_registry", "lower_call", "lowerer", "search_dirs",
-    "self_check",
+    "default_registry", "feature_names", "load_family", "load_registry", "lower_call", "lowerer",
+    "search_dirs", "self_check",
 ]

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import ast
 import difflib
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import ir
-from intrinsics import checks
+from intrinsics import checks, limits
 from intrinsics.model import Cost, Intrinsic, Operand, Scope, StrideRule, frozen_mapping
 from intrinsics.source import Findings, YNode
-from intrinsics.templates import ATTRIBUTES, Placeholder, TemplateError, placeholders
+from intrinsics.templates import ATTRIBUTES, Placeholder, TemplateError, parse
 from ir import IterKind
 from ir.script import parse_compute
 
@@ -104,6 +105,12 @@ def _iterators(node: YNode, findings: Findings, where: str) -> tuple[ir.IterVar,
         kind = IterKind(_optional(item, "kind", "spatial"))
         var = ir.Var(name, loc=item.value["name"].loc)
         result.append(ir.IterVar(var, item.value["extent"].value, kind, item.loc))
+    points = math.prod(iv.extent for iv in result)
+    if points > limits.MAX_ITERATIONS:
+        extents = "x".join(str(iv.extent) for iv in result)
+        findings.add(node.loc, f"{where}: an iteration space requires at most "
+                     f"{limits.MAX_ITERATIONS} points (validation runs every one), got "
+                     f"{points} ({extents})")
     return tuple(result)
 
 
@@ -129,6 +136,10 @@ def _operand(item: YNode, ctx: Context, findings: Findings, where: str) -> Opera
     dtype = ir.dtype(fields["dtype"].value)
     buffer = ir.Buffer(fields["name"].value, tuple(c.value for c in fields["shape"].value),
                        dtype, scopes[0], loc=item.loc)
+    if buffer.size > limits.MAX_OPERAND_ELEMENTS:
+        findings.add(fields["shape"].loc, f"{where}: a tile requires at most "
+                     f"{limits.MAX_OPERAND_ELEMENTS} elements (validation allocates it), "
+                     f"got {buffer.size} for shape {list(buffer.shape)}")
     layout = _optional(item, "layout", "row_major")
     if layout == "col_major" and buffer.ndim < 2:
         findings.add(item.at("layout"), f"{where}: layout col_major requires at least 2 "
@@ -222,7 +233,17 @@ def _semantics(node: YNode, iter_vars: tuple[ir.IterVar, ...], operands: tuple[O
     buffers = {o.name: o.buffer for o in operands if not o.is_scalar}
     scalars = {o.name: ir.Var(o.name, o.dtype) for o in operands if o.is_scalar}
     names = {iv.var.name: iv.var for iv in iter_vars}
-    if not _check_names_used(text, loc, buffers, names, scalars, findings, where):
+    if len(text) > limits.MAX_SEMANTICS_CHARS:
+        findings.add(loc, f"{where}: semantics requires at most {limits.MAX_SEMANTICS_CHARS} "
+                     f"characters, got {len(text)}; one instruction's meaning is one short "
+                     "statement")
+        return None
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        tree = None  # the statement parser reports it, at its position
+    if tree is not None and not (_check_depth(tree, loc, findings, where) and _check_names_used(
+            tree, loc, buffers, names, scalars, findings, where)):
         return None
     try:
         store = parse_compute(text, buffers, {**names, **scalars}, loc.file, loc.line, loc.col)
@@ -234,14 +255,25 @@ def _semantics(node: YNode, iter_vars: tuple[ir.IterVar, ...], operands: tuple[O
     return ir.substitute(store, loads)
 
 
-def _check_names_used(text: str, loc: ir.SourceLoc, buffers: dict[str, ir.Buffer],
+def _check_depth(tree: ast.Module, loc: ir.SourceLoc, findings: Findings, where: str) -> bool:
+    """Report a semantics nested deeper than the IR's recursive walks may go."""
+    deepest = 0
+    stack: list[tuple[ast.AST, int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    if deepest <= limits.MAX_SEMANTICS_DEPTH:
+        return True
+    findings.add(loc, f"{where}: semantics requires expressions nested at most "
+                 f"{limits.MAX_SEMANTICS_DEPTH} levels deep, got {deepest}")
+    return False
+
+
+def _check_names_used(tree: ast.Module, loc: ir.SourceLoc, buffers: dict[str, ir.Buffer],
                       iterators: dict[str, ir.Var], scalars: dict[str, ir.Var],
                       findings: Findings, where: str) -> bool:
     """Report a name that is no operand and no iterator, with the lists of both."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return True  # the statement parser reports it, at its position
     callees = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     ok = True
     for name in (n for n in ast.walk(tree) if isinstance(n, ast.Name)):
@@ -262,16 +294,18 @@ def _check_names_used(text: str, loc: ir.SourceLoc, buffers: dict[str, ir.Buffer
 
 def _check_templates(node: YNode, operands: tuple[Operand, ...], target: str,
                      findings: Findings, where: str) -> None:
-    """Placeholders name operands, every operand appears, and the target has a template."""
+    """Each template is in its backend's grammar, its placeholders name operands, every
+    operand appears, and the target has a template."""
     names = [o.name for o in operands]
     if target not in node.value:
         findings.add(node.loc, f"{where}: emit requires a template for the family's target "
                      f"'{target}', got {', '.join(node.value) or 'none'}")
     for backend, child in node.value.items():
         try:
-            found = placeholders(child.value)
+            found = parse(backend, child.value).placeholders
         except TemplateError as err:
-            findings.add(child.loc, f"{where}: emit.{backend}: {err}")
+            findings.add(_template_loc(child, err), f"{where}: emit.{backend}: {err.message}",
+                         key=f"emit.{backend}: {err.message}")
             continue
         for placeholder in found:
             if placeholder.operand not in names:
@@ -288,6 +322,24 @@ def _check_templates(node: YNode, operands: tuple[Operand, ...], target: str,
             if name not in used:
                 findings.add(child.loc, f"{where}: emit.{backend}: template requires every "
                              f"operand, got no {{{name}}}")
+
+
+def _template_loc(node: YNode, err: TemplateError) -> ir.SourceLoc:
+    """Where in the file a template's problem is: at its character when the template's text
+    is in the file as it was read (plain, quoted without escapes, or a literal block, and no
+    variant substitution), else at the template."""
+    if err.offset is None or node.substituted or node.style not in (None, '"', "'", "|"):
+        return node.loc
+    start = _text_loc(node)
+    *above, current = node.value[:err.offset].split("\n")
+    if above and node.style != "|":
+        return node.loc
+    line = start.line + len(above)
+    col = start.col + len(current)
+    source = ir.SourceLoc(start.file, line).source_line()
+    if source is None or source[start.col - 1:col - 1] != current:
+        return node.loc
+    return ir.SourceLoc(start.file, line, col, None, col + err.length - 1)
 
 
 def _check_attribute(placeholder: Placeholder, operands: tuple[Operand, ...], where: str,

@@ -205,7 +205,9 @@ def _check_dtypes(parts: Parts, findings: Findings) -> None:
 
 
 def _check_kind(parts: Parts, findings: Findings) -> None:
-    """Data-movement intrinsics move one tensor and do not reduce."""
+    """Data-movement intrinsics move one tensor, unchanged, and do not reduce: a load or store
+    copies elements (converting or saturating them to the output's dtype at most), a fill
+    stores a constant or a scalar operand."""
     if parts.kind == "compute":
         return
     loc = parts.semantics_loc
@@ -218,3 +220,37 @@ def _check_kind(parts: Parts, findings: Findings) -> None:
         what = "no tensor (a constant or a scalar operand)" if wanted == 0 else "one tensor"
         findings.add(loc, f"{parts.where}: a {parts.kind} intrinsic requires its semantics "
                      f"to read {what}, got {len(tensors)}")
+        return
+    moved = _moved(parts.store.value)
+    if parts.kind == "fill" and not isinstance(moved, (ir.IntImm, ir.FloatImm, ir.BufferLoad)):
+        findings.add(loc, f"{parts.where}: a fill intrinsic requires its semantics to store "
+                     f"a constant or a scalar operand ({parts.store.buffer.name}[...] = "
+                     "i32(0)), got a computation; declare it kind: compute")
+    elif parts.kind != "fill" and not isinstance(moved, ir.BufferLoad):
+        findings.add(loc, f"{parts.where}: a {parts.kind} intrinsic requires its semantics to "
+                     f"copy elements ({parts.store.buffer.name}[i, j] = src[i, j], converted "
+                     "as in i8(src[i, j]) or saturated as in i8(min(max(src[i, j], -128), "
+                     "127)) at most), got a computation; declare it kind: compute")
+
+
+def _moved(value: ir.Expr) -> ir.Expr:
+    """What a data-movement statement stores once conversions are set aside: each cast, and
+    each clamp to the range of the dtype it converts to (a saturating conversion)."""
+    while isinstance(value, ir.Cast):
+        clamped = _saturated(value.value, value.dtype)
+        value = clamped if clamped is not None else value.value
+    return value
+
+
+def _saturated(expr: ir.Expr, dtype: ir.DType) -> ir.Expr | None:
+    """``x`` of ``min(max(x, dtype.min), dtype.max)`` (or ``max(min(x, max), min)``); None
+    when ``expr`` is not such a clamp."""
+    if not (isinstance(expr, ir.BinOp) and isinstance(expr.a, ir.BinOp)
+            and {expr.op, expr.a.op} == {"min", "max"}):
+        return None
+    bounds = {expr.op: expr.b, expr.a.op: expr.a.b}
+    low, high = bounds["max"], bounds["min"]
+    if isinstance(low, ir.IntImm) and isinstance(high, ir.IntImm) and \
+            (low.value, high.value) == (dtype.min, dtype.max):
+        return expr.a.a
+    return None

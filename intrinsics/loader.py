@@ -10,16 +10,17 @@ collected, each at its YAML line, and raised once as an ``IntrinsicSpecError`` w
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 import ir
-from intrinsics import schema
+from intrinsics import limits, schema
 from intrinsics.builder import CompanionRef, Context, build_intrinsic
 from intrinsics.model import Family, Intrinsic, Operand, Scope, frozen_mapping
 from intrinsics.source import Findings, YNode, read_yaml
-from intrinsics.variants import expand
+from intrinsics.variants import Budget, expand
 
 
 def load_family(path: str | os.PathLike[str]) -> Family:
@@ -53,6 +54,7 @@ def check_family(path: str | os.PathLike[str]) -> tuple[Family | None, Findings]
     scopes = {name: _scope(name, node) for name, node in scopes_node.value.items()}
     ctx = Context(file.stem, target_node.value, scopes, str(file))
     intrinsics, refs = _intrinsics(entries, ctx, findings)
+    _check_self_check_size(intrinsics, findings)
     by_name = {i.name: i for i in intrinsics}
     for ref in refs:
         _check_companion(ref, by_name, findings)
@@ -91,14 +93,17 @@ def _intrinsics(entries: YNode, ctx: Context,
     built: list[Intrinsic] = []
     refs: list[CompanionRef] = []
     first_seen: dict[str, tuple[ir.SourceLoc, int]] = {}
+    budget = Budget()
     for index, entry in enumerate(entries.value):
+        if budget.spent:
+            break
         if not entry.is_mapping:
             continue
         name_node = entry.get("name")
         raw = name_node.value if name_node is not None and isinstance(name_node.value, str) \
             else f"#{index + 1}"
         raw_where = f"intrinsic {raw}"
-        for params, node in expand(entry, findings, raw_where):
+        for params, node in expand(entry, findings, raw_where, budget):
             name_node = node.get("name")
             name = name_node.value if name_node is not None else raw
             where = f"intrinsic {name}"
@@ -121,6 +126,22 @@ def _intrinsics(entries: YNode, ctx: Context,
             built.append(intrinsic)
             refs.extend(companions)
     return built, refs
+
+
+def _check_self_check_size(intrinsics: list[Intrinsic], findings: Findings) -> None:
+    """The compute intrinsics' iteration spaces together stay within what one self-check may
+    run; the finding names the intrinsic that crosses the bound."""
+    total = 0
+    for intrinsic in intrinsics:
+        if intrinsic.kind != "compute":
+            continue
+        total += math.prod(intrinsic.extents)
+        if total > limits.MAX_FAMILY_ITERATIONS:
+            findings.add(intrinsic.loc, f"intrinsic {intrinsic.name}: a family requires its "
+                         f"compute intrinsics to have at most {limits.MAX_FAMILY_ITERATIONS} "
+                         "iteration points in all (validation runs every one), got more "
+                         "with this one")
+            return
 
 
 def _rekey(where: str, raw_where: str) -> Callable[[str], str]:

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 import ir
+from intrinsics.templates import parse
 from ir import IterKind
 
 
@@ -227,18 +228,17 @@ class Intrinsic:
         """The reduce iterators' variables."""
         return tuple(iv.var for iv in self.iter_vars if iv.kind is IterKind.REDUCE)
 
-    def render(self, backend: str, values: Mapping[str, str]) -> str:
+    def render(self, backend: str, values: Mapping[str, object]) -> str:
         """The ``backend`` template with placeholders filled from ``values``.
 
         ``values`` maps an operand name (and ``name.ld`` for a leading dimension) to the text
-        standing for it in the generated code.
+        standing for it in the generated code. The template is read by the backend's grammar
+        (:mod:`intrinsics.grammars`), and each value must be one the grammar admits.
         """
-        from intrinsics.templates import render
-
         if backend not in self.emit:
             raise KeyError(f"intrinsic {self.name} has no template for backend {backend!r}; "
                            f"it has {', '.join(self.emit)}")
-        return render(self.emit[backend], values)
+        return parse(backend, self.emit[backend]).render(values)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -9,6 +9,7 @@ type) at the line it concerns. It does not stop at the first problem.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass
 
@@ -129,7 +130,7 @@ class Number(Scalar):
 class Interval(Type):
     """``[low, high]``: two numbers, low <= high."""
 
-    wants = "a list [low, high] of two numbers"
+    wants = "a list [low, high] of two finite numbers"
 
     def check(self, node: YNode, findings: Findings, where: str) -> None:
         number = Number()
@@ -139,8 +140,16 @@ class Interval(Type):
                          f"{_hint(node)}")
             return
         low, high = (c.value for c in node.value)
-        if low > high:
+        if not (_finite(low) and _finite(high)):
+            findings.add(node.loc, f"{where} requires finite numbers (validation draws inputs "
+                         f"between them), got [{low}, {high}]")
+        elif low > high:
             findings.add(node.loc, f"{where} requires low <= high, got [{low}, {high}]")
+
+
+def _finite(value: float) -> bool:
+    """Not NaN nor infinite (an int of any size is finite)."""
+    return isinstance(value, int) or math.isfinite(value)
 
 
 class Choice(Scalar):

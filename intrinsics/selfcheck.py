@@ -155,7 +155,10 @@ def _random_array(operand: Operand, rng: np.random.Generator) -> np.ndarray:
         flat[:2] = (int(low), int(high))[:flat.size]
         return flat.reshape(operand.shape).astype(dtype.numpy)
     low, high = operand.value_range or (-1.0, 1.0)
-    return rng.uniform(low, high, size=operand.shape).astype(dtype.numpy)
+    # Interpolate rather than rng.uniform(low, high), whose high - low overflows for a range
+    # spanning most of float64.
+    weight = rng.random(size=operand.shape)
+    return (float(low) * (1.0 - weight) + float(high) * weight).astype(dtype.numpy)
 
 
 def compare(intrinsic: Intrinsic, got: np.ndarray, want: np.ndarray,

@@ -4,6 +4,10 @@ PyYAML's composer gives nodes with 0-based marks; :func:`read_yaml` turns them i
 :class:`YNode` values (plain Python scalars, dicts and lists) that each carry a 1-based
 :class:`~ir.errors.SourceLoc`, so every later check can point at the user's line. Problems are
 gathered in a :class:`Findings` list and raised once, as one ``IntrinsicSpecError``.
+
+Reading is bounded (:mod:`intrinsics.limits`): the file's bytes, its nesting depth, and the
+nodes it stands for once aliases are expanded are counted while composing, so a small file
+cannot make the walks that follow take minutes or gigabytes.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from intrinsics import limits
 from ir.errors import IntrinsicSpecError, SourceLoc
 
 
@@ -68,6 +73,14 @@ class YNode:
         if self.is_sequence:
             return [child.plain() for child in self.value]
         return self.value
+
+    def size(self) -> int:
+        """The number of nodes in this tree: this one, its keys and everything below."""
+        if self.is_mapping:
+            return 1 + sum(1 + child.size() for child in self.value.values())
+        if self.is_sequence:
+            return 1 + sum(child.size() for child in self.value)
+        return 1
 
     def with_value(self, value: Any, substituted: bool) -> YNode:
         """The same node holding another value."""
@@ -134,34 +147,159 @@ def loc_of(node: yaml.Node, file: str) -> SourceLoc:
 
 
 def read_yaml(path: Path, findings: Findings) -> YNode | None:
-    """Compose ``path`` with the safe loader into a YNode tree; None after a recorded problem."""
+    """Compose ``path`` with the safe loader into a YNode tree; None after a recorded problem.
+
+    The file is refused, at the line where a bound of :mod:`intrinsics.limits` is crossed,
+    when it is too long, nests too deeply or expands through aliases to too many nodes; any
+    other problem the reader meets is a finding too, never an exception.
+    """
     file = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        reason = err.strerror if isinstance(err, OSError) else "it is not UTF-8 text"
-        findings.add(None, f"{file}: cannot read the description: {reason}")
+    text = _read_text(path, findings)
+    if text is None:
         return None
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = _BoundedLoader(text)
+    except yaml.reader.ReaderError as err:
+        findings.add(_position(file, text, err.position), "invalid YAML: the character "
+                     f"#x{err.character:04x} is not allowed in a description ({err.reason})")
+        return None
     try:
         root = loader.get_single_node()
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        loc = SourceLoc(file, mark.line + 1, mark.column + 1) if mark is not None else None
-        context = f" ({err.context})" if err.context else ""
-        findings.add(loc, f"invalid YAML: {err.problem}{context}")
-        return None
-    except yaml.YAMLError as err:
-        findings.add(SourceLoc(file, 1, 1), f"invalid YAML: {err}")
-        return None
-    try:
         if root is None:
             findings.add(SourceLoc(file, 1, 1), "the description is empty; it requires "
                          "'target', 'scopes' and 'intrinsics'")
             return None
         return _convert(root, loader, file, None, findings)
+    except _LimitError as err:
+        findings.add(_mark_loc(file, err.mark), err.message)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        context = f" ({err.context})" if err.context else ""
+        findings.add(_mark_loc(file, mark), f"invalid YAML: {err.problem}{context}")
+    except yaml.YAMLError as err:
+        findings.add(SourceLoc(file, 1, 1), f"invalid YAML: {err}")
+    except RecursionError:
+        # The depth bound stops the composer first; this catches a caller already deep.
+        findings.add(SourceLoc(file, 1, 1), "the description nests too deeply to be read; "
+                     f"it requires at most {limits.MAX_DEPTH} levels")
     finally:
         loader.dispose()
+    return None
+
+
+def _read_text(path: Path, findings: Findings) -> str | None:
+    """The file's text, read no further than the size bound."""
+    file = str(path)
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(limits.MAX_DOCUMENT_BYTES + 1)
+    except OSError as err:
+        findings.add(None, f"{file}: cannot read the description: {err.strerror}")
+        return None
+    if len(data) > limits.MAX_DOCUMENT_BYTES:
+        findings.add(SourceLoc(file, 1, 1), f"a description requires at most "
+                     f"{limits.MAX_DOCUMENT_BYTES} bytes, got more; split the family")
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        findings.add(SourceLoc(file, line, col), "cannot read the description: it requires "
+                     f"UTF-8 text, got byte 0x{data[err.start]:02x}")
+        return None
+
+
+def _position(file: str, text: str, position: int) -> SourceLoc:
+    """The 1-based line and column of a character offset."""
+    line = text.count("\n", 0, position) + 1
+    return SourceLoc(file, line, position - (text.rfind("\n", 0, position) + 1) + 1)
+
+
+def _mark_loc(file: str, mark: yaml.Mark | None) -> SourceLoc | None:
+    return SourceLoc(file, mark.line + 1, mark.column + 1) if mark is not None else None
+
+
+class _LimitError(yaml.YAMLError):
+    """A bound of :mod:`intrinsics.limits` crossed at ``mark`` while composing."""
+
+    def __init__(self, message: str, mark: yaml.Mark) -> None:
+        super().__init__(message)
+        self.message = message
+        self.mark = mark
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """The safe loader, bounding nesting depth and the node count after alias expansion.
+
+    Composing shares an anchored node between its aliases, so it stays cheap; what a later
+    walk of the tree would visit is counted instead: each node once, and at each alias the
+    expanded size of the node it names. An alias of a node still being composed (``&a
+    [*a]``) would make the tree infinite and is refused.
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.depth = 0
+        self.expanded = 0
+        self.sizes: dict[int, int] = {}  # id(node) -> nodes in it once expanded
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            node = self.anchors.get(event.anchor)
+            if node is not None:  # an undefined alias is the composer's to report
+                size = self.sizes.get(id(node))
+                if size is None:
+                    raise _LimitError(f"alias *{event.anchor} requires a node written before "
+                                     "it, got the node that contains it (a recursive "
+                                     "structure)", event.start_mark)
+                self._count(size, event.start_mark)
+            return super().compose_node(parent, index)
+        if self.depth >= limits.MAX_DEPTH:
+            raise _LimitError(f"a description requires at most {limits.MAX_DEPTH} levels of "
+                             "nesting, got more", event.start_mark)
+        before = self.expanded
+        self._count(1, event.start_mark)
+        self.depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+        self.sizes[id(node)] = self.expanded - before
+        return node
+
+    def _count(self, nodes: int, mark: yaml.Mark) -> None:
+        self.expanded += nodes
+        if self.expanded > limits.MAX_NODES:
+            raise _LimitError(f"a description requires at most {limits.MAX_NODES} nodes once "
+                             "its aliases are expanded, got more here; share less through "
+                             "aliases", mark)
+
+
+# What a tagged scalar's constructor raises besides YAMLError: ValueError for `!!int abc`
+# or an integer past Python's digit limit, KeyError for `!!bool abc`, AttributeError for
+# `!!timestamp abc`.
+_CONSTRUCTOR_ERRORS = (yaml.YAMLError, ValueError, LookupError, AttributeError, TypeError)
+
+
+_UNREADABLE = object()  # what _construct returns for a value it recorded a finding about
+
+
+def _construct(node: yaml.Node, loader: yaml.SafeLoader, loc: SourceLoc,
+               findings: Findings) -> Any:
+    """The Python value of a scalar (or key) node; _UNREADABLE after recording why it has
+    none."""
+    try:
+        return loader.construct_object(node, deep=True)
+    except yaml.MarkedYAMLError as err:
+        findings.add(loc, f"invalid YAML value: {err.problem}")
+    except _CONSTRUCTOR_ERRORS:
+        text = str(node.value)
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        findings.add(loc, f"invalid YAML value: {shown!r} cannot be read as "
+                     f"!!{node.tag.rsplit(':', 1)[-1]}")
+    return _UNREADABLE
 
 
 def _convert(node: yaml.Node, loader: yaml.SafeLoader, file: str, key_loc: SourceLoc | None,
@@ -176,7 +314,9 @@ def _convert(node: yaml.Node, loader: yaml.SafeLoader, file: str, key_loc: Sourc
         items: dict[str, YNode] = {}
         for key_node, value_node in node.value:
             kloc = loc_of(key_node, file)
-            key = loader.construct_object(key_node, deep=True)
+            key = _construct(key_node, loader, kloc, findings)
+            if key is _UNREADABLE:
+                continue
             if not isinstance(key, str):
                 findings.add(kloc, f"a field name requires a string, got {key!r}")
                 key = str(key)
@@ -190,9 +330,5 @@ def _convert(node: yaml.Node, loader: yaml.SafeLoader, file: str, key_loc: Sourc
     if isinstance(node, yaml.SequenceNode):
         children = [_convert(child, loader, file, None, findings) for child in node.value]
         return YNode(children, loc, key_loc, raw=node)
-    try:
-        value = loader.construct_object(node, deep=True)
-    except yaml.constructor.ConstructorError as err:
-        findings.add(loc, f"invalid YAML value: {err.problem}")
-        value = None
-    return YNode(value, loc, key_loc, node.style, raw=node)
+    value = _construct(node, loader, loc, findings)
+    return YNode(None if value is _UNREADABLE else value, loc, key_loc, node.style, raw=node)

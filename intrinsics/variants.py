@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from intrinsics import limits
 from intrinsics.schema import PLACEHOLDER, MapOf, ParamValue, describe
 from intrinsics.source import Findings, YNode
 
@@ -21,12 +22,46 @@ _PARAM_SET = MapOf(ParamValue(), what="parameter")
 _PARAM_FIELDS = ("params", "variants")
 
 
-def expand(entry: YNode, findings: Findings, where: str) -> list[tuple[Params, YNode]]:
+class Budget:
+    """What one file may still expand to: intrinsics, and nodes counting each variant's copy
+    (the bounds of :mod:`intrinsics.limits`)."""
+
+    def __init__(self) -> None:
+        self.intrinsics = limits.MAX_INTRINSICS
+        self.nodes = limits.MAX_VARIANT_NODES
+
+    @property
+    def spent(self) -> bool:
+        """True once an entry asked for more than was left."""
+        return self.intrinsics < 0 or self.nodes < 0
+
+    def take(self, entry: YNode, count: int, findings: Findings, where: str) -> bool:
+        """Spend ``count`` copies of ``entry``; False after recording a finding if too many."""
+        size = entry.size()
+        self.intrinsics -= count
+        self.nodes -= count * size
+        variants = entry.get("variants")
+        loc = (variants.key_loc or variants.loc) if variants is not None else entry.loc
+        if self.intrinsics < 0:
+            findings.add(loc, f"{where}: a family requires at most {limits.MAX_INTRINSICS} "
+                         f"intrinsics, got more with this entry's {count} variants")
+        elif self.nodes < 0:
+            findings.add(loc, f"{where}: a family requires at most "
+                         f"{limits.MAX_VARIANT_NODES} nodes once its variants are expanded, "
+                         f"got more with this entry's {count} copies of {size} nodes")
+        return not self.spent
+
+
+def expand(entry: YNode, findings: Findings, where: str,
+           budget: Budget | None = None) -> list[tuple[Params, YNode]]:
     """Each variant of ``entry`` as (its parameters, the substituted entry).
 
     An entry without ``variants`` is one variant with the ``params`` it declares (often none).
-    Returns an empty list after recording a finding when the parameter fields are malformed.
+    Returns an empty list after recording a finding when the parameter fields are malformed,
+    or when the variants would exceed what is left of ``budget`` (default: a fresh one).
     """
+    if budget is None:
+        budget = Budget()
     before = len(findings)
     defaults_node = entry.get("params")
     variants_node = entry.get("variants")
@@ -43,6 +78,8 @@ def expand(entry: YNode, findings: Findings, where: str) -> list[tuple[Params, Y
         return []
     defaults = defaults_node.plain() if defaults_node is not None else {}
     sets = [item.plain() for item in variants_node.value] if variants_node is not None else [{}]
+    if not budget.take(entry, len(sets), findings, where):
+        return []
     expanded = []
     for values in sets:
         params = _resolve({**defaults, **values})

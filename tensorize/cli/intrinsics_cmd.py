@@ -2,7 +2,8 @@
 
 ``list`` prints a table of every registered intrinsic, ``show NAME`` everything about one,
 ``validate FILE...`` checks description files (schema, cross-checks, names against the
-registry, and the semantic self-check) and prints each problem at its YAML line. Each accepts
+registry, and the semantic self-check) and prints each problem at its YAML line; it exits 2
+when a file does not load, 1 when the self-check fails, 0 when all is well. Each accepts
 ``--intrinsics-dir DIR`` (repeatable) to add the user's families, as does the environment
 variable ``TENSORIZE_INTRINSICS_PATH``.
 """
@@ -17,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from intrinsics import (
-    ENV_VAR,
     CheckResult,
     Family,
     Intrinsic,
@@ -28,11 +28,12 @@ from intrinsics import (
     search_dirs,
     self_check,
 )
-from intrinsics.registry import check_across, family_files
+from intrinsics.registry import SUFFIXES, check_across, family_files
 from intrinsics.source import Findings
 from intrinsics.selfcheck import SemanticsChecker
 from ir.errors import IntrinsicSpecError, SourceLoc, render_error
 from simulator import load_machine
+from tensorize.cli.registry_args import add_registry_arguments
 from targets.npu.selfcheck import SimulatorChecker
 
 EXIT_OK = 0
@@ -72,13 +73,6 @@ def register(subparsers: Any) -> None:
     validate.set_defaults(handler=_validate)
 
     parser.set_defaults(handler=lambda args: _usage(parser))
-
-
-def add_registry_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--intrinsics-dir DIR`` (repeatable) to a command that uses the registry."""
-    parser.add_argument(
-        "--intrinsics-dir", action="append", default=[], metavar="DIR",
-        help=f"also load the *.yaml families in DIR (repeatable; see also {ENV_VAR})")
 
 
 def registry_from_args(args: argparse.Namespace) -> Registry:
@@ -246,9 +240,17 @@ def _checkers(path: Path, family: Family) -> list:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    """Exit 2 when a file does not load (YAML, schema, template grammar, limits, names), 1
+    when every file loads but the self-check fails, 0 when all is well."""
     paths = [Path(f) for f in args.files]
     reports = []
     for path in paths:
+        if path.suffix not in SUFFIXES:
+            findings = Findings(str(path))
+            findings.add(None, f"{path}: the registry loads only *.yaml and *.yml files, got "
+                         f"'{path.name}'; rename it {path.stem}.yaml")
+            reports.append((path, None, findings))
+            continue
         family, findings = check_family(path)
         if family is not None and family.machine is not None:
             _check_machine(path, findings)
@@ -261,15 +263,17 @@ def _validate(args: argparse.Namespace) -> int:
         else:
             results[path] = self_check(family.intrinsics, _checkers(path, family),
                                        seed=args.seed)
-    failed = any(findings or any(r.failed for r in results[path])
-                 for path, _, findings in reports)
+    malformed = any(findings for _, _, findings in reports)
+    failed = any(r.failed for path, _, _ in reports for r in results[path])
     if args.json:
-        print(json.dumps({"ok": not failed, "files": [
+        print(json.dumps({"ok": not (malformed or failed), "files": [
             _file_record(path, family, findings, results[path])
             for path, family, findings in reports]}, indent=2))
     else:
         for path, family, findings in reports:
             _print_report(path, family, findings, results[path])
+    if malformed:
+        return EXIT_USAGE
     return EXIT_FAILED if failed else EXIT_OK
 
 

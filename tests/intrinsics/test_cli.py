@@ -102,7 +102,7 @@ def test_validate_user_family(capsys: pytest.CaptureFixture[str], mac_dir: Path)
 def test_validate_broken_file(capsys: pytest.CaptureFixture[str]) -> None:
     path = BROKEN / "unknown_scope.yaml"
     status, out, _ = _run(capsys, "validate", str(path))
-    assert status == 1
+    assert status == 2
     first, source, caret, summary = out.splitlines()
     assert first == (f"{path}:15:67: intrinsic toy_mma, operand B: unknown scope 'toy.regs'; "
                      "did you mean 'toy.reg'?")
@@ -117,14 +117,14 @@ def test_validate_reports_clash_with_registered_names(capsys: pytest.CaptureFixt
     copy.write_text((mac_dir / "mac16.yaml").read_text())
     status, out, _ = _run(capsys, "validate", str(copy), "--no-self-check",
                           "--intrinsics-dir", str(mac_dir))
-    assert status == 1
+    assert status == 2
     assert f"{copy}:7:11: duplicate intrinsic name mac_mma_i16" in out
 
 
 def test_validate_json_lists_findings(capsys: pytest.CaptureFixture[str]) -> None:
     path = BROKEN / "capacity.yaml"
     status, out, _ = _run(capsys, "validate", str(path), "--json")
-    assert status == 1
+    assert status == 2
     report = json.loads(out)
     assert report["ok"] is False
     (record,) = report["files"]
@@ -135,7 +135,7 @@ def test_validate_json_lists_findings(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_validate_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     status, out, _ = _run(capsys, "validate", str(tmp_path / "absent.yaml"))
-    assert status == 1
+    assert status == 2
     assert "cannot read the description" in out
 
 
@@ -151,6 +151,29 @@ def test_validate_checks_the_machine_section(capsys: pytest.CaptureFixture[str],
     path = tmp_path / "npu_variant.yaml"
     path.write_text(text.replace("    rows: 16  ", "    rows: -4  ", 1))
     status, out, _ = _run(capsys, "validate", str(path), "--no-self-check")
-    assert status == 1
+    assert status == 2
     line = text.splitlines().index(next(x for x in text.splitlines() if "rows: 16  " in x)) + 1
     assert f"{path}:{line}:" in out and "machine.array.rows" in out
+
+
+def test_validate_refuses_files_the_registry_would_not_load(
+        capsys: pytest.CaptureFixture[str], mac_dir: Path) -> None:
+    path = mac_dir / "mac16.txt"
+    path.write_text((mac_dir / "mac16.yaml").read_text())
+    status, out, _ = _run(capsys, "validate", str(path))
+    assert status == 2
+    assert f"{path}: the registry loads only *.yaml and *.yml files, got 'mac16.txt'" in out
+
+
+def test_validate_exits_1_when_only_the_self_check_fails(capsys: pytest.CaptureFixture[str],
+                                                          tmp_path: Path) -> None:
+    # The NPU family under other names, claiming relu clamps at 1: it loads, and the
+    # simulator (running the instruction) disagrees with the semantics.
+    text = (BUILTIN_DIR / "npu.yaml").read_text().replace("npu_", "npx_").replace(
+        'semantics: "D[i, j] = max(D[i, j], 0)"', 'semantics: "D[i, j] = max(D[i, j], 1)"')
+    path = tmp_path / "npx.yaml"
+    path.write_text(text)
+    status, out, _ = _run(capsys, "validate", str(path))
+    assert status == 1
+    assert "npx_vec_relu: simulator: mismatch: max error 1" in out
+    assert out.splitlines()[-1].startswith(f"{path}: FAILED: family npx")

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from intrinsics import load_family
+from intrinsics import limits, load_family
 
 DOC = Path(__file__).parents[2] / "docs" / "intrinsics.md"
 
@@ -19,3 +19,20 @@ def test_the_documented_example_loads(tmp_path: Path) -> None:
     mma = family.intrinsics[0]
     assert mma.extents == (8, 8, 4)
     assert mma.render("mac", {"A": "r0", "B": "r1", "C": "r2"}) == "mma r2, r0, r1"
+
+
+def test_the_documented_limits_are_the_codes() -> None:
+    table = r"^  \| ([a-z ]+) \| ([\d,]+)(?: KiB| levels)? \|"
+    rows = dict(re.findall(table, DOC.read_text(), re.M))
+    assert {name: int(value.replace(",", "")) for name, value in rows.items()} == {
+        "document size": limits.MAX_DOCUMENT_BYTES // 1024,
+        "nodes once aliases are expanded": limits.MAX_NODES,
+        "nesting depth": limits.MAX_DEPTH,
+        "nodes once variants are expanded": limits.MAX_VARIANT_NODES,
+        "intrinsics per family": limits.MAX_INTRINSICS,
+        "characters of a semantics statement": limits.MAX_SEMANTICS_CHARS,
+        "nesting of a semantics statement": limits.MAX_SEMANTICS_DEPTH,
+        "elements per operand tile": limits.MAX_OPERAND_ELEMENTS,
+        "iteration points per intrinsic": limits.MAX_ITERATIONS,
+        "iteration points per family": limits.MAX_FAMILY_ITERATIONS,
+    }
