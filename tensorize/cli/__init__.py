@@ -3,61 +3,157 @@
 Each subcommand lives in its own module exposing ``register(subparsers)``, which adds its
 parser and sets ``handler`` to a function taking the parsed arguments and returning an exit
 status: 0 success, 1 the work failed (a check, a validation), 2 bad usage or bad input.
+
+A subcommand's module is imported only when that subcommand runs, so ``tensorize --help``
+loads no backend. Everything, imports included, happens inside :func:`main`'s error handling:
+a user error prints ``error: ...`` (and, with ``--json``, a JSON object with ``"ok": false``
+on stdout), Ctrl-C exits 130, a closed stdout (``tensorize run ... | head``) exits quietly,
+and anything unexpected prints one line naming it (``TENSORIZE_DEBUG=1`` shows the
+traceback). The handler runs on a thread with a deep stack, so deep kernels do not run out
+of Python's recursion limit.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import os
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from ir.errors import TensorizeError
 from tensorize import __version__
-from tensorize.cli import intrinsics_cmd, run_cmd
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+# What a shell reports for a command stopped by Ctrl-C (128 + SIGINT) or by writing to a
+# closed pipe (128 + SIGPIPE).
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
 
-_SUBCOMMANDS = (run_cmd, intrinsics_cmd)
+# The subcommands: name -> (module, one-line help). The module is imported only when the
+# subcommand is the one given.
+COMMANDS = {
+    "run": ("tensorize.cli.run_cmd",
+            "tensorize a kernel for a target, validate it and run it"),
+    "intrinsics": ("tensorize.cli.intrinsics_cmd",
+                   "list, show and validate hardware intrinsic descriptions"),
+}
+
+# The handler's thread: a stack deep enough for this recursion limit (a frame of the IR's
+# recursive walks takes well under 8 KiB of C stack).
+STACK_BYTES = 256 << 20
+RECURSION_LIMIT = 20_000
 
 DESCRIPTION = """\
 Map tensor programs onto hardware tensor instructions.
 
-Kernels are Python files with @T.prim_func functions (see examples/script/). Exit status:
-0 success, 1 a check or validation failed, 2 bad usage or bad input.
+Kernels are Python files with @T.prim_func functions (see examples/script/) or a build()
+returning a PrimFunc (see examples/te/). Exit status: 0 success, 1 a check or validation
+failed, 2 bad usage or bad input, 130 interrupted.
 Set TENSORIZE_DEBUG=1 to see internal tracebacks."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every subcommand registered."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser. ``command``, when given, is registered in full (its module
+    imported); the others are listed by name and help only."""
     parser = argparse.ArgumentParser(
         prog="tensorize", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"tensorize {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in _SUBCOMMANDS:
-        module.register(subparsers)
+    for name, (module, summary) in COMMANDS.items():
+        if name == command:
+            importlib.import_module(module).register(subparsers)
+        else:
+            subparsers.add_parser(name, help=summary, add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tensorize`` console command; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return EXIT_USAGE
+    args: argparse.Namespace | None = None
     try:
-        return args.handler(args)
-    except TensorizeError as err:
+        words = list(sys.argv[1:] if argv is None else argv)
+        parser = build_parser(next((w for w in words if not w.startswith("-")), None))
+        args = parser.parse_args(words)
+        if args.command is None:
+            parser.print_help()
+            return EXIT_USAGE
+        status = _on_deep_stack(args.handler, args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return status
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
+    except Exception as err:
         if os.environ.get("TENSORIZE_DEBUG"):
             raise
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
+        return _report(err, bool(getattr(args, "json", False)))
+
+
+def _on_deep_stack(handler: Callable[[argparse.Namespace], int],
+                   args: argparse.Namespace) -> int:
+    """``handler(args)`` on a thread with a deep stack and a raised recursion limit; what it
+    raises is raised here. The thread is a daemon, so Ctrl-C (delivered here, to the main
+    thread) ends the command without waiting for it."""
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome["status"] = handler(args)
+        except BaseException as err:  # handed to the main thread, which reports it
+            outcome["error"] = err
+
+    previous_stack = threading.stack_size(STACK_BYTES)
+    try:
+        worker = threading.Thread(target=work, name="tensorize", daemon=True)
+        worker.start()
+    finally:
+        threading.stack_size(previous_stack)
+    previous_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(previous_limit, RECURSION_LIMIT))
+    try:
+        worker.join()
+    finally:
+        sys.setrecursionlimit(previous_limit)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["status"]
+
+
+def _report(err: Exception, as_json: bool) -> int:
+    """Print a user error (TensorizeError) or an internal one; returns the exit status."""
+    from ir.errors import TensorizeError
+
+    if isinstance(err, TensorizeError):
+        message, status = str(err), EXIT_USAGE
+    else:
+        message = (f"internal error: {type(err).__name__}: {err} (set TENSORIZE_DEBUG=1 for "
+                   "the traceback)")
+        status = EXIT_FAILED
+    if as_json:
+        print(json.dumps({"ok": False, "error": message}, indent=2))
+    print(message if status == EXIT_FAILED else f"error: {message}", file=sys.stderr)
+    return status
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush at exit does not fail on
+    the closed pipe again (the recipe of Python's signal module documentation)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file (captured, replaced)
+        pass
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -1,70 +1,98 @@
 """``tensorize run KERNEL.py``: tensorize a kernel for a target, check it, run it.
 
-Each step prints one line as it finishes (``ok``, ``FAIL``, or ``skip`` with the reason when
-this machine lacks what the step needs):
+Before any work, the command checks what it was given: the options (conflicts, ranges,
+--features against the known ones), the output files (-o, --trace: writable, not the
+kernel), --intrinsic (an intrinsic of the target), the kernel file (imported once, for its
+reference() or build(); every failure names the file), the size of the kernel's buffers
+(--max-bytes) and the reference: it is called on the inputs, and must return one array per
+output, of the output's shape. Then each step prints one line as it finishes (ok, FAIL, or
+skip with the reason when this machine lacks what the step needs):
 
-1. parse the file's ``@T.prim_func`` kernel (``--func NAME`` picks one of several), print it,
-   and check that print -> parse gives back a structurally equal function;
-2. with ``--target npu|arm|cuda``: tensorize every block an intrinsic of the target can
+1. read the kernel: the file's @T.prim_func function (--func NAME picks one of several), or,
+   in a file without one, what its build() returns (or its module-level PrimFunc values);
+   print it, and check that print -> parse gives back a structurally equal function;
+2. with --target npu|arm|cuda: tensorize every block an intrinsic of the target can
    compute, one line per block saying which intrinsic and mapping, or why not;
 3. validate: run the tensorized IR on the host, each intrinsic executed by its semantics,
-   against the untouched kernel on random inputs (``--seed``): exactly for integers;
+   against the untouched kernel on random inputs (--seed): exactly for integers;
 4. run the target's code and compare it with the reference executor:
-   - npu: emit the programs, simulate them, report cycles and MAC utilisation (``--trace
-     FILE`` writes the timeline for Perfetto);
-   - arm: emit LLVM IR for AArch64 (``--features``), compile it at -O3, run the object under
+   - npu: emit the programs, simulate them, report cycles and MAC utilisation (--trace
+     FILE writes the timeline for Perfetto);
+   - arm: emit LLVM IR for AArch64 (--features), compile it at -O3, run the object under
      the AArch64 emulator (natively on AArch64), report the instructions it executed;
    - cuda: emit CUDA C++ with WMMA, compile it with nvcc for sm_80 and sm_90, run it under
      the host's emulation of WMMA and the thread model, and on a GPU where pycuda finds one;
    - host (the default): the kernel runs on the reference executor;
-5. when the file defines ``reference(...)``, a numpy function taking the kernel's inputs in
-   parameter order and returning its output(s), compare the outputs with it as well.
+5. when the file defines reference(...), a numpy function taking the kernel's inputs in
+   parameter order and returning its output(s), compare the outputs with it as well
+   (integers exactly, whatever dtype the reference returns).
 
 A table then lists, per block, each intrinsic and how many calls of it executed.
 
-Exit status 0 when every check passes; 1 when one fails, or when ``--intrinsic`` /
-``--require-tensorized`` is given and some reduction is not tensorized (the reason is
-printed); 2 for a bad kernel or bad usage.
+A run on npu, arm or cuda in which no block is tensorized stops after step 2 and fails
+("not tensorized: REASON"), unless --allow-fallback is given: the kernel then runs on the
+target untensorized (on the NPU target, on the host). When some block is tensorized, blocks
+no intrinsic computes (an epilogue, a padding copy) run as they are. --intrinsic and
+--require-tensorized also stop after step 2 when a reduction is not tensorized.
+
+Exit status 0 when every check passes; 1 when one fails or the kernel is not tensorized
+as asked (the reason is printed); 2 for a bad kernel or bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
+import math
+import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from intrinsics import default_registry, feature_names, lowerer
-from ir import BlockRealize, IterKind, PrimFunc
+from intrinsics import Registry, default_registry, feature_names, lowerer
+from ir import Block, BlockRealize, IterKind, Node, PrimFunc, post_order_visit
 from ir import script as T
-from ir.errors import KernelError
 from ir.printer import print_node
 from ir.structural import structural_equal
-from simulator import load_machine
-from targets import arm, host, npu
-from tensorize.cli.arm_steps import run_arm
-from tensorize.cli.cuda_steps import run_cuda
-from tensorize.engine import Tensorized, auto_tensorize, count_calls
+from tensorize.cli.errors import UsageError
+from tensorize.cli.kernel_file import (
+    KernelFile,
+    call_reference,
+    check_reference_arguments,
+    read_kernel_file,
+)
+from tensorize.cli.outputs import check_output_path, write_atomically, write_text_atomically
+from tensorize.cli.registry_args import add_registry_arguments
+from tensorize.engine import (
+    Tensorized,
+    auto_tensorize,
+    count_calls,
+    named_intrinsic,
+    target_features,
+)
 from tensorize.engine.count import count_calls_by_block
-from tensorize.engine.tune import tune_npu
 from tensorize.schedule import tree
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 TARGETS = ("host", "npu", "arm", "cuda")
+# The most the kernel's buffers (parameters and intermediates) may take together unless
+# --max-bytes says otherwise: the run holds several copies of each.
+MAX_BYTES = 4 << 30
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 _EXAMPLES = """
 examples:
   tensorize run examples/script/gemm_int8.py                  # host: parse, run, check
   tensorize run examples/script/conv2d_nhwc.py --target npu   # tensorize, simulate, check
+  tensorize run examples/te/gemm_int8.py --target npu         # a kernel built by build()
   tensorize run KERNEL.py --target npu --emit code -o prog.s  # the NPU program
   tensorize run KERNEL.py --target cuda --explain             # why each block maps or not
   tensorize run KERNEL.py --target arm --emit code            # AArch64 assembly with sdot
+  tensorize run KERNEL.py --target arm --features +i8mm       # also smmla/usdot
   tensorize run KERNEL.py --target cuda --emit code -o k.cu   # the CUDA C++ and its launches
 """
 
@@ -77,17 +105,24 @@ def register(subparsers: Any) -> None:
     """Add the ``run`` command."""
     parser = subparsers.add_parser(
         "run", help="tensorize a kernel for a target, validate it and run it",
-        description=__doc__.split("\n\n", 1)[1].replace("``", "") + _EXAMPLES,
+        description=__doc__.split("\n\n", 1)[1] + _EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kernel", metavar="KERNEL.py", help="a Python file of @T.prim_func kernels")
+    parser.add_argument("kernel", metavar="KERNEL.py",
+                        help="a Python file of @T.prim_func kernels, or whose build() "
+                             "returns a PrimFunc")
     parser.add_argument("--func", help="the kernel to run when the file defines several")
     parser.add_argument("--target", choices=TARGETS, default="host",
                         help="where to run: host (reference executor, default), npu "
                              "(tensorize and simulate), arm (AArch64, emulated) or cuda (WMMA)")
     parser.add_argument("--intrinsic", metavar="NAME",
-                        help="use only this intrinsic, and fail if it does not fire")
+                        help="use only this compute intrinsic of the target, and fail (before "
+                             "running anything) if it does not fire")
     parser.add_argument("--require-tensorized", action="store_true",
-                        help="fail unless every reduction block is tensorized")
+                        help="fail, before running anything, unless every reduction block is "
+                             "tensorized")
+    parser.add_argument("--allow-fallback", action="store_true",
+                        help="when no block is tensorized, run the kernel on the target "
+                             "untensorized instead of failing")
     parser.add_argument("--explain", action="store_true",
                         help="print, for every block and intrinsic, the mapping or why not")
     parser.add_argument("--emit", choices=("ir", "code", "trace"), action="append", default=[],
@@ -100,98 +135,237 @@ def register(subparsers: Any) -> None:
                         help="NPU: simulate every tile height that fits and keep the fastest")
     parser.add_argument("--trace", metavar="FILE",
                         help="NPU: write the simulated timeline (Chrome trace JSON) to FILE")
-    parser.add_argument("--features", default=arm.DEFAULT_FEATURES,
-                        help="arm: the target features, which choose the intrinsics tried "
-                             f"(default {arm.DEFAULT_FEATURES}; add +i8mm for smmla/usdot)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed for the inputs (0)")
+    parser.add_argument("--features", metavar="+X,-Y",
+                        help="arm: change the target features, which choose the intrinsics "
+                             f"tried: +x adds x to the defaults ({target_features('arm')}), "
+                             "-x removes it (write --features=-x); e.g. +i8mm adds "
+                             "smmla/usdot")
+    parser.add_argument("--seed", type=_seed, default=0,
+                        help="random seed for the inputs, a non-negative integer (0)")
+    parser.add_argument("--max-bytes", type=_byte_size, default=MAX_BYTES, metavar="SIZE",
+                        help="refuse a kernel whose buffers take more than SIZE bytes together "
+                             f"(suffixes K, M, G, T; default {MAX_BYTES >> 30}G)")
     parser.add_argument("--quiet", action="store_true", help="do not print the kernel")
-    parser.add_argument("--json", action="store_true", help="print a JSON report instead")
+    parser.add_argument("--json", action="store_true",
+                        help="print a JSON report instead of the step lines (on a refusal, "
+                             "one with \"ok\": false and the error)")
+    add_registry_arguments(parser)
     parser.set_defaults(handler=handle)
+
+
+def _seed(text: str) -> int:
+    if not re.fullmatch(r"\d+", text.strip()):
+        raise argparse.ArgumentTypeError(f"requires a non-negative integer, got {text!r}")
+    return int(text)
+
+
+def _byte_size(text: str) -> int:
+    match = re.fullmatch(r"(\d+)\s*([kmgt]?)(i?b)?", text.strip().lower())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"requires a size in bytes such as 4G or 512M, got "
+                                         f"{text!r}")
+    return int(match.group(1)) * _UNITS[match.group(2)]
 
 
 class _Report:
     """The steps of one run, printed as they finish and kept for --json."""
 
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
         self.steps: list[dict[str, Any]] = []
         self.data: dict[str, Any] = {}
 
     def step(self, name: str, ok: bool, detail: str) -> bool:
+        """A step taken: passed or failed, and what it found."""
         self.steps.append({"step": name, "ok": ok, "detail": detail})
-        if not self.quiet:
+        if not self.as_json:
             print(f"{'ok  ' if ok else 'FAIL'} {name:<11} {detail}")
         return ok
 
     def skip(self, name: str, reason: str) -> None:
         """A step this machine cannot take (a missing compiler or device), and why."""
         self.steps.append({"step": name, "ok": True, "skipped": True, "detail": reason})
-        if not self.quiet:
+        if not self.as_json:
             print(f"skip {name:<11} {reason}")
 
     @property
     def ok(self) -> bool:
+        """True when no step failed."""
         return all(s["ok"] for s in self.steps)
+
+    def finish(self, errors: Sequence[str] = ()) -> int:
+        """Print the errors (and the JSON report with --json); returns the exit status."""
+        self.data["steps"] = self.steps
+        self.data["ok"] = self.ok and not errors
+        if errors:
+            self.data["error"] = "; ".join(errors)
+        if self.as_json:
+            print(json.dumps(self.data, indent=2))
+        for error in errors:
+            print(f"error: {error}", file=sys.stderr)
+        return EXIT_OK if self.data["ok"] else EXIT_FAILED
 
 
 def handle(args: argparse.Namespace) -> int:
     """Run the steps; returns the exit status."""
-    if args.target != "npu" and (args.tune or args.trace):
-        raise KernelError("--tune and --trace apply to --target npu only")
-    if args.features != arm.DEFAULT_FEATURES and args.target != "arm":
-        raise KernelError("--features applies to --target arm only")
-    if args.intrinsic and args.target == "host":
-        raise KernelError("--intrinsic needs a --target with intrinsics (npu, arm, cuda)")
+    _check_options(args)
     path = Path(args.kernel)
-    func = _pick(T.load_file(path), args.func, path)
-    report = _Report(quiet=args.json)
+    output = check_output_path("-o", args.output, path) if args.output else None
+    trace = check_output_path("--trace", args.trace, path) if args.trace else None
+    if output is not None and trace is not None and output.resolve() == trace.resolve():
+        raise UsageError(f"-o and --trace require two different files, got {args.output} "
+                         "for both")
+    registry = default_registry(args.intrinsics_dir)
+    features = _features(args.features, registry) if args.target == "arm" else None
+    if args.intrinsic:
+        _check_named_intrinsic(args.intrinsic, args.target, features, registry)
+    kernel = read_kernel_file(path, args.func)
+    func = kernel.func
+    _check_size(func, args.max_bytes, path)
+    report = _Report(as_json=args.json)
     report.data.update({"kernel": str(path), "func": func.name, "target": args.target})
     if not (args.quiet or args.json):
         print(print_node(func))
+    inputs, expected = _inputs_and_reference(kernel, args.seed)
     reparsed = T.parse(print_node(func), filename=f"<printed {func.name}>")
     report.step("round-trip", structural_equal(func, reparsed),
                 "print -> parse gives a structurally equal function")
 
-    rng = np.random.default_rng(args.seed)
-    inputs = {p.name: random_array(p.shape, p.dtype, rng) for p in func.params}
-    registry = default_registry()
     emitted: list[str] = []
     if args.target == "host":
         outputs = _run_host(func, inputs, report)
     else:
-        result = _tensorize(func, args, registry, report)
-        outputs = _validate(func, result, inputs, registry, report)
-        if args.target == "npu":
-            outputs = _simulate(func, result, inputs, outputs, args, registry, report,
-                                emitted)
-        elif args.target == "arm":
-            outputs = run_arm(result.func, args.features, outputs, inputs, report, compare,
-                              emitted, "code" in args.emit)
-        elif args.target == "cuda":
-            outputs = run_cuda(result.func, outputs, inputs, report, compare, emitted,
-                               "code" in args.emit)
-        _calls_table(result, report, args.json)
-        if "ir" in args.emit:
-            emitted.insert(0, print_node(result.func))
-        if "trace" in args.emit:
-            emitted.append(result.schedule.replay_trace())
-    _check_reference(path, func, inputs, outputs, report)
-    _write_emitted(emitted, args.output)
-    report.data["steps"] = report.steps
-    report.data["ok"] = report.ok
-    if args.json:
-        print(json.dumps(report.data, indent=2))
-    if args.intrinsic or args.require_tensorized:
-        missing = report.data.get("not_tensorized", [])
-        if missing:
-            for block, reason in missing:
-                print(f"error: block {block!r} is not tensorized: {reason}", file=sys.stderr)
-            return EXIT_FAILED
-    return EXIT_OK if report.ok else EXIT_FAILED
+        result = _tensorize(func, args, features, registry, report)
+        refusal = _tensorize_failures(func, result, args)
+        if refusal:
+            return report.finish(refusal)
+        outputs = _run_target(func, result, inputs, args, features, trace, registry, report,
+                              emitted)
+    _check_reference(expected, outputs, report)
+    if emitted:
+        text = "\n\n".join(e.rstrip("\n") for e in emitted) + "\n"
+        if output is not None:
+            write_text_atomically(output, text)
+        else:
+            print(text, end="")
+    return report.finish()
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse options that conflict or do not apply to the target, before any work."""
+    if args.target != "npu" and (args.tune or args.trace):
+        raise UsageError("--tune and --trace apply to --target npu only")
+    if args.features is not None and args.target != "arm":
+        raise UsageError("--features applies to --target arm only")
+    if args.target == "host":
+        needs_intrinsics = {"--intrinsic": args.intrinsic, "--explain": args.explain,
+                            "--emit": args.emit, "--require-tensorized": args.require_tensorized,
+                            "--allow-fallback": args.allow_fallback}
+        given = [name for name, value in needs_intrinsics.items() if value]
+        if given:
+            raise UsageError(f"{given[0]} requires a --target with intrinsics (npu, arm, "
+                             "cuda), got --target host")
+    if args.allow_fallback and (args.intrinsic or args.require_tensorized):
+        other = "--intrinsic" if args.intrinsic else "--require-tensorized"
+        raise UsageError(f"--allow-fallback contradicts {other}, which fails when a block is "
+                         "not tensorized; give one of them")
+    if args.json and args.emit and not args.output:
+        raise UsageError("--emit with --json requires -o FILE, got no -o (stdout holds the "
+                         "JSON report)")
+    if args.output and not args.emit:
+        raise UsageError(f"-o {args.output} requires --emit ir|code|trace to say what to "
+                         "write, got no --emit")
+
+
+def _features(spec: str | None, registry: Registry) -> str:
+    """The arm target features: the defaults, with ``spec``'s ``+x`` added and ``-x``
+    removed; a feature no arm description or default names is refused."""
+    defaults = target_features("arm") or ""
+    if spec is None:
+        return defaults
+    chosen = [f for f in defaults.split(",") if f]
+    known = sorted(feature_names(defaults)
+                   | {i.feature for i in registry.for_target("arm") if i.feature})
+    for item in (f.strip() for f in spec.split(",")):
+        name = item[1:]
+        if item[:1] not in ("+", "-") or name not in known:
+            raise UsageError(f"--features requires +name or -name of a known feature "
+                             f"({', '.join(known)}), got {item!r}")
+        at = next((n for n, f in enumerate(chosen) if f[1:] == name), None)
+        if at is None:
+            chosen.append(item)
+        else:
+            chosen[at] = item
+    return ",".join(chosen)
+
+
+def _check_named_intrinsic(name: str, target: str, features: str | None,
+                           registry: Registry) -> None:
+    """Refuse, before any work, an ``--intrinsic`` that is not a compute intrinsic of the
+    target, or that ``--features`` does not provide."""
+    intrinsic = named_intrinsic(registry, target, name, "--intrinsic")
+    if features is not None and not intrinsic.available(feature_names(features)):
+        raise UsageError(f"--intrinsic {name} requires target feature +{intrinsic.feature}, "
+                         f"got features {features}; add it with --features "
+                         f"+{intrinsic.feature}")
+
+
+def _check_size(func: PrimFunc, limit: int, path: Path) -> None:
+    """Refuse a kernel whose buffers together take more than ``limit`` bytes."""
+    buffers = list(func.params)
+
+    def allocated(node: Node) -> None:
+        if isinstance(node, Block):
+            buffers.extend(node.alloc_buffers)
+
+    post_order_visit(func.body, allocated)
+    sizes = sorted(((math.prod(b.shape) * b.dtype.numpy.itemsize, b) for b in buffers),
+                   key=lambda pair: -pair[0])
+    total = sum(size for size, _ in sizes)
+    if total <= limit:
+        return
+    largest = ", ".join(f"{b.name} {b.shape} {b.dtype.name}: {_bytes_text(size)}"
+                        for size, b in sizes[:3])
+    raise UsageError(f"{path}: kernel {func.name} requires its buffers to fit in "
+                     f"{_bytes_text(limit)} (--max-bytes), got {_bytes_text(total)} "
+                     f"({largest}); shrink its extents or raise --max-bytes")
+
+
+def _bytes_text(size: int) -> str:
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
+
+
+def _inputs_and_reference(kernel: KernelFile, seed: int
+                          ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
+    """Random inputs (every parameter; outputs start random too), and what the file's
+    reference returns for them (None without one), checked before any work."""
+    from targets import host
+
+    func = kernel.func
+    outputs = host.compile(func).written
+    given = [p for p in func.params if all(p is not o for o in outputs)]
+    if kernel.reference is not None:
+        check_reference_arguments(kernel.reference, kernel.path, given)
+    rng = np.random.default_rng(seed)
+    try:
+        inputs = {p.name: random_array(p.shape, p.dtype, rng) for p in func.params}
+    except MemoryError:
+        raise UsageError(f"{kernel.path}: kernel {func.name} requires memory for its inputs, "
+                         "got none left on this machine; shrink its extents or lower "
+                         "--max-bytes") from None
+    if kernel.reference is None:
+        return inputs, None
+    return inputs, call_reference(kernel.reference, kernel.path,
+                                  [inputs[p.name] for p in given], outputs)
 
 
 def _run_host(func: PrimFunc, inputs: dict[str, np.ndarray], report: _Report
               ) -> dict[str, np.ndarray]:
+    from targets import host
+
     start = time.perf_counter()
     compiled = host.compile(func)
     compile_s = time.perf_counter() - start
@@ -207,30 +381,29 @@ def _run_host(func: PrimFunc, inputs: dict[str, np.ndarray], report: _Report
     return {name: arrays[name] for name in outputs}
 
 
-def _tensorize(func: PrimFunc, args: argparse.Namespace, registry, report: _Report
-               ) -> Tensorized:
+def _tensorize(func: PrimFunc, args: argparse.Namespace, features: str | None,
+               registry: Registry, report: _Report) -> Tensorized:
     if args.tune:
+        from simulator import load_machine
+        from tensorize.engine.tune import tune_npu
+
         result, trials = tune_npu(func, load_machine(), registry, args.intrinsic)
         for trial in trials:
             report.step("tune", True, f"tile {trial.tiling.rows} rows: {trial.cycles} cycles")
         report.data["tune"] = [{"rows": t.tiling.rows, "cycles": t.cycles} for t in trials]
     else:
-        features = args.features if args.target == "arm" else None
-        _check_named_intrinsic(args.intrinsic, features, registry)
         result = auto_tensorize(func, args.target, registry=registry, intrinsic=args.intrinsic,
                                 features=features)
     reductions = _reduction_blocks(func)
-    missing = []
+    strict = bool(args.intrinsic or args.require_tensorized)
+    fails = not result.tensorized and not args.allow_fallback
     for outcome in result.blocks:
         if outcome.intrinsic is not None:
             report.step("tensorize", True, f"{outcome.block}: {outcome.intrinsic}  "
                                            f"{outcome.mapping}")
         else:
-            needed = outcome.block in reductions
-            if needed:
-                missing.append((outcome.block, outcome.reason))
-            must = bool(args.intrinsic or args.require_tensorized) and needed
-            report.step("tensorize", not must,
+            ok = not fails and not (strict and outcome.block in reductions)
+            report.step("tensorize", ok,
                         f"{outcome.block}: not tensorized ({outcome.reason}); runs as is")
     if args.explain:
         for line in result.explain:
@@ -239,24 +412,68 @@ def _tensorize(func: PrimFunc, args: argparse.Namespace, registry, report: _Repo
     report.data["blocks"] = [{"block": b.block, "intrinsic": b.intrinsic, "mapping": b.mapping,
                               "reason": b.reason} for b in result.blocks]
     report.data["explain"] = list(result.explain)
-    report.data["not_tensorized"] = missing
+    report.data["not_tensorized"] = [(b.block, b.reason) for b in result.blocks
+                                     if b.intrinsic is None and b.block in reductions]
     report.data["trace"] = result.schedule.replay_trace()
     return result
 
 
-def _check_named_intrinsic(name: str | None, features: str | None, registry) -> None:
-    """Refuse, before any work, an ``--intrinsic`` that ``--features`` does not provide."""
-    if name is None or features is None:
-        return
-    intrinsic = registry.get(name)
-    if not intrinsic.available(feature_names(features)):
-        raise KernelError(f"--intrinsic {name} requires target feature +{intrinsic.feature}, "
-                          f"got --features {features}; use --features "
-                          f"{features},+{intrinsic.feature}")
+def _tensorize_failures(func: PrimFunc, result: Tensorized, args: argparse.Namespace
+                        ) -> list[str]:
+    """Why the run must stop right after tensorizing (empty: it goes on): a reduction not
+    tensorized under --intrinsic / --require-tensorized, or no block tensorized at all
+    without --allow-fallback."""
+    reductions = _reduction_blocks(func)
+    untouched = [b for b in result.blocks if b.intrinsic is None]
+    if args.intrinsic or args.require_tensorized:
+        missing = [f"block {b.block!r} is not tensorized: {b.reason}" for b in untouched
+                   if b.block in reductions]
+        if missing:
+            return missing
+    if result.tensorized or args.allow_fallback:
+        return []
+    blocks = [b for b in untouched if b.block in reductions] or untouched
+    reasons = "; ".join(f"{b.block}: {b.reason}" for b in blocks) or "the kernel has no block"
+    message = (f"not tensorized: {reasons}; pass --allow-fallback to run it on {args.target} "
+               "untensorized")
+    return [message]
 
 
-def _validate(func: PrimFunc, result: Tensorized, inputs: dict[str, np.ndarray], registry,
-              report: _Report) -> dict[str, np.ndarray]:
+def _run_target(func: PrimFunc, result: Tensorized, inputs: dict[str, np.ndarray],
+                args: argparse.Namespace, features: str | None, trace: Path | None,
+                registry: Registry, report: _Report, emitted: list[str]
+                ) -> dict[str, np.ndarray]:
+    """Steps 3 and 4 on the tensorized ``result``, and the calls table; the outputs of the
+    most faithful run."""
+    outputs = _validate(func, result, inputs, registry, report)
+    if args.target == "npu":
+        outputs = _simulate(result, inputs, outputs, args, trace, registry, report, emitted)
+    elif args.target == "arm":
+        from tensorize.cli.arm_steps import run_arm
+
+        outputs = run_arm(result.func, features, outputs, inputs, report, compare, emitted,
+                          "code" in args.emit)
+    elif args.target == "cuda":
+        from tensorize.cli.cuda_steps import run_cuda
+
+        outputs = run_cuda(result.func, outputs, inputs, report, compare, emitted,
+                           "code" in args.emit)
+    _calls_table(result, report, args.json)
+    if not result.tensorized:
+        reasons = "; ".join(f"{b.block}: {b.reason}" for b in result.blocks)
+        report.skip("tensorize", f"not tensorized: {reasons}; it ran untensorized "
+                                 "(--allow-fallback)")
+    if "ir" in args.emit:
+        emitted.insert(0, print_node(result.func))
+    if "trace" in args.emit:
+        emitted.append(result.schedule.replay_trace())
+    return outputs
+
+
+def _validate(func: PrimFunc, result: Tensorized, inputs: dict[str, np.ndarray],
+              registry: Registry, report: _Report) -> dict[str, np.ndarray]:
+    from targets import host
+
     want = host.run(func, inputs)
     got = host.run(result.func, inputs, lowerer(registry.get))
     for name, expected in want.items():
@@ -266,9 +483,13 @@ def _validate(func: PrimFunc, result: Tensorized, inputs: dict[str, np.ndarray],
     return want
 
 
-def _simulate(func: PrimFunc, result: Tensorized, inputs: dict[str, np.ndarray],
-              reference: dict[str, np.ndarray], args: argparse.Namespace, registry,
-              report: _Report, emitted: list[str]) -> dict[str, np.ndarray]:
+def _simulate(result: Tensorized, inputs: dict[str, np.ndarray],
+              reference: dict[str, np.ndarray], args: argparse.Namespace, trace: Path | None,
+              registry: Registry, report: _Report, emitted: list[str]
+              ) -> dict[str, np.ndarray]:
+    from simulator import load_machine
+    from targets import npu
+
     config = load_machine()
     run = npu.run(result.func, inputs, config, registry.get)
     on_host = [s.label for s in run.stages if not s.on_npu]
@@ -288,11 +509,16 @@ def _simulate(func: PrimFunc, result: Tensorized, inputs: dict[str, np.ndarray],
     report.data["npu"] = {"cycles": run.cycles, "mac_utilisation": round(utilisation, 4),
                           "programs": len(sims), "host_stages": on_host,
                           "instructions": sum(len(s.compiled.program) for s in sims)}
-    if args.trace and sims:
-        sims[0].sim.write_trace(args.trace)
-        report.step("trace", True, f"timeline of the first NPU program written to {args.trace}")
-    if "code" in args.emit:
+    nothing = "no NPU program ran (every stage ran on the host)"
+    if trace is not None and sims:
+        write_atomically(trace, sims[0].sim.write_trace)
+        report.step("trace", True, f"timeline of the first NPU program written to {trace}")
+    elif trace is not None:
+        report.step("trace", False, f"{nothing}, so there is no timeline to write to {trace}")
+    if "code" in args.emit and sims:
         emitted.extend(s.compiled.assembly for s in sims)
+    elif "code" in args.emit:
+        report.step("emit", False, f"{nothing}, so there is no NPU code to emit")
     return run.outputs
 
 
@@ -310,32 +536,14 @@ def _calls_table(result: Tensorized, report: _Report, as_json: bool) -> None:
         print(f"{block:<{width}}{name:<{iwidth}}{count:>14}")
 
 
-def _check_reference(path: Path, func: PrimFunc, inputs: dict[str, np.ndarray],
-                     outputs: dict[str, np.ndarray], report: _Report) -> None:
-    reference = _reference(path)
-    if reference is None:
+def _check_reference(expected: dict[str, np.ndarray] | None, outputs: dict[str, np.ndarray],
+                     report: _Report) -> None:
+    if expected is None:
         report.step("reference", True, "skipped: the file defines no reference(...) function")
         return
-    names = list(outputs)
-    given = [inputs[p.name] for p in func.params if p.name not in names]
-    expected = reference(*given)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    if len(expected) != len(names):
-        raise KernelError(f"{path}: reference(...) returned {len(expected)} arrays for "
-                          f"{len(names)} outputs ({', '.join(names)})")
-    for name, want in zip(names, expected):
-        ok, detail = compare(outputs[name], np.asarray(want))
+    for name, want in expected.items():
+        ok, detail = compare(outputs[name], want)
         report.step("reference", ok, f"{name} against numpy reference(...): {detail}")
-
-
-def _write_emitted(emitted: list[str], output: str | None) -> None:
-    if not emitted:
-        return
-    text = "\n\n".join(e.rstrip("\n") for e in emitted) + "\n"
-    if output:
-        Path(output).write_text(text)
-    else:
-        print(text, end="")
 
 
 def _reduction_blocks(func: PrimFunc) -> set[str]:
@@ -351,11 +559,15 @@ def random_array(shape: tuple[int, ...], dtype: Any, rng: np.random.Generator) -
 
 
 def compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, str]:
-    """Exact comparison for integers, relative tolerance for floats; (ok, one-line detail)."""
+    """Exact comparison for integers, relative tolerance for floats; (ok, one-line detail).
+
+    Both sides are compared in a type that holds every value of either, never narrowed to
+    ``got``'s dtype: a reference off by 2**32 from an int32 output differs."""
     if got.shape != want.shape:
         return False, f"shape {got.shape} but the reference gives {want.shape}"
     if got.dtype.kind in "iub":
-        wrong = got != want.astype(got.dtype)
+        common = _exact_common_type(got.dtype, want.dtype)
+        wrong = got.astype(common) != want.astype(common)
         mismatched = int(np.count_nonzero(wrong))
         if mismatched:
             where = tuple(int(x) for x in np.argwhere(wrong)[0])
@@ -369,25 +581,11 @@ def compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, str]:
     return error <= rtol, f"max error {error:.2e} of the largest value (tolerance {rtol:g})"
 
 
-def _pick(kernels: dict[str, PrimFunc], name: str | None, path: Path) -> PrimFunc:
-    if not kernels:
-        raise KernelError(f"{path}: no @T.prim_func kernel found")
-    if name is None:
-        if len(kernels) > 1:
-            raise KernelError(f"{path} defines {len(kernels)} kernels ({', '.join(kernels)}); "
-                              "choose one with --func")
-        return next(iter(kernels.values()))
-    if name not in kernels:
-        raise KernelError(f"{path}: --func {name} names no kernel; found {', '.join(kernels)}")
-    return kernels[name]
-
-
-def _reference(path: Path) -> Callable[..., Any] | None:
-    """The file's ``reference`` function, importing the file as a module."""
-    spec = importlib.util.spec_from_file_location(f"_tensorize_kernel_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        return None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    reference = getattr(module, "reference", None)
-    return reference if callable(reference) else None
+def _exact_common_type(got: np.dtype, want: np.dtype) -> np.dtype:
+    """A dtype holding every value of an integer ``got`` and of ``want`` exactly: their
+    integer promotion, float64 against a float, Python integers where no fixed-width integer
+    holds both (uint64 against a signed type)."""
+    if want.kind not in "iub":
+        return np.dtype(np.float64)
+    common = np.result_type(got, want)
+    return common if common.kind in "iub" else np.dtype(object)

@@ -12,6 +12,7 @@ the reason; nothing is skipped silently.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import time
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from intrinsics import Intrinsic, Registry, default_registry, feature_names
-from ir import BlockRealize, IterKind, PrimFunc, ScheduleError
+from ir import BlockRealize, IterKind, PrimFunc, ScheduleError, TensorizeError
 from simulator import MachineConfig
 from tensorize.engine.count import count_calls
 from tensorize.engine.gemm_view import to_intrinsic_shape
@@ -32,8 +33,13 @@ from tensorize.schedule import Schedule, tree
 # How many mappings of one block the engine tries before it reports the first refusal.
 MAPPINGS_TRIED = 8
 
-__all__ = ["BlockOutcome", "Tensorized", "auto_tensorize", "candidate_intrinsics",
-           "count_calls", "target_features"]
+__all__ = ["BlockOutcome", "IntrinsicChoiceError", "Tensorized", "auto_tensorize",
+           "candidate_intrinsics", "count_calls", "named_intrinsic", "target_features"]
+
+
+class IntrinsicChoiceError(TensorizeError):
+    """An intrinsic named by the caller cannot be used for the target: no description
+    declares it, it belongs to another target, or it is not a compute intrinsic."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +84,38 @@ def candidate_intrinsics(registry: Registry, target: str, name: str | None = Non
     """The intrinsics the tensorizer tries for ``target``: its compute intrinsics that reduce
     and accumulate (resetting variants are used through ``fold_init``) and, when
     ``features`` is given (``"+neon,+dotprod,+i8mm"``), that those features provide; or only
-    ``name`` (whatever it needs)."""
+    ``name``, a compute intrinsic of ``target`` (whatever features it needs)."""
     if name is not None:
-        return [registry.get(name)]
+        return [named_intrinsic(registry, target, name)]
     enabled = None if features is None else feature_names(features)
     return [i for i in registry.compute_intrinsics(target)
             if i.reduce_vars() and not i.resets and i.available(enabled)]
+
+
+def named_intrinsic(registry: Registry, target: str, name: str,
+                    who: str = "auto_tensorize(intrinsic=...)") -> Intrinsic:
+    """The compute intrinsic ``name`` of ``target``; IntrinsicChoiceError (``who`` names the
+    option or argument at fault) when no description declares it (with close names), or it
+    belongs to another target, or it is not a compute intrinsic."""
+    listing = f"run 'tensorize intrinsics list --target {target}' to see them"
+    if name not in registry:
+        own = [i.name for i in registry.for_target(target)]
+        close = (difflib.get_close_matches(name, own, n=3)
+                 or difflib.get_close_matches(name, [i.name for i in registry], n=3))
+        hint = f"did you mean {', '.join(close)}?" if close else listing
+        raise IntrinsicChoiceError(f"{who} requires an intrinsic of target {target}, got "
+                                   f"{name!r}, which no description declares; {hint}")
+    intrinsic = registry.get(name)
+    if intrinsic.target != target:
+        raise IntrinsicChoiceError(
+            f"{who} requires an intrinsic of target {target}, got {name}, an intrinsic of "
+            f"target {intrinsic.target}; tensorize for {intrinsic.target} instead, or name "
+            f"one of {target}'s ({listing})")
+    if intrinsic.kind != "compute":
+        raise IntrinsicChoiceError(
+            f"{who} requires a compute intrinsic of target {target}, got {name}, a "
+            f"{intrinsic.kind} intrinsic (the tensorizer places those itself); {listing}")
+    return intrinsic
 
 
 def target_features(target: str) -> str | None:
@@ -99,7 +131,8 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = N
                    ) -> Tensorized:
     """Tensorize every block of ``func`` that an intrinsic of ``target`` can compute.
 
-    ``intrinsic`` restricts the search to one intrinsic (by name). ``features`` selects the
+    ``intrinsic`` restricts the search to one compute intrinsic of ``target`` (by name;
+    IntrinsicChoiceError when ``target`` has no such intrinsic). ``features`` selects the
     target features (``"+neon,+dotprod,+i8mm"``; default: the target's own), and with them
     the intrinsics tried. For the NPU, ``config`` is the machine (default: the built-in one)
     and ``tiling`` overrides the chosen tile.

@@ -1,0 +1,18 @@
+# corpus: a run on the NPU in which no block is tensorized (float32 GEMM)
+# args: run {file} --target npu
+# expect: not tensorized: C: C is float32, npu_gemm's C is int32
+# expect: pass --allow-fallback
+# exit: 1
+
+from ir import script as T
+
+
+@T.prim_func
+def gemm(A: T.Buffer((16, 16), "float32"), B: T.Buffer((16, 16), "float32"),
+         C: T.Buffer((16, 16), "float32")):
+    for i, j, k in T.grid(16, 16, 16):
+        with T.block("C"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                C[vi, vj] = 0.0
+            C[vi, vj] += A[vi, vk] * B[vk, vj]
