@@ -1,7 +1,13 @@
 """Chrome trace JSON (``{"traceEvents": [...]}``), which Perfetto and chrome://tracing open.
 
-One track per unit: an "X" (complete) event per instruction, from the cycle its unit began
-it to the cycle it finished, with times in microseconds at the machine's clock.
+An "X" (complete) event per instruction, from the cycle its unit began it to the cycle it
+finished, with times in microseconds at the machine's clock. A unit runs several of its
+instructions at once (a DMA engine keeps up to ``dma.max_outstanding`` requests in flight;
+the array pipelines GEMMs), and slices that overlap on one track are dropped or mis-drawn by
+the viewers, which want the slices of a track nested or disjoint. So each unit gets one
+track per concurrent resource ("load DMA #0", "load DMA #1", ...): a slice goes on the first
+of its unit's tracks that is free when it begins, and a unit has as many tracks as it ever
+has instructions in flight.
 """
 
 from __future__ import annotations
@@ -14,26 +20,61 @@ from simulator.assembler import format_instruction
 from simulator.isa import Instruction
 
 UNITS = ("load", "gemm", "vector", "store", "dram")
+# What one track of each unit stands for: one in-flight request of a DMA engine, one GEMM or
+# vector instruction in the unit's pipeline, one transfer on the shared DRAM port.
+LANE_NAMES = {"load": "load DMA", "gemm": "gemm pipeline", "vector": "vector pipeline",
+              "store": "store DMA", "dram": "dram port"}
 
 # One record per event: (unit index into UNITS, begin cycle, end cycle, instruction index).
 Record = tuple[int, int, int, int]
 
 
+def assign_lanes(records: Sequence[Record]) -> list[int]:
+    """The lane (0, 1, ...) of each record within its unit: the first lane whose previous
+    slice has ended when the record begins, so the slices of one lane are disjoint.
+
+    Records are placed in order of their begin cycle (ties in record order); the lanes a unit
+    gets are as many as it ever has records in flight at once.
+    """
+    lanes = [0] * len(records)
+    free_at: dict[int, list[int]] = {}  # unit -> the cycle each of its lanes is free from
+    order = sorted(range(len(records)), key=lambda n: records[n][1])
+    for n in order:
+        unit, begin, end, _ = records[n]
+        ends = free_at.setdefault(unit, [])
+        lane = next((k for k, free in enumerate(ends) if free <= begin), len(ends))
+        if lane == len(ends):
+            ends.append(end)
+        else:
+            ends[lane] = end
+        lanes[n] = lane
+    return lanes
+
+
 def chrome_trace(records: Sequence[Record], program: Sequence[Instruction], clock_mhz: float,
                  machine: str) -> dict[str, object]:
-    """The trace as a JSON-ready dict."""
+    """The trace as a JSON-ready dict: process and thread names (one thread per lane, in
+    unit order; at least one per unit), then one complete event per record."""
+    lanes = assign_lanes(records)
+    counts = [1] * len(UNITS)  # an idle unit keeps one (empty) track
+    for (unit, *_), lane in zip(records, lanes):
+        counts[unit] = max(counts[unit], lane + 1)
+    first_tid = [sum(counts[:unit]) for unit in range(len(UNITS))]
     events: list[dict[str, object]] = [
         {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": f"NPU {machine}"}}]
-    for tid, name in enumerate(UNITS):
-        events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": tid,
-                       "args": {"name": name}})
-        events.append({"ph": "M", "name": "thread_sort_index", "pid": 0, "tid": tid,
-                       "args": {"sort_index": tid}})
-    for unit, begin, end, index in records:
+    for unit, name in enumerate(UNITS):
+        for lane in range(counts[unit]):
+            tid = first_tid[unit] + lane
+            events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": tid,
+                           "args": {"name": f"{LANE_NAMES[name]} #{lane}"}})
+            events.append({"ph": "M", "name": "thread_sort_index", "pid": 0, "tid": tid,
+                           "args": {"sort_index": tid}})
+    for (unit, begin, end, index), lane in zip(records, lanes):
         insn = program[index]
         events.append({
-            "ph": "X", "pid": 0, "tid": unit, "name": type(insn).__name__.lower(),
-            "cat": UNITS[unit], "ts": begin / clock_mhz, "dur": (end - begin) / clock_mhz,
+            "ph": "X", "pid": 0, "tid": first_tid[unit] + lane,
+            "name": type(insn).__name__.lower(), "cat": UNITS[unit],
+            "ts": begin / clock_mhz, "dur": (end - begin) / clock_mhz,
             "args": {"index": index, "cycles": [begin, end], "insn": format_instruction(insn)},
         })
     return {"traceEvents": events, "displayTimeUnit": "ns"}

@@ -78,13 +78,13 @@ def emit(func: PrimFunc, features: str = DEFAULT_FEATURES,
     registry = registry or default_registry()
     _check_features(func, features, registry)
     buffers = tuple(b for b in storage(func) if b.scope != REGISTER_SCOPE)
-    module = ll.Module(name=func.name)
+    module = ll.Module(name=_identifier(func.name))
     module.triple = "aarch64-unknown-linux-gnu"
-    symbol = "tensorize_" + "".join(c if c.isalnum() else "_" for c in func.name)
+    symbol = "tensorize_" + _identifier(func.name)
     function = ll.Function(module, ll.FunctionType(ll.VoidType(), [ll.PointerType()] *
                                                    (len(buffers) + 1)), symbol)
     for arg, buffer in zip(function.args, buffers):
-        arg.name = buffer.name
+        arg.name = _identifier(buffer.name)
         # Every buffer is its own allocation (the runners lay them out apart): telling LLVM
         # lets it combine a packing stage's byte copies into word and vector moves.
         arg.add_attribute("noalias")
@@ -97,6 +97,13 @@ def emit(func: PrimFunc, features: str = DEFAULT_FEATURES,
     outputs = _written(func, registry)
     return ArmKernel(func, _no_builtins(str(module), symbol), symbol, buffers, outputs,
                      features, tuple(emitter.sites))
+
+
+def _identifier(name: str) -> str:
+    """``name`` with every character but ASCII letters, digits and ``_`` replaced by ``_``:
+    the module's name stands in a comment (``; ModuleID = "..."``) that a line break would
+    end, and plain names keep the IR readable (llvmlite makes clashing names unique)."""
+    return "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in name)
 
 
 def _no_builtins(text: str, symbol: str) -> str:

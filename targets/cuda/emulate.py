@@ -3,13 +3,21 @@
 loaded with ctypes and run on numpy arrays.
 
 The headers emulate the thread model (blocks in turn; a block's threads as coroutines that
-switch at barriers) and the warp matrix API (each lane holds whole tiles); see the header's
+switch at barriers) and the warp matrix API (each lane holds whole tiles), and check shared
+memory: a race between threads (an access after another thread's write, or a write after
+its read, with no barrier between) is reported with the buffer, the element and both
+threads, and so is a read of an element no thread of the block wrote. See the header's
 comment and ``docs/cuda_backend.md`` for what a run proves.
+
+The builds go to a temporary directory made on the first build and removed when the process
+exits.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
+import functools
 import hashlib
 import shutil
 import subprocess
@@ -26,13 +34,21 @@ __all__ = ["EmulationError", "emulate"]
 
 HEADERS = Path(__file__).resolve().parent / "emulation"
 _COMPILED: dict[str, ctypes.CDLL] = {}
-_BUILD_DIR = Path(tempfile.mkdtemp(prefix="tz_cuda_emulation_"))
 ALIGNMENT = 256
 
 
 class EmulationError(RuntimeError):
     """The emulated kernel failed: a compile error, a misaligned or non-uniform WMMA
-    operation, or threads that diverge at a barrier."""
+    operation, threads that diverge at a barrier, a race on shared memory, or a read of
+    shared memory nothing wrote."""
+
+
+@functools.cache
+def _build_dir() -> Path:
+    """The directory of this process's builds: made on first use, removed at exit."""
+    path = Path(tempfile.mkdtemp(prefix="tz_cuda_emulation_"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def _launcher(kernel: CudaKernel) -> str:
@@ -56,8 +72,8 @@ def _library(kernel: CudaKernel) -> ctypes.CDLL:
     compiler = shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         raise EmulationError("no host C++ compiler (g++) to build the emulation")
-    source = _BUILD_DIR / f"{key}.cpp"
-    library = _BUILD_DIR / f"{key}.so"
+    source = _build_dir() / f"{key}.cpp"
+    library = _build_dir() / f"{key}.so"
     source.write_text(text)
     command = [compiler, "-std=c++17", "-O1", "-fwrapv", "-w", "-shared", "-fPIC",
                f"-I{HEADERS}", "-o", str(library), str(source)]
@@ -82,8 +98,8 @@ def emulate(kernel: CudaKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.n
 
     ``inputs`` maps parameter names to arrays (or lists them in parameter order); others
     start as zeros, as do the intermediates. ``reverse`` runs each block's threads in
-    decreasing order between barriers (a missing barrier shows in one order or the other).
-    Raises EmulationError when the build or a run fails.
+    decreasing order between barriers. Raises EmulationError when the build or a run fails,
+    naming the race or the uninitialised read for a missing barrier.
     """
     if not isinstance(inputs, Mapping):
         inputs = {b.name: a for b, a in zip(kernel.buffers, inputs)}

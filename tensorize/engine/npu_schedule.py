@@ -11,6 +11,8 @@ with m, n, k multiples of the array size T. The loops become::
             for mt: gemm                (reset at ko == 0)
         store the accumulator tile to C (tm/T DMA calls)
 
+A reduction one tile deep (K <= T) calls only the resetting GEMM.
+
 Each staged buffer is compacted to one tile, so the NPU backend can place two copies of it
 and overlap the next tile's transfers with the current tile's GEMMs. ``tm`` is the tallest
 multiple of T dividing m whose tiles fit a bank of the input and accumulator memories (tall
@@ -92,10 +94,7 @@ def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     if fuse_epilogues:
         store_stage, store_done = _fuse_epilogues(sch, c_stage, acc, no, registry, t)
 
-    sch.tensorize(mi, intrinsic)
-    reset = _reset_variant(intrinsic, registry)
-    if reset is not None:
-        sch.fold_init(sch.get_block(f"{block_name}_o"), reset)
+    _tensorize_gemm(sch, mi, block_name, intrinsic, registry)
 
     loads = {name: intrinsic.loads.get(name, ()) for name in names[:2]}
     stores = intrinsic.stores.get(names[2], ())
@@ -225,6 +224,37 @@ def _operand_buffers(sch: Schedule, block_name: str, intrinsic: Intrinsic
 
     post_order_visit(store.value, visit)
     return found[(0, 2)], found[(2, 1)], store.buffer
+
+
+def _tensorize_gemm(sch: Schedule, tile_loop, block_name: str, intrinsic: Intrinsic,
+                    registry: Registry) -> None:
+    """Replace the GEMM tile under ``tile_loop`` by ``intrinsic``, its first step by the
+    resetting variant (``fold_init``); or, when the whole reduction fits one tile, by the
+    resetting variant alone.
+
+    When the reduction is one tile deep (K <= T after padding), no reduce loop stays outside
+    the tile, so ``blockize`` keeps the init inside it and the accumulating intrinsic is
+    refused: every call then starts a new accumulator tile, which is what the resetting
+    variant does. Raises the accumulating intrinsic's refusal, with the resetting variant's,
+    when neither fits.
+    """
+    reset = _reset_variant(intrinsic, registry)
+    try:
+        sch.tensorize(tile_loop, intrinsic)
+    except ScheduleError as accumulating:
+        if reset is None:
+            raise
+        try:
+            sch.tensorize(tile_loop, reset.name)
+        except ScheduleError as resetting:
+            reasons = [err.message.removeprefix("tensorize: ")
+                       for err in (accumulating, resetting)]
+            raise ScheduleError("tensorize", f"neither {intrinsic.name} nor {reset.name} fits: "
+                                f"{reasons[0]}; {reasons[1]}",
+                                accumulating.nodes + resetting.nodes, accumulating.loc) from None
+        return
+    if reset is not None:
+        sch.fold_init(sch.get_block(f"{block_name}_o"), reset)
 
 
 def _reset_variant(intrinsic: Intrinsic, registry: Registry) -> Intrinsic | None:

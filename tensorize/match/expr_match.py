@@ -238,17 +238,45 @@ def _int_fits_float(interval: Interval, dt: ir.DType) -> bool:
 # -- statement shape ----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class SelfRead:
+    """How a store's value reads the buffer the store writes.
+
+    ``form`` is ``"update"`` when the written element is an operand (``side`` 0 or 1) of the
+    value's outermost operator ``op`` (``C = C - e``: op ``sub``, side 0); ``"nested"`` when
+    the element is read only deeper in the value; ``"elsewhere"`` when only other elements
+    are read (``indices``: the first one); ``"none"`` when the buffer is not read.
+    """
+
+    form: str
+    op: str | None = None
+    side: int = 0
+    indices: tuple[Expr, ...] = ()
+
+
+def self_read(store: BufferStore) -> SelfRead:
+    """How ``store``'s value reads ``store.buffer`` (see :class:`SelfRead`)."""
+    value = store.value
+    if isinstance(value, BinOp):
+        for side, operand in enumerate((value.a, value.b)):
+            if isinstance(operand, BufferLoad) and operand.buffer is store.buffer \
+                    and operand.indices == store.indices:
+                return SelfRead("update", value.op, side)
+    reads: list[BufferLoad] = []
+    ir.post_order_visit(value, lambda n: reads.append(n) if isinstance(n, BufferLoad)
+                        and n.buffer is store.buffer else None)
+    if any(r.indices == store.indices for r in reads):
+        return SelfRead("nested")
+    if reads:
+        return SelfRead("elsewhere", indices=reads[0].indices)
+    return SelfRead("none")
+
+
 def update_op(store: BufferStore) -> str | None:
     """The operator of a store that updates its element in place (``add`` for
     ``C[i] = C[i] + e`` or ``e + C[i]``), or None."""
-    value = store.value
-    if not isinstance(value, BinOp) or value.op not in UPDATE_OPS:
-        return None
-    for side in (value.a, value.b):
-        if isinstance(side, BufferLoad) and side.buffer is store.buffer \
-                and side.indices == store.indices:
-            return value.op
-    return None
+    read = self_read(store)
+    return read.op if read.form == "update" and read.op in UPDATE_OPS else None
 
 
 def has_reduction(iter_vars: tuple[ir.IterVar, ...]) -> bool:
@@ -267,16 +295,13 @@ def _statement_reason(block: ir.Block, store: BufferStore, intrinsic: Intrinsic)
         return dtype_reason(*unpaired, intrinsic)
     mine, theirs = update_op(store), update_op(intrinsic.semantics)
     buf = store.buffer.name
-    if theirs is not None and mine is None:
-        return (f"{intrinsic.name} updates {out.name} in place ({_update_text(out.name, theirs)}); "
-                f"block {block.name} writes {buf} without reading it there")
-    if mine is not None and theirs is None:
-        return (f"block {block.name} updates {buf} in place ({_update_text(buf, mine)}); "
-                f"{intrinsic.name} overwrites {out.name} without reading it")
-    if mine != theirs:
+    if mine is not None and theirs is not None and mine != theirs:
         return (f"operator mismatch: block {block.name} is a "
                 f"{_update_kind(mine, has_reduction(block.iter_vars))} vs {intrinsic.name}'s "
                 f"{_update_kind(theirs, has_reduction(intrinsic.iter_vars))}")
+    reason = _self_read_reason(block, store, intrinsic)
+    if reason is not None:
+        return reason
     if intrinsic.resets and not _inits_zero(block, store):
         return (f"{intrinsic.name} zeroes {out.name} before accumulating; block {block.name} "
                 f"requires an init storing 0 to {buf}, so that it does not add to {buf}'s "
@@ -321,10 +346,58 @@ def _loaded(store: BufferStore) -> list[ir.Buffer]:
     return found
 
 
-def _update_text(name: str, op: str) -> str:
-    if op in ("min", "max"):
-        return f"{name} = {op}({name}, ...)"
-    return f"{name} = {name} {SYMBOLS[op]} ..."
+def _self_read_reason(block: ir.Block, store: BufferStore, intrinsic: Intrinsic) -> str | None:
+    """Why the two stores read the element they write in different ways (one updates it with
+    an operator, the other with another operator, reads it deeper, elsewhere or not at all),
+    or None. Each side is described as it is: a side that reads its buffer is never said to
+    write it without reading it."""
+    semantics = intrinsic.semantics
+    mine, theirs = self_read(store), self_read(semantics)
+    if _same_form(mine, theirs):
+        return None
+    kernel = (mine, f"block {block.name}", store)
+    described = (theirs, intrinsic.name, semantics)
+    if mine.form == theirs.form == "update":
+        return (f"operator mismatch: block {block.name} updates {store.buffer.name} with "
+                f"'{SYMBOLS.get(mine.op, mine.op)}' ({_form_text(mine, store)}), "
+                f"{intrinsic.name} with '{SYMBOLS.get(theirs.op, theirs.op)}' "
+                f"({_form_text(theirs, semantics)})")
+    # The side that updates in place (the one the other falls short of) comes first.
+    first, second = (described, kernel) if theirs.form == "update" else (kernel, described)
+    return f"{_read_text(*first)}; {_read_text(*second)}"
+
+
+def _same_form(a: SelfRead, b: SelfRead) -> bool:
+    """Equal forms; the side of an update matters only for an operator that does not
+    commute (``C = C - e`` is not ``C = e - C``; ``C = C + e`` is ``C = e + C``)."""
+    if (a.form, a.op) != (b.form, b.op):
+        return False
+    return a.form != "update" or a.op in COMMUTATIVE or a.side == b.side
+
+
+def _read_text(read: SelfRead, who: str, store: BufferStore) -> str:
+    """``who``'s way of reading the element ``store`` writes, as a clause."""
+    buf = store.buffer.name
+    if read.form == "update":
+        how = "in place" if read.op in UPDATE_OPS else f"with '{SYMBOLS.get(read.op, read.op)}'"
+        return f"{who} updates {buf} {how} ({_form_text(read, store)})"
+    if read.form == "nested":
+        return (f"{who} reads {index_text(store.buffer, store.indices)} nested in its value, "
+                "not as an operand of its outermost operation")
+    if read.form == "elsewhere":
+        other = index_text(store.buffer, read.indices)
+        return (f"{who} reads {buf} only at other elements ({other}) than the one it writes "
+                f"({index_text(store.buffer, store.indices)})")
+    return f"{who} writes {buf} without reading it"
+
+
+def _form_text(read: SelfRead, store: BufferStore) -> str:
+    """``C = C - ...`` or ``C = ... - C`` for an update on side 0 or 1."""
+    name = store.buffer.name
+    if read.op in ("min", "max"):
+        return f"{name} = {read.op}({name}, ...)"
+    symbol = SYMBOLS.get(read.op, read.op)
+    return f"{name} = {name} {symbol} ..." if read.side == 0 else f"{name} = ... {symbol} {name}"
 
 
 def _update_kind(op: str | None, reduces: bool) -> str:

@@ -9,6 +9,12 @@ from intrinsics import Intrinsic
 from tensorize.schedule.handles import BlockRV, LoopRV
 
 
+# The schedule's lookups: they change nothing, so the printed trace runs one only when it
+# returns a handle no earlier line bound (a block handle is its name; a loop handle its loop
+# variable, which primitives keep).
+LOOKUPS = frozenset({"get_block", "get_loops", "get_child_blocks"})
+
+
 @dataclass(frozen=True, slots=True)
 class TraceStep:
     """One applied primitive: its name, its arguments and the handles it returned."""
@@ -33,7 +39,11 @@ class Trace:
         return len(self.steps)
 
     def as_python(self, schedule_name: str = "sch") -> str:
-        """Python statements that replay the trace on ``sch = Schedule(func)``."""
+        """Python statements that replay the trace on ``sch = Schedule(func)``.
+
+        Each handle is bound to one variable (``b0``, ``l3``) where it first appears; a
+        lookup whose handles are all bound already is left out.
+        """
         names: dict[Any, str] = {}
         counters = {"b": 0, "l": 0}
         lines: list[str] = []
@@ -60,6 +70,8 @@ class Trace:
             return repr(value)
 
         for step in self.steps:
+            if step.primitive in LOOKUPS and all(h in names for h in _handles(step.outputs)):
+                continue  # every handle it returns is already bound to a variable
             call_args = [render(a) for a in step.args]
             call_args += [f"{k}={render(v)}" for k, v in step.kwargs]
             call = f"{schedule_name}.{step.primitive}({', '.join(call_args)})"
@@ -80,3 +92,10 @@ class Trace:
 
     def __str__(self) -> str:
         return self.as_python()
+
+
+def _handles(outputs: Any) -> list[Any]:
+    """The handles a step returned, as a list (None: none)."""
+    if outputs is None:
+        return []
+    return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]

@@ -10,6 +10,20 @@
 // issued; a thread ending with copies it never waited for is reported.
 // __shared__ variables are function statics: one copy, shared by the block's threads.
 //
+// Shared memory is checked. The emitted source declares each shared array
+// (tz_shared_declare) and reads and writes its elements through tz_shared_load and
+// tz_shared_store; copies and wmma operations check the shared bytes they touch. Every byte
+// keeps its last write and its last two reads by different agents (a thread, or a warp for
+// its collective wmma operations), each with the barrier epochs it happened in. Two accesses
+// by different agents, one a write, are ordered only by a __syncthreads() between them, or by
+// a __syncwarp() when both are in one warp; unordered, they are a race, reported by buffer,
+// element and agents ("A_shared[37] written by thread (3, 0, 1) after thread (5, 1, 0) read
+// it, without a barrier between"). A byte an asynchronous copy will write is in flight from
+// the copy's issue until its thread's wait: any access to it then is a race. A read of a byte
+// no agent of the block has written is an uninitialised read (a block's shared memory starts
+// undefined). Other failures are reported first, then the first race, then the first
+// uninitialised read.
+//
 // Fragments. Every lane holds the whole tile, row-major, and every lane performs each wmma
 // operation on its own copy; the hardware's distribution of elements over lanes is not
 // modelled. Each operation checks that the memory pointer is 32-byte aligned and ldm a
@@ -67,6 +81,8 @@ inline tz_dim3 grid_dim, block_dim, block_index;
 inline const std::function<void()>* kernel_body = nullptr;
 inline std::vector<std::vector<Collective>> warp_logs;
 inline char error_text[1024] = "";
+inline char race_text[1024] = "";
+inline char uninitialised_text[1024] = "";
 
 inline void fail(const char* format, ...) {
   if (error_text[0]) return;
@@ -77,6 +93,144 @@ inline void fail(const char* format, ...) {
   va_start(args, format);
   vsnprintf(error_text + n, sizeof error_text - n, format, args);
   va_end(args);
+}
+
+// Keeps the first of a kind of finding in `text`, prefixed by the block.
+inline void note(char* text, size_t size, const char* format, ...) {
+  if (text[0]) return;
+  int n = snprintf(text, size, "block (%u, %u, %u): ", block_index.x, block_index.y,
+                   block_index.z);
+  va_list args;
+  va_start(args, format);
+  vsnprintf(text + n, size - n, format, args);
+  va_end(args);
+}
+
+// ---- shared-memory checking (see the header comment) -----------------------------------------
+
+// Who touched a byte, and when: agent -1 is nobody; a thread's agent is its linear id, a
+// warp's (for its collective operations) the thread count plus the warp's index.
+struct Access {
+  long agent = -1;
+  unsigned warp = 0, block_epoch = 0, warp_epoch = 0;
+};
+
+struct ByteState {
+  Access write, read, other_read;  // other_read: the last read by another agent than read's
+  long in_flight = -1;             // the agent whose asynchronous copy will write the byte
+};
+
+struct SharedArray {
+  const char* base;
+  size_t bytes, element;
+  const char* name;
+  std::vector<ByteState> state;
+};
+
+inline std::vector<SharedArray> shared_arrays;
+inline unsigned block_epoch = 0;
+inline std::vector<unsigned> warp_epochs;
+
+inline unsigned linear_id(const tz_dim3& i);
+
+inline Access now(bool collective) {
+  unsigned id = linear_id(current->index), warp = id / 32;
+  long agent = collective ? long(block_dim.x * block_dim.y * block_dim.z + warp) : long(id);
+  return Access{agent, warp, block_epoch, warp_epochs[warp]};
+}
+
+inline bool ordered(const Access& before, const Access& after) {
+  return before.agent == after.agent || after.block_epoch > before.block_epoch ||
+         (before.warp == after.warp && after.warp_epoch > before.warp_epoch);
+}
+
+// "thread (x, y, z)" or "the wmma operation of warp w".
+inline const char* describe(const Access& a, char* text, size_t size) {
+  long count = long(block_dim.x * block_dim.y * block_dim.z);
+  if (a.agent >= count) {
+    snprintf(text, size, "the wmma operation of warp %ld", a.agent - count);
+  } else {
+    unsigned id = unsigned(a.agent);
+    snprintf(text, size, "thread (%u, %u, %u)", id % block_dim.x,
+             (id / block_dim.x) % block_dim.y, id / (block_dim.x * block_dim.y));
+  }
+  return text;
+}
+
+inline void race(const SharedArray& array, size_t byte, const char* happened, const Access& by,
+                 const char* earlier, const Access& other) {
+  char who[64], whom[64];
+  note(race_text, sizeof race_text,
+       "race on shared %s[%zu]: %s by %s after %s %s it, without a barrier between",
+       array.name, byte / array.element, happened, describe(by, who, sizeof who),
+       describe(other, whom, sizeof whom), earlier);
+}
+
+inline void in_flight_race(const SharedArray& array, size_t byte, const char* happened,
+                           const Access& by, long copier) {
+  char who[64], whom[64];
+  Access issuer;
+  issuer.agent = copier;
+  note(race_text, sizeof race_text,
+       "race on shared %s[%zu]: %s by %s while an asynchronous copy that %s issued into it "
+       "is in flight (not yet waited for)", array.name, byte / array.element, happened,
+       describe(by, who, sizeof who), describe(issuer, whom, sizeof whom));
+}
+
+inline SharedArray* shared_array(const void* pointer) {
+  const char* p = static_cast<const char*>(pointer);
+  for (auto& array : shared_arrays)
+    if (p >= array.base && p < array.base + array.bytes) return &array;
+  return nullptr;
+}
+
+enum Mode { READ, WRITE, ISSUE, LAND };
+
+// Checks and records an access of `bytes` bytes at `pointer` (nothing when it is not shared
+// memory): a READ or WRITE by the current thread (or its warp, when `collective`), the ISSUE
+// of an asynchronous copy into them, or its LANDing at the wait (a write).
+inline void touch(const void* pointer, size_t bytes, Mode mode, bool collective = false) {
+  SharedArray* array = shared_array(pointer);
+  if (!array) return;
+  Access a = now(collective);
+  size_t first = static_cast<const char*>(pointer) - array->base;
+  for (size_t byte = first; byte < first + bytes && byte < array->bytes; ++byte) {
+    ByteState& s = array->state[byte];
+    if (mode == LAND) {
+      s.in_flight = -1;
+    } else if (s.in_flight >= 0) {
+      in_flight_race(*array, byte, mode == READ ? "read" : "written", a, s.in_flight);
+    }
+    if (mode == READ) {
+      if (s.write.agent < 0) {
+        char who[64];
+        note(uninitialised_text, sizeof uninitialised_text,
+             "uninitialised read of shared %s[%zu] by %s: no thread of the block wrote it",
+             array->name, byte / array->element, describe(a, who, sizeof who));
+      } else if (!ordered(s.write, a)) {
+        race(*array, byte, "read", a, "wrote", s.write);
+      }
+      if (s.read.agent != a.agent) s.other_read = s.read;
+      s.read = a;
+      continue;
+    }
+    for (const Access* r : {&s.read, &s.other_read})
+      if (r->agent >= 0 && !ordered(*r, a)) race(*array, byte, "written", a, "read", *r);
+    if (s.write.agent >= 0 && !ordered(s.write, a))
+      race(*array, byte, "written", a, "wrote", s.write);
+    if (mode == ISSUE) {
+      s.in_flight = a.agent;
+    } else {
+      s.write = a;
+    }
+  }
+}
+
+// A new block: its shared memory is undefined, and no barrier has passed.
+inline void reset_shared(unsigned warps) {
+  for (auto& array : shared_arrays) array.state.assign(array.bytes, ByteState{});
+  block_epoch = 0;
+  warp_epochs.assign(warps, 0);
 }
 
 inline void wait(State state) {
@@ -121,7 +275,7 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
   grid_dim = grid;
   block_dim = block;
   kernel_body = &body;
-  error_text[0] = 0;
+  error_text[0] = race_text[0] = uninitialised_text[0] = 0;
   unsigned count = block.x * block.y * block.z;
   std::vector<Thread> threads(count);
   std::vector<std::vector<char>> stacks(count, std::vector<char>(STACK_BYTES));
@@ -130,6 +284,7 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
       for (unsigned bx = 0; bx < grid.x; ++bx) {
         block_index = {bx, by, bz};
         warp_logs.assign((count + 31) / 32, {});
+        reset_shared((count + 31) / 32);
         for (unsigned t = 0; t < count; ++t) {
           Thread& th = threads[t];
           th.index = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
@@ -160,6 +315,7 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
               waiting += threads[t].state == AT_WARP_BARRIER;
             if (waiting && waiting == lanes) {
               for (unsigned t = w * 32; t < w * 32 + lanes; ++t) threads[t].state = RUNNING;
+              ++warp_epochs[w];
               released = true;
             }
           }
@@ -171,12 +327,16 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
           if (done == count) break;
           if (at_block == count) {
             for (auto& th : threads) th.state = RUNNING;
+            ++block_epoch;
             continue;
           }
           fail("barrier divergence: %u of %u threads wait at __syncthreads(), %u finished",
                at_block, count, done);
           return 1;
         }
+        if (!error_text[0])
+          snprintf(error_text, sizeof error_text, "%s", race_text[0] ? race_text
+                                                                     : uninitialised_text);
         if (error_text[0]) return 1;
       }
   return 0;
@@ -190,10 +350,28 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
 
 inline void __syncthreads() { tz::wait(tz::AT_BLOCK_BARRIER); }
 
+// A shared array of the kernel, by name, for the reports.
+template <class T, size_t N> inline void tz_shared_declare(T (&array)[N], const char* name) {
+  const char* base = reinterpret_cast<const char*>(array);
+  if (tz::shared_array(base)) return;
+  tz::shared_arrays.push_back({base, sizeof array, sizeof(T), name,
+                               std::vector<tz::ByteState>(sizeof array)});
+}
+template <class T> inline T tz_shared_load(const T* a, int i) {
+  tz::touch(a + i, sizeof(T), tz::READ);
+  return a[i];
+}
+template <class T> inline T& tz_shared_store(T* a, int i) {
+  tz::touch(a + i, sizeof(T), tz::WRITE);
+  return a[i];
+}
+
 // A 16-byte vector copy: both addresses must be 16-byte aligned, as uint4 accesses require.
 inline void tz_copy16(void* dst, const void* src) {
   if (reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16)
     tz::fail("16-byte copy from %p to %p: an address is not 16-byte aligned", src, dst);
+  tz::touch(src, 16, tz::READ);
+  tz::touch(dst, 16, tz::WRITE);
   std::memcpy(dst, src, 16);
 }
 
@@ -202,6 +380,7 @@ inline void tz_copy16(void* dst, const void* src) {
 inline void tz_cp_async16(void* dst, const void* src) {
   if (reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16)
     tz::fail("cp.async from %p to %p: an address is not 16-byte aligned", src, dst);
+  tz::touch(dst, 16, tz::ISSUE);
   tz::current->issued.push_back({dst, src});
 }
 inline void tz_cp_async_commit() {
@@ -210,7 +389,10 @@ inline void tz_cp_async_commit() {
   t.issued.clear();
 }
 inline void tz_cp_async_wait_all() {
-  for (auto& copy : tz::current->committed) std::memcpy(copy.dst, copy.src, 16);
+  for (auto& copy : tz::current->committed) {
+    tz::touch(copy.dst, 16, tz::LAND);
+    std::memcpy(copy.dst, copy.src, 16);
+  }
   tz::current->committed.clear();
 }
 inline void __syncwarp(unsigned = 0xffffffffu) { tz::wait(tz::AT_WARP_BARRIER); }
@@ -250,10 +432,20 @@ struct fragment {
   element_type x[rows * cols];
 };
 
+// The shared bytes of a tile that the current warp reads or writes collectively: `lines`
+// runs (rows, or columns when column-major) of `length` elements, `ldm` elements apart.
+template <class P>
+inline void tz_touch_tile(const P* p, unsigned ldm, int lines, int length, tz::Mode mode) {
+  for (int line = 0; line < lines; ++line)
+    tz::touch(p + line * ldm, length * sizeof(P), mode, true);
+}
+
 template <class Use, int M, int N, int K, class T, class Layout, class P>
 inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const P* p, unsigned ldm) {
   tz::collective("load_matrix_sync", p, ldm, sizeof(P), &f);
   using F = fragment<Use, M, N, K, T, Layout>;
+  bool columns = std::is_same<Layout, col_major>::value;
+  tz_touch_tile(p, ldm, columns ? F::cols : F::rows, columns ? F::rows : F::cols, tz::READ);
   for (int i = 0; i < F::rows; ++i)
     for (int j = 0; j < F::cols; ++j)
       f.x[i * F::cols + j] = std::is_same<Layout, col_major>::value ? p[i + j * ldm]
@@ -264,6 +456,8 @@ template <int M, int N, int K, class T, class P>
 inline void load_matrix_sync(fragment<accumulator, M, N, K, T>& f, const P* p, unsigned ldm,
                              layout_t layout) {
   tz::collective("load_matrix_sync", p, ldm, sizeof(P), &f);
+  bool columns = layout == mem_col_major;
+  tz_touch_tile(p, ldm, columns ? N : M, columns ? M : N, tz::READ);
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j)
       f.x[i * N + j] = layout == mem_col_major ? p[i + j * ldm] : p[i * ldm + j];
@@ -273,6 +467,8 @@ template <int M, int N, int K, class T, class P>
 inline void store_matrix_sync(P* p, const fragment<accumulator, M, N, K, T>& f, unsigned ldm,
                               layout_t layout) {
   tz::collective("store_matrix_sync", p, ldm, sizeof(P), &f);
+  bool columns = layout == mem_col_major;
+  tz_touch_tile(p, ldm, columns ? N : M, columns ? M : N, tz::WRITE);
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j)
       (layout == mem_col_major ? p[i + j * ldm] : p[i * ldm + j]) = f.x[i * N + j];

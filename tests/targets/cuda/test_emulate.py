@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
+import ir
 from ir import script as T
 from targets import cuda, host
 from tensorize.engine import auto_tensorize
@@ -42,25 +43,49 @@ def test_threads_in_reverse_order_agree(name):
     _check(name, reverse=True)
 
 
-def _without_barrier(kernel: cuda.CudaKernel, nth: int) -> cuda.CudaKernel:
-    """``kernel`` without its ``nth`` barrier."""
-    parts = kernel.source.split("__syncthreads();")
-    source = "__syncthreads();".join(parts[:nth + 1]) + "__syncthreads();".join(parts[nth + 1:])
+def _without_barrier(kernel: cuda.CudaKernel, nth: int,
+                     barrier: str = "__syncthreads();") -> cuda.CudaKernel:
+    """``kernel`` without its ``nth`` ``barrier``."""
+    parts = kernel.source.split(barrier)
+    source = barrier.join(parts[:nth + 1]) + barrier.join(parts[nth + 1:])
     return dataclasses.replace(kernel, source=source)
 
 
+# The race a missing barrier leaves, as the emulation names it: an element read after
+# another thread (or warp) wrote it, or written after another read it.
+READ_AFTER_WRITE = (r"race on shared {buffer}\[\d+\]: read by {reader} after {writer} wrote "
+                    r"it, without a barrier between")
+WRITE_AFTER_READ = (r"race on shared {buffer}\[\d+\]: written by {writer} after {reader} read "
+                    r"it, without a barrier between")
+THREAD = r"thread \(\d+, \d+, \d+\)"
+WARP = r"the wmma operation of warp \d"
+
+
+def _reports(kernel: cuda.CudaKernel, inputs: dict, reverse: bool, pattern: str) -> None:
+    with pytest.raises(cuda.EmulationError, match=pattern):
+        cuda.emulate(kernel, inputs, reverse=reverse)
+
+
 @pytest.mark.parametrize("nth", [0, 1])
-def test_a_missing_barrier_shows(nth):
+def test_a_missing_barrier_is_reported_as_the_race_it_leaves(nth):
     kernel = emitted("gemm_int8", pipeline=False)
     inputs = random_inputs(suite()["gemm_int8"], seed=5)
-    expected = host.run(suite()["gemm_int8"], inputs)["C"]
     broken = _without_barrier(kernel, nth)
     assert broken.source.count("__syncthreads();") == kernel.source.count("__syncthreads();") - 1
-    results = [cuda.emulate(broken, inputs, reverse=r)["C"] for r in (False, True)]
-    assert any(not np.array_equal(r, expected) for r in results)
+    # Threads in order: without the barrier after the copy (0), the first warp's fragment
+    # loads read what its threads just copied; without the one after the compute (1), the
+    # next step's copy overwrites what the fragment loads read. In reverse order the last
+    # threads' copy lands after the other warps' fragment loads read the tile.
+    forward = (READ_AFTER_WRITE.format(buffer="A_shared", reader=WARP, writer=THREAD)
+               if nth == 0 else
+               WRITE_AFTER_READ.format(buffer="A_shared", writer=THREAD, reader=WARP))
+    _reports(broken, inputs, False, forward)
+    _reports(broken, inputs, True,
+             WRITE_AFTER_READ.format(buffer="A_shared", writer=THREAD, reader=WARP))
 
 
-def test_a_missing_warp_barrier_after_the_epilogue_shows():
+@pytest.mark.parametrize("nth", [0, 1])
+def test_a_missing_warp_barrier_around_the_epilogue_is_reported(nth):
     # 64 x 64: each of the 2 x 2 warps stores 2 x 2 fragments through one staging tile.
     func = sized("matmul_relu_fp16", m=64, n=64, k=32)
     kernel = cuda.emit(auto_tensorize(func, "cuda").func)
@@ -68,11 +93,16 @@ def test_a_missing_warp_barrier_after_the_epilogue_shows():
     expected = host.run(func, inputs)["C"]
     np.testing.assert_allclose(cuda.emulate(kernel, inputs)["C"], expected, rtol=1e-3,
                                atol=1e-3)
-    parts = kernel.source.split("__syncwarp();")
-    assert len(parts) == 3
-    broken = dataclasses.replace(kernel, source="__syncwarp();".join(parts[:2]) + parts[2])
-    results = [cuda.emulate(broken, inputs, reverse=r)["C"] for r in (False, True)]
-    assert any(not np.allclose(r, expected, rtol=1e-3, atol=1e-3) for r in results)
+    assert kernel.source.count("__syncwarp();") == 2
+    broken = _without_barrier(kernel, nth, "__syncwarp();")
+    assert broken.source.count("__syncwarp();") == 1
+    # Without the first, the lanes read the tile the warp's fragment store just wrote;
+    # without the second, the next fragment store overwrites what the lanes read.
+    pattern = (READ_AFTER_WRITE.format(buffer="Y_shared", reader=THREAD, writer=WARP)
+               if nth == 0 else
+               WRITE_AFTER_READ.format(buffer="Y_shared", writer=WARP, reader=THREAD))
+    for reverse in (False, True):
+        _reports(broken, inputs, reverse, pattern)
 
 
 def test_misaligned_fragment_pointer_is_reported():
@@ -108,24 +138,30 @@ def _pipelined_gemm() -> tuple[cuda.CudaKernel, dict, np.ndarray]:
     return kernel, inputs, host.run(suite()["gemm_int8"], inputs)["C"]
 
 
-def _wrong_in_some_order(kernel: cuda.CudaKernel, inputs: dict, expected: np.ndarray) -> bool:
-    results = [cuda.emulate(kernel, inputs, reverse=r)["C"] for r in (False, True)]
-    return any(not np.array_equal(r, expected) for r in results)
+# A fragment load of a stage whose asynchronous copy has not been waited for.
+IN_FLIGHT = (r"race on shared A_shared\[\d+\]: read by the wmma operation of warp \d while an "
+             r"asynchronous copy that thread \(\d+, \d+, \d+\) issued into it is in flight "
+             r"\(not yet waited for\)")
 
 
 def test_double_buffered_gemm_is_exact_in_both_thread_orders():
     kernel, inputs, expected = _pipelined_gemm()
     assert "tz_cp_async16(&" in kernel.source
-    assert not _wrong_in_some_order(kernel, inputs, expected)
+    for reverse in (False, True):
+        np.testing.assert_array_equal(cuda.emulate(kernel, inputs, reverse=reverse)["C"],
+                                      expected)
 
 
-def test_a_missing_barrier_after_the_wait_shows():
-    kernel, inputs, expected = _pipelined_gemm()
+def test_a_missing_barrier_after_the_wait_is_reported():
+    kernel, inputs, _ = _pipelined_gemm()
     text = "tz_cp_async_wait_all();\n    __syncthreads();"
     assert kernel.source.count(text) == 1
     broken = dataclasses.replace(kernel, source=kernel.source.replace(
         text, "tz_cp_async_wait_all();"))
-    assert _wrong_in_some_order(broken, inputs, expected)
+    _reports(broken, inputs, False,
+             READ_AFTER_WRITE.format(buffer="A_shared", reader=WARP, writer=THREAD))
+    _reports(broken, inputs, True,
+             WRITE_AFTER_READ.format(buffer="A_shared", writer=THREAD, reader=WARP))
 
 
 def test_a_missing_wait_is_reported():
@@ -136,10 +172,11 @@ def test_a_missing_wait_is_reported():
         cuda.emulate(broken, inputs)
 
 
-def test_a_wait_at_the_end_of_the_step_shows():
-    # The copies land after the compute: the first step reads a stage nobody has filled.
-    kernel, inputs, expected = _pipelined_gemm()
-    assert _wrong_in_some_order(_wait_at_step_end(kernel), inputs, expected)
+def test_a_wait_at_the_end_of_the_step_is_reported():
+    # The copies land after the compute: the first step reads a stage still in flight.
+    kernel, inputs, _ = _pipelined_gemm()
+    for reverse in (False, True):
+        _reports(_wait_at_step_end(kernel), inputs, reverse, IN_FLIGHT)
 
 
 def _wait_at_step_end(kernel: cuda.CudaKernel) -> cuda.CudaKernel:
@@ -151,13 +188,81 @@ def _wait_at_step_end(kernel: cuda.CudaKernel) -> cuda.CudaKernel:
     return dataclasses.replace(kernel, source=head + "for (int k_0" + loop)
 
 
-def test_a_wrong_stage_index_shows():
-    kernel, inputs, expected = _pipelined_gemm()
+def test_a_wrong_stage_index_is_reported():
+    kernel, inputs, _ = _pipelined_gemm()
     # The fragment loads read the stage being prefetched instead of the current one.
     assert kernel.source.count("= (k_0 % 2);") == 2
     broken = dataclasses.replace(kernel, source=kernel.source.replace(
         "= (k_0 % 2);", "= ((k_0 + 1) % 2);"))
-    assert _wrong_in_some_order(broken, inputs, expected)
+    _reports(broken, inputs, False, IN_FLIGHT)
+    # In reverse order the last threads' copies for the next step come after the other
+    # warps' fragment loads of that stage.
+    _reports(broken, inputs, True,
+             WRITE_AFTER_READ.format(buffer="A_shared", writer=THREAD, reader=WARP))
+
+
+# 64 threads (two warps) on one shared array of 64 ints; BODY is what each thread t does.
+RACE = """#include <mma.h>
+extern "C" __global__ void race_k0(int* __restrict__ C) {
+  __shared__ __align__(128) int s[64];
+  tz_shared_declare(s, "s");
+  const int t = threadIdx.x;
+BODY
+}
+"""
+
+
+def _race_kernel(body: str) -> cuda.CudaKernel:
+    out = ir.Buffer("C", (64,), "int32")
+    return cuda.CudaKernel("race", RACE.replace("BODY", body),
+                           (cuda.Launch("race_k0", (1, 1, 1), (64, 1, 1)),), ("C",), (out,),
+                           ("C",))
+
+
+INITIALISE = "  tz_shared_store(s, t) = t;\n"
+# Each thread reads its right neighbour's element, then overwrites its own.
+SHIFT = ("  const int v = tz_shared_load(s, (t + 1) % 64);\n"
+         "  tz_shared_store(s, t) = v;\n  C[t] = v;\n")
+
+
+@pytest.mark.parametrize(("body", "reverse", "report"), [
+    # Thread 1 overwrites s[1], which thread 0 read in the same interval between barriers:
+    # initialised before the barrier, so a race, not an uninitialised read.
+    (INITIALISE + "  __syncthreads();\n" + SHIFT, False,
+     "race on shared s[1]: written by thread (1, 0, 0) after thread (0, 0, 0) read it, "
+     "without a barrier between"),
+    # In reverse order thread 62 reads s[63] after thread 63 overwrote it.
+    (INITIALISE + "  __syncthreads();\n" + SHIFT, True,
+     "race on shared s[63]: read by thread (62, 0, 0) after thread (63, 0, 0) wrote it, "
+     "without a barrier between"),
+    # Nothing initialised: thread 0 reads s[1] before thread 1 writes it; the write names it.
+    (SHIFT, False,
+     "race on shared s[1]: written by thread (1, 0, 0) after thread (0, 0, 0) read it, "
+     "without a barrier between"),
+    # A warp barrier orders the threads of a warp only: thread 0 (warp 0) reads s[63],
+    # which thread 63 (warp 1) wrote.
+    (INITIALISE + "  __syncwarp();\n  C[t] = tz_shared_load(s, 63 - t);\n", False,
+     "race on shared s[63]: read by thread (0, 0, 0) after thread (63, 0, 0) wrote it, "
+     "without a barrier between"),
+    # Two threads write one element.
+    ("  tz_shared_store(s, t / 2) = t;\n", False,
+     "race on shared s[0]: written by thread (1, 0, 0) after thread (0, 0, 0) wrote it, "
+     "without a barrier between"),
+    ("  C[t] = tz_shared_load(s, t);\n", False,
+     "uninitialised read of shared s[0] by thread (0, 0, 0): no thread of the block wrote it"),
+])
+def test_shared_memory_findings_name_the_buffer_element_and_threads(body, reverse, report):
+    with pytest.raises(cuda.EmulationError) as caught:
+        cuda.emulate(_race_kernel(body), {}, reverse=reverse)
+    assert str(caught.value) == f"race_k0: block (0, 0, 0): {report}"
+
+
+@pytest.mark.parametrize("barrier", ["__syncthreads();", "__syncwarp();"])
+def test_ordered_accesses_are_not_reported(barrier):
+    # A thread reads its own warp's neighbour after the barrier: ordered by either barrier.
+    neighbour = "  C[t] = tz_shared_load(s, t ^ 1);\n"
+    result = cuda.emulate(_race_kernel(INITIALISE + f"  {barrier}\n" + neighbour), {})
+    np.testing.assert_array_equal(result["C"], np.arange(64) ^ 1)
 
 
 @T.prim_func

@@ -246,8 +246,60 @@ def test_accumulating_at_another_element_is_not_an_update() -> None:
     func = T.parse(ACCUMULATE_ONLY.replace("C[vi, vj] += ", "C[vi, vj] = C[vj, vi] + "))
     result = match_expr(block_of(func, "C"), NPU)
     assert isinstance(result, Mismatch)
-    assert result.reason == ("npu_gemm updates C in place (C = C + ...); block C writes C "
-                             "without reading it there")
+    assert result.reason == ("npu_gemm updates C in place (C = C + ...); block C reads C "
+                             "only at other elements (C[vj, vi]) than the one it writes "
+                             "(C[vi, vj])")
+
+
+# Blocks that read the element they write, but not the way the intrinsic does: each reason
+# names what the block does (it reads C), never that it writes C without reading it.
+OTHER_READS = {
+    "C[vi, vj] -= ":
+        "operator mismatch: block C updates C with '-' (C = C - ...), npu_gemm with '+' "
+        "(C = C + ...)",
+    "C[vi, vj] = (C[vi, vj] + 1) + ":
+        "npu_gemm updates C in place (C = C + ...); block C reads C[vi, vj] nested in its "
+        "value, not as an operand of its outermost operation",
+    "C[vi, vj] = C[vi, vj] // 2 + ":
+        "npu_gemm updates C in place (C = C + ...); block C reads C[vi, vj] nested in its "
+        "value, not as an operand of its outermost operation",
+}
+
+
+@pytest.mark.parametrize("update", list(OTHER_READS))
+def test_a_block_reading_its_output_otherwise_is_named_for_what_it_does(update: str) -> None:
+    func = T.parse(ACCUMULATE_ONLY.replace("C[vi, vj] += ", update))
+    result = match_expr(block_of(func, "C"), NPU)
+    assert isinstance(result, Mismatch)
+    assert result.reason == OTHER_READS[update]
+    assert "without reading" not in result.reason
+
+
+def test_subtracting_the_element_from_the_sum_names_the_side() -> None:
+    func = T.parse(ACCUMULATE_ONLY.replace(
+        "C[vi, vj] += T.cast(A[vi, vk], \"int32\") * T.cast(B[vk, vj], \"int32\")",
+        "C[vi, vj] = T.cast(A[vi, vk], \"int32\") * T.cast(B[vk, vj], \"int32\") - C[vi, vj]"))
+    result = match_expr(block_of(func, "C"), NPU)
+    assert isinstance(result, Mismatch)
+    assert result.reason == ("operator mismatch: block C updates C with '-' (C = ... - C), "
+                             "npu_gemm with '+' (C = C + ...)")
+
+
+def test_an_intrinsic_reading_its_output_deeper_is_not_said_to_overwrite_it() -> None:
+    """npu_vec_clip reads D inside min(max(D, lo), hi); a block C = min(C, 5) updates C."""
+    func = T.parse('''
+@T.prim_func
+def f(C: T.Buffer((16, 16), "int32")):
+    for i, j in T.grid(16, 16):
+        with T.block("C"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            C[vi, vj] = T.min(C[vi, vj], 5)
+''')
+    result = match_expr(block_of(func, "C"), REGISTRY.get("npu_vec_clip"))
+    assert isinstance(result, Mismatch)
+    assert result.reason == ("block C updates C in place (C = min(C, ...)); npu_vec_clip reads "
+                             "D[i, j] nested in its value, not as an operand of its outermost "
+                             "operation")
 
 
 def test_body_that_is_not_one_store_is_refused() -> None:

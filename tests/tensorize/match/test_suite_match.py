@@ -142,7 +142,7 @@ def test_conv_has_many_mappings() -> None:
      "and no spatial iterator of block conv indexes exactly W, conv"),
     ("matmul_requant_int8", "biased", "npu_vec_add_bcast",
      "npu_vec_add_bcast updates D in place (D = D + ...); block biased writes biased without "
-     "reading it there"),
+     "reading it"),
     ("matmul_relu_fp16", "C", "npu_vec_relu", "C is float32, npu_vec_relu's D is int32"),
 ])
 def test_mismatch_reasons(kernel: str, block: str, intrinsic: str, reason: str) -> None:

@@ -163,7 +163,6 @@ def test_cache_trace_prints_names_and_scopes():
     assert sch.trace.as_python().splitlines() == [
         "b0 = sch.get_block('C')",
         "b1 = sch.cache_read(b0, 'A', 'shared')",
-        "b0 = sch.get_block('C')",
         "b2 = sch.cache_write(b0, 0, 'local')",
     ]
     assert_replays(gemm_int8(), sch)
