@@ -12,6 +12,9 @@ from ir.node import LocT, Node, loc_field
 if TYPE_CHECKING:
     from ir.expr import BufferLoad
 
+# Indices are int32, so one dimension holds at most this many elements.
+MAX_EXTENT = 2**31 - 1
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Buffer(Node):
@@ -35,6 +38,9 @@ class Buffer(Node):
         if any(s <= 0 for s in self.shape):
             raise IRError(f"buffer {self.name} requires positive extents, got {self.shape}",
                           self.loc)
+        if any(s > MAX_EXTENT for s in self.shape):
+            raise IRError(f"buffer {self.name} requires extents of at most {MAX_EXTENT} (indices "
+                          f"are int32), got {self.shape}", self.loc)
         if self.strides is not None:
             object.__setattr__(self, "strides", tuple(int(s) for s in self.strides))
             if len(self.strides) != len(self.shape):

@@ -7,6 +7,7 @@ kernel errors, a YAML line for intrinsic-description errors.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,11 +26,16 @@ class SourceLoc:
         return f"{self.file}:{self.line}:{self.col}"
 
     def source_line(self) -> str | None:
-        """The text of the first line of the span, if the file can be read."""
+        """The text of the first line of the span, if the file can be read.
+
+        Bytes that are not UTF-8 show as U+FFFD, so a message about them still renders.
+        """
         try:
-            lines = Path(self.file).read_text().splitlines()
+            text = Path(self.file).read_bytes().decode(errors="replace")
         except OSError:
             return None
+        # Lines as Python numbers them: str.splitlines would also split at \f or \u2028.
+        lines = re.split(r"\r\n|\r|\n", text)
         if 1 <= self.line <= len(lines):
             return lines[self.line - 1]
         return None
@@ -110,6 +116,10 @@ class SimulatorFault(TensorizeError):
         self.unit = unit
 
 
+# A source line longer than this is cut to a window around the span's start.
+_SHOWN_COLUMNS = 120
+
+
 def render_error(message: str, loc: SourceLoc | None) -> str:
     """Render ``file:line:col: message``, then the source line and a caret under the span."""
     if loc is None:
@@ -118,9 +128,18 @@ def render_error(message: str, loc: SourceLoc | None) -> str:
     source = loc.source_line()
     if source is None:
         return text
+    # A NUL or other control character would garble the terminal; each keeps its column.
+    source = "".join(c if c.isprintable() or c == "\t" else "\ufffd" for c in source)
     start = max(loc.col - 1, 0)
     if loc.end_col is not None and (loc.end_line in (None, loc.line)) and loc.end_col > loc.col:
         width = loc.end_col - loc.col + 1
     else:
         width = 1
+    if len(source) > _SHOWN_COLUMNS:
+        # A generated or minified line: show what surrounds the span, marked as cut.
+        first = max(min(start - 10, len(source) - _SHOWN_COLUMNS), 0)
+        cut = source[first:first + _SHOWN_COLUMNS]
+        source = ("..." if first else "") + cut + ("..." if first + len(cut) < len(source) else "")
+        start = start - first + (3 if first else 0)
+        width = max(min(width, _SHOWN_COLUMNS - (start - (3 if first else 0))), 1)
     return f"{text}\n    {source}\n    {' ' * start}{'^' * width}"

@@ -6,7 +6,7 @@ left as value equality, so use :func:`eq` / :func:`ne` to build comparisons.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Union
 
 from ir import dtypes
@@ -176,10 +176,15 @@ class BinOp(Expr):
     a: Expr
     b: Expr
     loc: LocT = loc_field()
+    # The result dtype, found once here: reading it through ``a`` each time would walk a whole
+    # chain (a + b + c + ...). Not a child, and not part of equality.
+    result_type: DType = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.op not in BINARY_OPS:
             raise IRError(f"unknown binary operator {self.op!r}", self.loc)
+        yields_bool = self.op in COMPARE_OPS or self.op in LOGIC_OPS
+        object.__setattr__(self, "result_type", dtypes.bool_ if yields_bool else self.a.dtype)
         if self.op in LOGIC_OPS:
             if not (self.a.dtype.is_bool and self.b.dtype.is_bool):
                 raise IRError(f"'{self.op}' requires bool operands, got {self.a.dtype} and "
@@ -197,9 +202,28 @@ class BinOp(Expr):
 
     @property
     def dtype(self) -> DType:
-        if self.op in COMPARE_OPS or self.op in LOGIC_OPS:
-            return dtypes.bool_
-        return self.a.dtype
+        return self.result_type
+
+    # Equality and hashing as the dataclass would define them (op, a, b), but following the
+    # chain of left operands in a loop rather than recursing once per operator.
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not BinOp:
+            return NotImplemented
+        mine: Expr = self
+        theirs: Expr = other
+        while type(mine) is BinOp and type(theirs) is BinOp:
+            if mine.op != theirs.op or mine.b != theirs.b:
+                return False
+            mine, theirs = mine.a, theirs.a
+        return mine == theirs
+
+    def __hash__(self) -> int:
+        links = []
+        node: Expr = self
+        while type(node) is BinOp:
+            links.append((node.op, node.b))
+            node = node.a
+        return hash((node, tuple(links)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -363,7 +363,21 @@ class _Printer:
         return self.expr(a, a_like), self.expr(b, a.dtype)
 
     def binop(self, expr: BinOp) -> tuple[str, int]:
-        left, right = self.pair(expr.a, expr.b)
+        # A chain down the left operands (a + b + c + ...) may be thousands long: print it in
+        # a loop, recursing only into the right operands.
+        chain = [expr]
+        while isinstance(chain[-1].a, BinOp):
+            chain.append(chain[-1].a)
+        bottom = chain[-1]
+        # As in pair(): a literal takes the dtype of the other operand.
+        printed = self.expr(bottom.a, None if _is_immediate(bottom.b) else bottom.b.dtype)
+        for link in reversed(chain):
+            printed = self.combine(link, printed, self.expr(link.b, link.a.dtype))
+        return printed
+
+    def combine(self, expr: BinOp, left: tuple[str, int], right: tuple[str, int]
+                ) -> tuple[str, int]:
+        """``expr`` printed from its printed operands."""
         if expr.op in ("min", "max"):
             return f"T.{expr.op}({left[0]}, {right[0]})", _ATOM
         symbol, strength = _OPS[expr.op]

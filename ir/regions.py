@@ -145,16 +145,17 @@ class _Collector:
             for i in indices))
 
     def expr(self, node: object, subst: dict[Var, Expr], relax: dict[Var, Interval]) -> None:
-        if isinstance(node, BufferLoad):
-            self.add(self.reads, self.point(node.buffer, node.indices, subst), relax)
-            for index in node.indices:
-                self.expr(index, subst, relax)
-        elif isinstance(node, tuple):
-            for item in node:
-                self.expr(item, subst, relax)
-        elif isinstance(node, Node) and not isinstance(node, (Buffer, Var)):
-            for name in child_fields(type(node)):
-                self.expr(getattr(node, name), subst, relax)
+        # An explicit stack, in pre-order: an expression may be thousands of operators deep.
+        stack = [node]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, BufferLoad):
+                self.add(self.reads, self.point(item.buffer, item.indices, subst), relax)
+                stack.extend(reversed(item.indices))
+            elif isinstance(item, tuple):
+                stack.extend(reversed(item))
+            elif isinstance(item, Node) and not isinstance(item, (Buffer, Var)):
+                stack.extend(getattr(item, name) for name in reversed(child_fields(type(item))))
 
     def stmt(self, stmt: Stmt, subst: dict[Var, Expr], relax: dict[Var, Interval]) -> None:
         if isinstance(stmt, BufferStore):

@@ -12,6 +12,16 @@ from ir.expr import Expr, IntImm, Var, check_indices
 from ir.node import LocT, Node, loc_field
 
 
+def check_extent(who: str, extent: object, var: Var, loc: LocT) -> None:
+    """Raise IRError unless ``extent`` is a positive int that ``var`` can count up to."""
+    if not isinstance(extent, int) or isinstance(extent, bool) or extent <= 0:
+        raise IRError(f"{who} requires a positive constant extent, got {extent!r}", loc)
+    # The count past the last value must fit too: loops step their variable to the extent.
+    if var.dtype.is_int and extent > var.dtype.max:
+        raise IRError(f"{who} requires an extent of at most {var.dtype.max} (its variable is "
+                      f"{var.dtype}), got {extent}", loc)
+
+
 class Stmt(Node):
     """Base of statements."""
 
@@ -95,9 +105,7 @@ class For(Stmt):
     loc: LocT = loc_field()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.extent, int) or self.extent <= 0:
-            raise IRError(f"loop {self.var.name} requires a positive constant extent, "
-                          f"got {self.extent!r}", self.loc)
+        check_extent(f"loop {self.var.name}", self.extent, self.var, self.loc)
         if (self.kind is ForKind.THREAD_BINDING) != (self.thread is not None):
             raise IRError(f"loop {self.var.name}: a thread tag goes with kind thread_binding",
                           self.loc)
@@ -156,9 +164,7 @@ class IterVar(Node):
     loc: LocT = loc_field()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.extent, int) or self.extent <= 0:
-            raise IRError(f"iterator {self.var.name} requires a positive constant extent, "
-                          f"got {self.extent!r}", self.loc)
+        check_extent(f"iterator {self.var.name}", self.extent, self.var, self.loc)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@ variables and buffers matched by position rather than by identity (alpha-equival
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 from typing import Any
 
@@ -22,47 +23,76 @@ class _Mismatch(Exception):
         self.why = why
 
 
+class _Path:
+    """Where a pair of values sits below the roots, rendered only for a mismatch."""
+
+    __slots__ = ("parent", "step")
+
+    def __init__(self, parent: _Path | None, step: str) -> None:
+        self.parent = parent
+        self.step = step
+
+    def __str__(self) -> str:
+        steps = []
+        path: _Path | None = self
+        while path is not None:
+            steps.append(path.step)
+            path = path.parent
+        return "".join(reversed(steps))
+
+
 class _Comparer:
     def __init__(self) -> None:
         self.left_to_right: dict[int, Any] = {}
         self.right_to_left: dict[int, Any] = {}
 
     def compare(self, a: Any, b: Any, path: str) -> None:
+        """Compare two trees in pre-order, keeping an explicit stack: an expression may be
+        thousands of operators deep."""
+        stack: list[tuple[Any, Any, _Path]] = [(a, b, _Path(None, path))]
+        while stack:
+            a, b, where = stack.pop()
+            pairs = self._step(a, b, where)
+            stack.extend(reversed(pairs))
+
+    def _step(self, a: Any, b: Any, path: _Path) -> list[tuple[Any, Any, _Path]]:
+        """Compare ``a`` and ``b`` themselves; their children, to compare next."""
         if isinstance(a, (Var, Buffer)) or isinstance(b, (Var, Buffer)):
             self._compare_identity(a, b, path)
-            return
+            return []
         if isinstance(a, tuple) and isinstance(b, tuple):
             if len(a) != len(b):
-                raise _Mismatch(path, a, b, f"lengths differ: {len(a)} vs {len(b)}")
-            for i, (x, y) in enumerate(zip(a, b)):
-                self.compare(x, y, f"{path}[{i}]")
-            return
+                raise _Mismatch(str(path), a, b, f"lengths differ: {len(a)} vs {len(b)}")
+            return [(x, y, _Path(path, f"[{i}]")) for i, (x, y) in enumerate(zip(a, b))]
         if isinstance(a, Node) and isinstance(b, Node):
             if type(a) is not type(b):
-                raise _Mismatch(path, a, b,
+                raise _Mismatch(str(path), a, b,
                                 f"node kinds differ: {type(a).__name__} vs {type(b).__name__}")
-            for name in child_fields(type(a)):
-                self.compare(getattr(a, name), getattr(b, name), f"{path}.{name}")
-            return
+            return [(getattr(a, name), getattr(b, name), _Path(path, f".{name}"))
+                    for name in child_fields(type(a))]
         if type(a) is not type(b) and not (isinstance(a, Enum) and isinstance(b, Enum)):
-            raise _Mismatch(path, a, b, f"values differ: {a!r} vs {b!r}")
-        if a != b:
-            raise _Mismatch(path, a, b, f"values differ: {a!r} vs {b!r}")
+            raise _Mismatch(str(path), a, b, f"values differ: {a!r} vs {b!r}")
+        if a != b and not (isinstance(a, float) and math.isnan(a) and math.isnan(b)):
+            # A NaN constant is the same program as another NaN constant.
+            raise _Mismatch(str(path), a, b, f"values differ: {a!r} vs {b!r}")
+        return []
 
-    def _compare_identity(self, a: Any, b: Any, path: str) -> None:
+    def _compare_identity(self, a: Any, b: Any, path: _Path) -> None:
         if type(a) is not type(b):
-            raise _Mismatch(path, a, b, f"kinds differ: {type(a).__name__} vs {type(b).__name__}")
+            raise _Mismatch(str(path), a, b,
+                            f"kinds differ: {type(a).__name__} vs {type(b).__name__}")
         mapped = self.left_to_right.get(id(a))
         if mapped is not None:
             if mapped is not b:
-                raise _Mismatch(path, a, b, "refers to a different variable or buffer")
+                raise _Mismatch(str(path), a, b, "refers to a different variable or buffer")
             return
         if id(b) in self.right_to_left:
-            raise _Mismatch(path, a, b, "refers to a different variable or buffer")
+            raise _Mismatch(str(path), a, b, "refers to a different variable or buffer")
         # First sight: the two are each other's counterpart from now on; compare their types.
         if isinstance(a, Var):
             if a.dtype != b.dtype:
-                raise _Mismatch(path, a, b, f"variable dtypes differ: {a.dtype} vs {b.dtype}")
+                raise _Mismatch(str(path), a, b,
+                                f"variable dtypes differ: {a.dtype} vs {b.dtype}")
         else:
             for name in ("shape", "dtype", "scope", "strides"):
                 if getattr(a, name) != getattr(b, name):

@@ -242,12 +242,11 @@ class _FreeVars(Visitor):
     def __init__(self) -> None:
         self.found: list[Var] = []
 
-    def visit(self, node: object) -> None:
-        if isinstance(node, Var):  # reduce axes included, whatever their class
-            if not any(node is seen for seen in self.found):
-                self.found.append(node)
-            return
-        super().visit(node)
+    def visit_Var(self, node: Var) -> None:
+        if not any(node is seen for seen in self.found):
+            self.found.append(node)
+
+    visit_ReduceAxis = visit_Var  # a reduce axis is a Var of its own class
 
 
 def _check_free_vars(name: str, value: Expr, axes: tuple[Var, ...],
@@ -352,9 +351,9 @@ class _Rename(Mutator):
     def __init__(self, mapping: dict[Var, Var]) -> None:
         self.mapping = mapping
 
-    def visit(self, node: object) -> object:
-        if isinstance(node, Var):
-            return self.mapping.get(node, node)
-        return super().visit(node)
+    def visit_Var(self, node: Var) -> Var:
+        return self.mapping.get(node, node)
+
+    visit_ReduceAxis = visit_Var  # a reduce axis is a Var of its own class
 
 

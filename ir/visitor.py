@@ -21,13 +21,18 @@ _LEAVES = (Buffer, Var)
 
 @cache
 def child_fields(cls: type) -> tuple[str, ...]:
-    """Names of the dataclass fields of ``cls`` that can hold child nodes (not ``loc``)."""
-    return tuple(f.name for f in dataclasses.fields(cls) if f.name != "loc")
+    """Names of the dataclass fields of ``cls`` that can hold child nodes: those equality
+    compares (not ``loc``, nor a value cached from the children, such as a BinOp's dtype)."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.compare)
 
 
 class Visitor:
     """Walks a tree in pre-order. Override ``visit_<Class>``; call ``self.generic_visit``
-    inside it to keep descending."""
+    inside it to keep descending.
+
+    Children without a ``visit_<Class>`` method are expanded on an explicit stack, so an
+    expression thousands of operators deep costs no recursion unless a method sees each level.
+    """
 
     def visit(self, node: Any) -> None:
         """Visit ``node`` (a Node, or a tuple of nodes)."""
@@ -47,15 +52,32 @@ class Visitor:
         """Visit every child of ``node``."""
         if isinstance(node, _LEAVES):
             return
-        for name in child_fields(type(node)):
-            self.visit(getattr(node, name))
+        if type(self).visit is not Visitor.visit:
+            # A subclass that intercepts visit() must see every node.
+            for name in child_fields(type(node)):
+                self.visit(getattr(node, name))
+            return
+        stack = [getattr(node, name) for name in reversed(child_fields(type(node)))]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, tuple):
+                stack.extend(reversed(item))
+                continue
+            if not isinstance(item, Node):
+                continue
+            method = getattr(self, "visit_" + type(item).__name__, None)
+            if method is not None:
+                method(item)
+            elif not isinstance(item, _LEAVES):
+                stack.extend(getattr(item, name) for name in reversed(child_fields(type(item))))
 
 
 class Mutator:
     """Rebuilds a tree bottom-up, copying only nodes whose children changed.
 
     A ``visit_<Class>`` method returns the replacement node. When nothing changes, the result
-    is the very same object, so callers can test ``result is node``.
+    is the very same object, so callers can test ``result is node``. As in :class:`Visitor`,
+    children without a method of their own are rebuilt on an explicit stack.
     """
 
     def visit(self, node: Any) -> Any:
@@ -79,27 +101,81 @@ class Mutator:
         """Rewrite the children of ``node``; rebuild it only if one of them changed."""
         if isinstance(node, _LEAVES):
             return node
-        changes = {}
-        for name in child_fields(type(node)):
-            old = getattr(node, name)
-            new = self.visit(old)
-            if new is not old:
-                changes[name] = new
-        if not changes:
-            return node
-        return dataclasses.replace(node, **changes)
+        if type(self).visit is not Mutator.visit:
+            # A subclass that intercepts visit() must see every node.
+            changes = {}
+            for name in child_fields(type(node)):
+                old = getattr(node, name)
+                new = self.visit(old)
+                if new is not old:
+                    changes[name] = new
+            return dataclasses.replace(node, **changes) if changes else node
+        frames = [_Rebuild(node)]
+        while True:
+            frame = frames[-1]
+            if frame.position == len(frame.old):
+                done = frame.result()
+                frames.pop()
+                if not frames:
+                    return done
+                frames[-1].take(done)
+                continue
+            child = frame.old[frame.position]
+            if isinstance(child, tuple) or (
+                    isinstance(child, Node) and not isinstance(child, _LEAVES)
+                    and getattr(self, "visit_" + type(child).__name__, None) is None):
+                frames.append(_Rebuild(child))
+            else:
+                frame.take(self.visit(child))
+
+
+class _Rebuild:
+    """A node or tuple whose children a Mutator is rewriting: the old ones, the new so far."""
+
+    __slots__ = ("container", "names", "old", "new", "position")
+
+    def __init__(self, container: Node | tuple[Any, ...]) -> None:
+        self.container = container
+        if isinstance(container, tuple):
+            self.names: tuple[str, ...] = ()
+            self.old: tuple[Any, ...] = container
+        else:
+            self.names = child_fields(type(container))
+            self.old = tuple(getattr(container, name) for name in self.names)
+        self.new: list[Any] = []
+        self.position = 0
+
+    def take(self, value: Any) -> None:
+        """The rewritten child at the current position."""
+        self.new.append(value)
+        self.position += 1
+
+    def result(self) -> Any:
+        """The container, rebuilt only where a child changed."""
+        if all(new is old for new, old in zip(self.new, self.old)):
+            return self.container
+        if isinstance(self.container, tuple):
+            return tuple(self.new)
+        changes = {name: new for name, new, old in zip(self.names, self.new, self.old)
+                   if new is not old}
+        return dataclasses.replace(self.container, **changes)
 
 
 def post_order_visit(node: Node, callback: Callable[[Node], None]) -> None:
     """Call ``callback`` on every node below and including ``node``, children first."""
-
-    class _PostOrder(Visitor):
-        def visit(self, item: Any) -> None:
-            super().visit(item)
-            if isinstance(item, Node):
-                callback(item)
-
-    _PostOrder().visit(node)
+    stack: list[tuple[Any, bool]] = [(node, False)]
+    while stack:
+        item, children_done = stack.pop()
+        if isinstance(item, tuple):
+            stack.extend((child, False) for child in reversed(item))
+        elif not isinstance(item, Node):
+            continue
+        elif children_done or isinstance(item, _LEAVES):
+            callback(item)
+        else:
+            stack.append((item, True))
+            stack.extend((getattr(item, name), False)
+                         for name in reversed(child_fields(type(item))))
 
 
 def substitute(node: Any, mapping: dict[Var, Any]) -> Any:

@@ -26,6 +26,71 @@ def bound_form(form: LinearForm, ranges: Ranges) -> Interval:
     return total
 
 
+def exact_bound(expr: Expr, ranges: Ranges) -> Interval | None:
+    """The least and greatest values ``expr`` takes when its variables range independently
+    over ``ranges`` (a box), or None when the analysis cannot tell them exactly.
+
+    Unlike :func:`bound`, both ends are reached by some point of the box, so a result past a
+    limit proves that some point passes it. Exact are linear forms whose atoms are variables,
+    or ``e // c`` and ``e % c`` (constant ``c != 0``) of exact ``e`` (a ``%`` only where ``e``
+    does not wrap, or is ``±v + k``, which steps through every integer), no two atoms sharing
+    a variable.
+    """
+    form = linearize(expr)
+    total = Interval.point(form.const)
+    seen: set[int] = set()
+    for atom, coeff in form.terms:
+        span = _exact_atom(atom, ranges, seen)
+        if span is None:
+            return None
+        total = total + span.scale(coeff)
+    return total
+
+
+def _exact_atom(atom: Expr, ranges: Ranges, seen: set[int]) -> Interval | None:
+    """The exact range of one atom; ``seen`` collects the variables of the atoms so far."""
+    if isinstance(atom, Var):
+        span = ranges.get(atom)
+        if span is None or not span.is_bounded or id(atom) in seen:
+            return None
+        seen.add(id(atom))
+        return span
+    if not (isinstance(atom, BinOp) and atom.op in ("floordiv", "floormod")
+            and isinstance(atom.b, IntImm) and atom.b.value != 0):
+        return None
+    inner = exact_bound(atom.a, ranges)
+    if inner is None or inner.lo is None or inner.hi is None:
+        return None
+    for var in _variables(atom.a):
+        if id(var) in seen:
+            return None
+        seen.add(id(var))
+    c = atom.b.value
+    ends = (inner.lo // c, inner.hi // c)
+    if atom.op == "floordiv":
+        return Interval(min(ends), max(ends))  # monotone: the ends map to the ends
+    if ends[0] == ends[1]:
+        return Interval(inner.lo - c * ends[0], inner.hi - c * ends[0])  # no wrap: a shift
+    terms = linearize(atom.a).terms
+    if len(terms) == 1 and isinstance(terms[0][0], Var) and abs(terms[0][1]) == 1:
+        # Steps through every integer past a multiple of c: every remainder comes up.
+        return Interval(0, c - 1) if c > 0 else Interval(c + 1, 0)
+    return None
+
+
+def _variables(expr: Expr) -> set[Var]:
+    """The variables anywhere in an expression of variables, constants and operators."""
+    found: set[Var] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Var):
+            found.add(node)
+        elif isinstance(node, BinOp):
+            stack.extend((node.a, node.b))
+    return found
+
+
 def _bound_atom(expr: Expr, ranges: Ranges) -> Interval:
     if isinstance(expr, Var):
         return ranges.get(expr, _type_range(expr))

@@ -86,21 +86,49 @@ def _same_atom(a: Expr, b: Expr) -> bool:
 
 
 def linearize(expr: Expr) -> LinearForm:
-    """The linear form of an integer expression; non-linear parts become atoms."""
+    """The linear form of an integer expression; non-linear parts become atoms.
+
+    The walk keeps its own stack, so an index as long as a kernel may write (thousands of
+    terms) takes no recursion.
+    """
+    forms: list[LinearForm] = []
+    stack: list[tuple[Expr, bool]] = [(expr, False)]
+    while stack:
+        node, operands_done = stack.pop()
+        if not _is_linear_op(node):
+            forms.append(_leaf_form(node))
+        elif not operands_done:
+            stack.extend(((node, True), (node.b, False), (node.a, False)))
+        else:
+            b = forms.pop()
+            a = forms.pop()
+            forms.append(_combine(node, a, b))
+    return forms[0]
+
+
+def _is_linear_op(expr: Expr) -> bool:
+    return (isinstance(expr, BinOp) and expr.op in ("add", "sub", "mul") and expr.dtype.is_int
+            and not expr.dtype.is_bool)
+
+
+def _leaf_form(expr: Expr) -> LinearForm:
     if isinstance(expr, IntImm) and not expr.dtype.is_bool:
         return LinearForm.of_const(expr.value)
-    if isinstance(expr, BinOp) and expr.dtype.is_int and not expr.dtype.is_bool:
-        if expr.op == "add":
-            return linearize(expr.a) + linearize(expr.b)
-        if expr.op == "sub":
-            return linearize(expr.a) - linearize(expr.b)
-        if expr.op == "mul":
-            a, b = linearize(expr.a), linearize(expr.b)
-            if b.is_const:
-                return a.scale(b.const)
-            if a.is_const:
-                return b.scale(a.const)
     return LinearForm.of_atom(expr)
+
+
+def _combine(node: BinOp, a: LinearForm, b: LinearForm) -> LinearForm:
+    """The form of ``node`` from its operands' forms; a product of two non-constants is an
+    atom."""
+    if node.op == "add":
+        return a + b
+    if node.op == "sub":
+        return a - b
+    if b.is_const:
+        return a.scale(b.const)
+    if a.is_const:
+        return b.scale(a.const)
+    return LinearForm.of_atom(node)
 
 
 def to_expr(form: LinearForm, dtype: DType = dtypes.int32) -> Expr:
@@ -126,12 +154,16 @@ def is_affine(expr: Expr) -> bool:
     """True for quasi-affine integer expressions of variables: sums of constant multiples of
     variables, and floor division / modulo of such by positive constants (the forms that
     split and fuse produce)."""
+    # A sum is a chain down its left operands: follow it in a loop, recursing on the rest.
+    while (isinstance(expr, BinOp) and expr.op in ("add", "sub") and expr.dtype.is_int
+           and not expr.dtype.is_bool):
+        if not is_affine(expr.b):
+            return False
+        expr = expr.a
     if isinstance(expr, (Var, IntImm)):
         return expr.dtype.is_int and not expr.dtype.is_bool
     if not isinstance(expr, BinOp) or not expr.dtype.is_int or expr.dtype.is_bool:
         return False
-    if expr.op in ("add", "sub"):
-        return is_affine(expr.a) and is_affine(expr.b)
     if expr.op == "mul":
         return ((is_affine(expr.a) and _is_const(expr.b))
                 or (_is_const(expr.a) and is_affine(expr.b)))

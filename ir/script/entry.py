@@ -16,7 +16,7 @@ from ir.errors import KernelError
 from ir.function import IRModule, PrimFunc
 from ir.script.boundary import user_facing
 from ir.script.func_parser import FuncParser, decorator_alias
-from ir.script.source import SourceText
+from ir.script.source import SourceText, decode_source
 from ir.verify import verify
 
 Definition = TypeVar("Definition", ast.FunctionDef, ast.ClassDef)
@@ -78,13 +78,17 @@ def parse(source: str, filename: str = "<string>", first_line: int = 1) -> PrimF
 
 @user_facing
 def load_file(path: str | Path) -> dict[str, PrimFunc]:
-    """The module-level ``@T.prim_func`` kernels of a Python file, by name, without running it."""
+    """The module-level ``@T.prim_func`` kernels of a Python file, by name, without running it.
+
+    The file is read as Python reads source: UTF-8 unless a coding declaration names another
+    encoding.
+    """
     try:
-        source = Path(path).read_text()
+        data = Path(path).read_bytes()
     except OSError as err:
         raise KernelError(f"load_file requires a readable kernel file, got {path}: "
                           f"{err.strerror}") from None
-    text = SourceText(source, str(path))
+    text = SourceText(decode_source(data, str(path)), str(path))
     tree = text.parse()
     constants = _module_constants(text, tree)
     kernels: dict[str, PrimFunc] = {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import re
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -32,7 +33,7 @@ from ir.expr import (
     Not,
     Select,
 )
-from ir.script.source import SourceText
+from ir.script.source import SourceText, check_index_depth
 
 Literal = int | float | bool
 Value = Expr | Literal
@@ -44,6 +45,10 @@ _COMPARE = {ast.Eq: ("eq", "=="), ast.NotEq: ("ne", "!="), ast.Lt: ("lt", "<"),
             ast.LtE: ("le", "<="), ast.Gt: ("gt", ">"), ast.GtE: ("ge", ">=")}
 _SYMBOL = {op: symbol for op, symbol in [*_BINARY.values(), *_COMPARE.values()]}
 _SYMBOL.update({"min": "min", "max": "max", "and": "and", "or": "or"})
+# The spellings float() reads as infinity or NaN, which have no Python literal.
+_NON_FINITE = re.compile(r"\s*[+-]?(inf|infinity|nan)\s*", re.IGNORECASE)
+# The longest quotation of the user's source in a message.
+_SPELLED = 60
 
 
 def literal_expr(value: Literal, like: DType | None, loc: SourceLoc | None) -> Expr:
@@ -93,6 +98,14 @@ class ExprParser:
         """A KernelError at ``node``."""
         return self.source.error(node, message)
 
+    def spelled(self, node: ast.AST) -> str:
+        """How ``node`` is written in the source, on one line, cut to ``_SPELLED`` characters
+        (a message quotes it; the caret already points at all of it)."""
+        text = " ".join(self.source.segment(node).split())
+        if not text:
+            return _describe(node)
+        return text if len(text) <= _SPELLED else text[:_SPELLED - 3] + "..."
+
     def expr(self, node: ast.expr, like: DType | None = None) -> Expr:
         """Translate ``node``; a bare literal takes dtype ``like`` (or its default)."""
         return self.to_expr(self.value(node), like, node)
@@ -105,7 +118,13 @@ class ExprParser:
 
     def index(self, node: ast.expr) -> Expr:
         """An integer index expression (literals are int32)."""
+        check_index_depth(self.source, node, "an index")
         return self.expr(node, dtypes.int32)
+
+    def condition(self, node: ast.expr) -> Expr:
+        """The condition of an if, T.where or T.if_then_else."""
+        check_index_depth(self.source, node, "a condition")
+        return self.expr(node)
 
     def build(self, node: ast.AST, make: Callable[[], Built]) -> Built:
         """Run an IR constructor; its IRError becomes a KernelError at ``node``."""
@@ -152,11 +171,19 @@ class ExprParser:
         raise self.error(node, "kernels cannot use the '~' operator")
 
     def _visit_BinOp(self, node: ast.BinOp) -> Value:
-        entry = _BINARY.get(type(node.op))
-        if entry is None:
-            raise self.error(node, f"kernels cannot use the Python operator "
-                                   f"{type(node.op).__name__}; use + - * / // %")
-        return self.binary(entry[0], self.value(node.left), self.value(node.right), node)
+        # ``a + b + c + ...`` is a chain down the left operands, as long as the expression:
+        # walk it in a loop rather than recursing once per term.
+        chain = [node]
+        while isinstance(chain[-1].left, ast.BinOp):
+            chain.append(chain[-1].left)
+        for link in chain:
+            if type(link.op) not in _BINARY:
+                raise self.error(link, f"kernels cannot use the Python operator "
+                                       f"{type(link.op).__name__}; use + - * / // %")
+        result = self.value(chain[-1].left)
+        for link in reversed(chain):
+            result = self.binary(_BINARY[type(link.op)][0], result, self.value(link.right), link)
+        return result
 
     def _visit_Compare(self, node: ast.Compare) -> Value:
         # Python chains comparisons: a < b < c means a < b and b < c.
@@ -209,7 +236,7 @@ class ExprParser:
 
     def unknown_function(self, node: ast.Call) -> KernelError:
         """The error for a call of something the script does not define."""
-        spelled = ast.unparse(node.func)
+        spelled = self.spelled(node.func)
         known = [self.call_prefix + name for name in self.known_functions()]
         close = difflib.get_close_matches(spelled, known, n=1)
         hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(sorted(known))}"
@@ -240,12 +267,15 @@ class ExprParser:
             raise self.error(node, f"'{symbol}' requires operands of one dtype, got "
                                    f"{left.dtype} and {right.dtype}; convert one with "
                                    f"{self.call_prefix}cast(x, \"{wider}\")")
+        if op in ("floordiv", "floormod") and isinstance(right, IntImm) and right.value == 0:
+            # The backends define x // 0 as 0, as numpy does; written out, it is a mistake.
+            raise self.error(node, f"'{_SYMBOL[op]}' requires a nonzero divisor, got 0")
         loc = self.source.loc(node)
         return self.build(node, lambda: BinOp(op, left, right, loc))
 
     def select(self, node: ast.AST, cond: ast.expr, a: ast.expr, b: ast.expr) -> Expr:
         """``a`` where ``cond`` holds, else ``b``; a literal branch takes the other's dtype."""
-        condition = self.expr(cond)
+        condition = self.condition(cond)
         true_value, false_value = self.value(a), self.value(b)
         left = self.to_expr(true_value,
                             false_value.dtype if isinstance(false_value, Expr) else None, a)
@@ -259,6 +289,9 @@ class ExprParser:
         loc = self.source.loc(node)
         if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and target.is_float:
             text = arg.value  # "inf", "-inf" and "nan" have no literal
+            if not _NON_FINITE.fullmatch(text):
+                raise self.error(arg, f"{self.call_prefix}{target.name} takes a string only for "
+                                      f"\"inf\", \"-inf\" or \"nan\", got {text!r}")
             return self.build(node, lambda: FloatImm(float(text), target, loc))
         value = self.value(arg)
         if isinstance(value, Expr):
@@ -273,7 +306,7 @@ class ExprParser:
         """A call's positional-or-keyword arguments by name; the first ``required`` names
         (all by default) must be given, the others may be absent from the result."""
         required = len(names) if required is None else required
-        spelled = ast.unparse(node.func)
+        spelled = self.spelled(node.func)
         if len(node.args) > len(names):
             raise self.error(node, f"{spelled} takes at most {len(names)} arguments "
                                    f"({', '.join(names)}), got {len(node.args)}")

@@ -133,7 +133,7 @@ class FuncParser(ExprParser):
     def _visit_Call(self, node: ast.Call) -> Value:
         name = self.function_name(node.func)
         if name in STATEMENT_FUNCTIONS or name == "range":
-            raise self.error(node, f"{ast.unparse(node.func)} is not a value, so it cannot be "
+            raise self.error(node, f"{self.spelled(node.func)} is not a value, so it cannot be "
                                    "used inside an expression")
         return super()._visit_Call(node)
 
@@ -306,7 +306,7 @@ class FuncParser(ExprParser):
         return BufferStore(buffer, result, indices, self.source.loc(node))
 
     def _if(self, node: ast.If) -> Stmt:
-        cond = self.expr(node.test)
+        cond = self.condition(node.test)
         if not cond.dtype.is_bool:
             raise self.error(node.test, f"if requires a bool condition, got {cond.dtype}; "
                                         "compare it, as in x != 0")
@@ -322,12 +322,12 @@ class FuncParser(ExprParser):
         if name == "call_intrinsic":
             return self._intrinsic_call(call)
         if name in _BLOCK_HEADER:
-            raise self.error(call, f"{ast.unparse(call.func)} describes a block, so it goes "
+            raise self.error(call, f"{self.spelled(call.func)} describes a block, so it goes "
                                    f"directly inside a with {self.call_prefix}block(...)")
         if name is None or (name not in STATEMENT_FUNCTIONS and name not in self._functions
                             and not dtypes.is_dtype_name(name)):
             raise self.unknown_function(call)
-        raise self.error(call, f"{ast.unparse(call.func)}(...) computes a value that nothing "
+        raise self.error(call, f"{self.spelled(call.func)}(...) computes a value that nothing "
                                "uses; store it into a buffer")
 
     def _intrinsic_call(self, call: ast.Call) -> Stmt:
@@ -358,7 +358,7 @@ class FuncParser(ExprParser):
         extents, kind, thread = self._loop_header(node.iter)
         targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
         if len(targets) != len(extents):
-            raise self.error(node.target, f"{ast.unparse(node.iter)} defines {len(extents)} "
+            raise self.error(node.target, f"{self.spelled(node.iter)} defines {len(extents)} "
                                           f"loop variables but the loop names {len(targets)}")
         loop_vars = []
         self.scopes.append({})
@@ -386,9 +386,9 @@ class FuncParser(ExprParser):
             raise self.error(node, "a kernel loop iterates over range(n), "
                                    f"{self.call_prefix}grid(...) "
                                    f"or a loop kind ({self.call_prefix}serial(n), "
-                                   f"{self.call_prefix}parallel(n), ...), got {ast.unparse(node)}")
+                                   f"{self.call_prefix}parallel(n), ...), got {self.spelled(node)}")
         call = node
-        spelled = ast.unparse(call.func)
+        spelled = self.spelled(call.func)
         if name == "grid":
             if call.keywords or not call.args:
                 raise self.error(call, f"{spelled} requires one or more extents")
@@ -417,7 +417,7 @@ class FuncParser(ExprParser):
             return self.constant(start, what)
         if self.constant(start, what) != 0:
             raise self.error(start, f"{what} requires loops that start at 0, got "
-                                    f"{ast.unparse(start)}; loop over {what}(n) and offset "
+                                    f"{self.spelled(start)}; loop over {what}(n) and offset "
                                     "the index instead")
         return self.constant(stop, what)
 
@@ -432,11 +432,18 @@ class FuncParser(ExprParser):
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -self.constant(node.operand, what)
         if isinstance(node, ast.BinOp) and type(node.op) in _CONST_OPS:
-            a, b = self.constant(node.left, what), self.constant(node.right, what)
-            if b == 0 and isinstance(node.op, (ast.FloorDiv, ast.Mod)):
-                raise self.error(node, f"{what}: division by zero")
-            return _CONST_OPS[type(node.op)](a, b)
-        raise self.error(node, f"{what} requires a constant integer, got {ast.unparse(node)}")
+            # A chain down the left operands (1 + 2 + 3 + ...) folds in a loop, not recursion.
+            chain = [node]
+            while isinstance(chain[-1].left, ast.BinOp) and type(chain[-1].left.op) in _CONST_OPS:
+                chain.append(chain[-1].left)
+            value = self.constant(chain[-1].left, what)
+            for link in reversed(chain):
+                b = self.constant(link.right, what)
+                if b == 0 and isinstance(link.op, (ast.FloorDiv, ast.Mod)):
+                    raise self.error(link, f"{what} requires a nonzero divisor, got 0")
+                value = _CONST_OPS[type(link.op)](value, b)
+            return value
+        raise self.error(node, f"{what} requires a constant integer, got {self.spelled(node)}")
 
     # -- blocks ----------------------------------------------------------------------------
 
@@ -454,7 +461,7 @@ class FuncParser(ExprParser):
         if name is None or name not in STATEMENT_FUNCTIONS:
             raise self.unknown_function(call)
         raise self.error(call, f"with statements take {self.call_prefix}block(\"name\"), got "
-                               f"{ast.unparse(call.func)}")
+                               f"{self.spelled(call.func)}")
 
     def _block(self, node: ast.With, call: ast.Call) -> Stmt:
         (name_node,) = self.required_arguments(call, ("name",))
@@ -507,13 +514,13 @@ class FuncParser(ExprParser):
         if called is None or called[0] not in _BLOCK_HEADER:
             return False
         name, call = called
-        spelled = ast.unparse(call.func)
+        spelled = self.spelled(call.func)
         if name == "where":
             if parts.predicate is not None:
                 raise self.error(call, f"block {parts.name!r} has two {spelled}; join the "
                                        "conditions with 'and'")
             (cond_node,) = self.required_arguments(call, ("predicate",))
-            parts.predicate = self.expr(cond_node)
+            parts.predicate = self.condition(cond_node)
             if not parts.predicate.dtype.is_bool:
                 raise self.error(cond_node, f"{spelled} requires a bool condition, got "
                                             f"{parts.predicate.dtype}")
@@ -544,7 +551,7 @@ class FuncParser(ExprParser):
         if len(node.targets) != 1:
             raise self.error(node, "a block iterator is declared one assignment at a time")
         target = node.targets[0]
-        spelled = ast.unparse(call.func)
+        spelled = self.spelled(call.func)
         if name == "axis.remap":
             kinds, binding_nodes = self._remap(call, spelled)
             targets = target.elts if isinstance(target, ast.Tuple) else [target]
@@ -557,7 +564,7 @@ class FuncParser(ExprParser):
                 extent = self.extents.get(binding) if isinstance(binding, Var) else None
                 if extent is None:
                     raise self.error(binding_node, f"{spelled} requires loop variables or "
-                                                   f"iterators, got {ast.unparse(binding_node)}; "
+                                                   f"iterators, got {self.spelled(binding_node)}; "
                                                    f"use {self.call_prefix}axis.spatial(extent, "
                                                    "binding) for an expression")
                 self._iterator(target_node, _REMAP_KINDS[kind_char], extent, binding,
@@ -598,7 +605,7 @@ class FuncParser(ExprParser):
 
     def _annotations(self, call: ast.Call) -> list[tuple[str, AnnotationValue]]:
         (dict_node,) = self.required_arguments(call, ("attrs",))
-        spelled = ast.unparse(call.func)
+        spelled = self.spelled(call.func)
         if not isinstance(dict_node, ast.Dict):
             raise self.error(dict_node, f"{spelled} requires a dict literal, as in "
                                         f"{spelled}({{\"key\": 1}})")
@@ -606,13 +613,13 @@ class FuncParser(ExprParser):
         for key, value in zip(dict_node.keys, dict_node.values):
             try:
                 literal = ast.literal_eval(value)
-            except ValueError:
+            except (ValueError, TypeError):  # TypeError: an unhashable key in a set or dict
                 literal = None
             if not isinstance(key, ast.Constant) or not isinstance(key.value, str):
                 raise self.error(key or dict_node, f"{spelled} requires string keys")
             if not isinstance(literal, (str, int, float)):
                 raise self.error(value, f"{spelled} requires string or number values, got "
-                                        f"{ast.unparse(value)}")
+                                        f"{self.spelled(value)}")
             items.append((key.value, literal))
         return items
 
@@ -620,7 +627,7 @@ class FuncParser(ExprParser):
 
     def _regions(self, call: ast.Call) -> tuple[BufferRegion, ...]:
         if call.keywords:
-            raise self.error(call, f"{ast.unparse(call.func)} takes regions as positional "
+            raise self.error(call, f"{self.spelled(call.func)} takes regions as positional "
                                    "arguments")
         nodes: list[ast.expr] = []
         for arg in call.args:
@@ -634,13 +641,17 @@ class FuncParser(ExprParser):
             return BufferRegion(buffer, BufferRegion.full(buffer).ranges, self.source.loc(node))
         if not isinstance(node, ast.Subscript):
             raise self.error(node, f"a region is a buffer or a slice of one, as in A[vi, 0:16], "
-                                   f"got {ast.unparse(node)}")
+                                   f"got {self.spelled(node)}")
         buffer = self.buffer(node.value)
         items = subscript_items(node)
         if len(items) != buffer.ndim:
             raise self.error(node, f"buffer {buffer.name} has {buffer.ndim} dimensions but the "
                                    f"region gives {len(items)}")
         ranges = tuple(self._range(item, extent) for item, extent in zip(items, buffer.shape))
+        for item, rng in zip(items, ranges):
+            if isinstance(rng.extent, IntImm) and rng.extent.value <= 0:
+                raise self.error(item, f"a region slice requires at least one element, got "
+                                       f"{self.spelled(item)} ({rng.extent.value} elements)")
         return BufferRegion(buffer, ranges, self.source.loc(node))
 
     def _range(self, node: ast.expr, dim: int) -> Range:
@@ -668,7 +679,7 @@ class FuncParser(ExprParser):
         return Range(start, self.binary("sub", self.value(upper), start, node), loc)
 
     def _buffer_decl(self, call: ast.Call, name: str, where: ast.AST) -> Buffer:
-        spelled = ast.unparse(call.func)
+        spelled = self.spelled(call.func)
         args = self.arguments(call, ("shape", "dtype", "scope", "strides"), required=1)
         shape = self._int_tuple(args["shape"], f"{spelled}'s shape")
         dtype = dtypes.float32

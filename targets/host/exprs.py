@@ -123,12 +123,22 @@ class ExprEmitter:
     # -- operators -------------------------------------------------------------------------
 
     def _BinOp(self, node: BinOp) -> ll.Value:
+        # A chain down the left operands (a + b + c + ...) may be thousands long: emit it in a
+        # loop, left operand before right as at every level, recursing only on the right.
+        chain = [node]
+        while isinstance(chain[-1].a, BinOp):
+            chain.append(chain[-1].a)
+        value = self.expr(chain[-1].a)
+        for link in reversed(chain):
+            value = self.binary(link, value, self.expr(link.b))
+        return value
+
+    def binary(self, node: BinOp, x: ll.Value, y: ll.Value) -> ll.Value:
+        """``node`` applied to the values of its operands, ``x`` and ``y``."""
         b = self.b
         if node.op in ("and", "or"):
-            a_value, b_value = self.expr(node.a), self.expr(node.b)
-            return b.and_(a_value, b_value) if node.op == "and" else b.or_(a_value, b_value)
+            return b.and_(x, y) if node.op == "and" else b.or_(x, y)
         dt = node.a.dtype
-        x, y = self.expr(node.a), self.expr(node.b)
         if node.op in COMPARE_OPS:
             return self._compare(node.op, dt, x, y)
         if dt.is_bool:

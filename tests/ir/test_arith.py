@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ir import dtypes
-from ir.arith import Interval, bound, equal, is_affine, linearize, prove, simplify, to_expr
+from ir.arith import (Interval, bound, equal, exact_bound, is_affine, linearize, prove, simplify,
+                      to_expr)
 from ir.evaluate import compile_index
 from ir.evaluate import evaluate as interpret
 from ir.expr import BinOp, Expr, IntImm, Select, Var, max_, min_
@@ -72,6 +73,24 @@ def test_bound_holds_every_value(expr):
     values = [evaluate(expr, env) for env in all_points(RANGES)]
     assert span.lo is None or span.lo <= min(values)
     assert span.hi is None or span.hi >= max(values)
+
+
+@settings(max_examples=300, deadline=None)
+@given(index_exprs())
+def test_exact_bound_is_reached_at_both_ends(expr):
+    span = exact_bound(expr, RANGES)
+    values = [evaluate(expr, env) for env in all_points(RANGES)]
+    assert span is None or (span.lo, span.hi) == (min(values), max(values))
+
+
+def test_exact_bound_knows_the_forms_of_indices():
+    assert exact_bound(I * 8 + J - 1, RANGES) == Interval(-1, 30)
+    assert exact_bound((I * 8 + J) // 4 + K, RANGES) == Interval(0, 12)
+    assert exact_bound(J % 3, RANGES) == Interval(0, 2)
+    assert exact_bound(BinOp("floordiv", J, IntImm(-2)), RANGES) == Interval(-4, 0)
+    assert exact_bound(I + I // 2, RANGES) is None  # i twice: its ends need not meet
+    assert exact_bound(I // 1 // 1 - I, RANGES) is None  # always 0, not [-3, 3]
+    assert exact_bound(min_(I, J), RANGES) is None
 
 
 @settings(max_examples=200, deadline=None)

@@ -15,10 +15,15 @@ from ir import script as T
 _INTERNALS = ("ir/script", "func_parser", "exprs.py", "Traceback", "IRError", "site-packages")
 
 
-def check_error(tmp_path: Path, source: str, fragment: str, line: int, col: int) -> KernelError:
-    """Parse ``source`` from a file; expect a KernelError with ``fragment`` at (line, col)."""
+def check_error(tmp_path: Path, source: str | bytes, fragment: str, line: int,
+                col: int) -> KernelError:
+    """Parse ``source`` (text, dedented, or raw bytes) from a file; expect a KernelError with
+    ``fragment`` at (line, col)."""
     path = tmp_path / "kernel.py"
-    path.write_text(textwrap.dedent(source).lstrip("\n"))
+    if isinstance(source, bytes):
+        path.write_bytes(source)
+    else:
+        path.write_text(textwrap.dedent(source).lstrip("\n"))
     with pytest.raises(KernelError) as info:
         T.load_file(path)
     err = info.value
@@ -230,3 +235,106 @@ def test_parse_compute_type_error():
     assert "'+' requires operands of one dtype, got int32 and int8" in info.value.message
     assert 'cast(x, "int32")' in info.value.message
     assert (info.value.loc.line, info.value.loc.col) == (3, 9)
+
+
+# -- reading the file ------------------------------------------------------------------------
+
+
+def test_bytes_that_are_not_utf8(tmp_path):
+    source = kernel('vi, vj = T.axis.remap("SS", [i, j])', "C[vi, vj] = 0  # caf\xe9")
+    data = source.encode("latin-1")
+    err = check_error(tmp_path, data, "requires UTF-8 text, got byte e9 at byte offset "
+                      f"{data.index(bytes([0xE9]))}", 8, 33)
+    assert "\ufffd" in str(err)  # the line still renders, the bad byte replaced
+
+
+def test_a_coding_declaration_names_the_encoding(tmp_path):
+    path = tmp_path / "kernel.py"
+    source = "# -*- coding: latin-1 -*-\n" + kernel('vi, vj = T.axis.remap("SS", [i, j])',
+                                                     "C[vi, vj] = 0  # caf\xe9")
+    path.write_bytes(source.encode("latin-1"))
+    assert list(T.load_file(path)) == ["k"]
+
+
+def test_an_unknown_coding_declaration(tmp_path):
+    check_error(tmp_path, b"# coding: klingon\n" + HEADER.encode(),
+                "requires UTF-8 text or a valid coding declaration, got unknown encoding", 1, 1)
+
+
+def test_a_nul_byte(tmp_path):
+    source = kernel('vi, vj = T.axis.remap("SS", [i, j])', "C[vi, vj] = 0")
+    check_error(tmp_path, source.replace("= 0", "= \0 0").encode(),
+                "Python source requires no NUL bytes", 8, 25)
+
+
+def test_a_syntax_error_after_a_form_feed_keeps_its_line(tmp_path):
+    # str.splitlines() would count the form feed as a line break; Python does not.
+    source = kernel('vi, vj = T.axis.remap("SS", [i, j])', "C[vi, vj] = 0 \f", "C[vi, vj] = = 0")
+    check_error(tmp_path, source, "invalid Python syntax", 9, 25)
+
+
+# -- values the IR cannot hold ---------------------------------------------------------------
+
+
+def test_integer_division_by_a_literal_zero(tmp_path):
+    check_error(tmp_path, kernel('vi, vj = T.axis.remap("SS", [i, j])',
+                                 "C[vi, vj] = T.cast(A[vi // 0, vj], \"int32\")"),
+                "'//' requires a nonzero divisor, got 0", 8, 34)
+
+
+def test_modulo_by_zero_in_a_constant_extent(tmp_path):
+    source = HEADER.replace("T.grid(16, 16, 16)", "T.grid(16, 16, 16 % 0)")
+    check_error(tmp_path, source + "            C[0, 0] = 0\n",
+                "T.grid requires a nonzero divisor, got 0", 5, 35)
+
+
+def test_a_loop_extent_past_int32(tmp_path):
+    source = HEADER.replace("T.grid(16, 16, 16)", "T.grid(16, 16, 10000000000)")
+    check_error(tmp_path, source + "            C[0, 0] = 0\n",
+                "loop k requires an extent of at most 2147483647 (its variable is int32), got "
+                "10000000000", 5, 5)
+
+
+def test_an_iterator_extent_past_int32(tmp_path):
+    check_error(tmp_path, kernel("vi = T.axis.spatial(1 << 40, i)", "C[vi, 0] = 0"),
+                "T.axis.spatial requires a constant integer, got 1 << 40", 7, 33)
+    check_error(tmp_path, kernel("vi = T.axis.spatial(4294967296, i)", "C[vi, 0] = 0"),
+                "iterator vi requires an extent of at most 2147483647", 7, 18)
+
+
+def test_a_buffer_dimension_past_int32(tmp_path):
+    check_error(tmp_path, HEADER.replace("(16, 16), \"int8\"", "(16, 4294967296), \"int8\"")
+                + "            C[0, 0] = 0\n",
+                "buffer A requires extents of at most 2147483647 (indices are int32)", 4, 10)
+
+
+@pytest.mark.parametrize("extent", ["0", "-4"])
+def test_a_loop_extent_that_is_not_positive(tmp_path, extent):
+    source = HEADER.replace("T.grid(16, 16, 16)", f"T.grid(16, 16, {extent})")
+    check_error(tmp_path, source + "            C[0, 0] = 0\n",
+                f"loop k requires a positive constant extent, got {extent}", 5, 5)
+
+
+def test_a_float_loop_extent(tmp_path):
+    source = HEADER.replace("T.grid(16, 16, 16)", "T.grid(16, 16, 1e9)")
+    check_error(tmp_path, source + "            C[0, 0] = 0\n",
+                "T.grid requires a constant integer, got 1e9", 5, 35)
+
+
+def test_a_float_from_a_string_that_is_not_inf_or_nan(tmp_path):
+    check_error(tmp_path, kernel('vi, vj = T.axis.remap("SS", [i, j])',
+                                 "C[vi, vj] = T.cast(T.float32(\"lots\"), \"int32\")"),
+                "T.float32 takes a string only for \"inf\", \"-inf\" or \"nan\", got 'lots'",
+                8, 42)
+
+
+def test_an_empty_region_slice(tmp_path):
+    check_error(tmp_path, kernel('vi, vj = T.axis.remap("SS", [i, j])', "T.reads(A[vi, 5:2])",
+                                 "T.writes(C[vi, vj])", "C[vi, vj] = T.cast(A[vi, 5], \"int32\")"),
+                "a region slice requires at least one element, got 5:2 (-3 elements)", 8, 27)
+
+
+def test_an_annotation_that_is_not_hashable(tmp_path):
+    check_error(tmp_path, kernel('T.block_attr({"key": {[1]: 2}})',
+                                 'vi, vj = T.axis.remap("SS", [i, j])', "C[vi, vj] = 0"),
+                "T.block_attr requires string or number values, got {[1]: 2}", 7, 34)

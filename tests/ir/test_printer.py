@@ -163,3 +163,17 @@ def test_buffer_and_module_printing():
     text = print_node(module)
     assert text.startswith("@T.ir_module\nclass Module:\n    @T.prim_func\n    def mm(")
     ir.assert_structural_equal(T.parse(text), module)
+
+
+def test_a_nan_constant_parses_back_equal():
+    source = textwrap.dedent("""
+        @T.prim_func
+        def fill(A: T.Buffer((4,), "float32")):
+            for i in range(4):
+                A[i] = T.float32("nan")
+    """)
+    func = T.parse(source)
+    text = print_node(func)
+    assert 'T.float32("nan")' in text
+    assert ir.structural_equal(T.parse(text), func)
+    assert not ir.structural_equal(T.parse(text.replace('"nan"', '"inf"')), func)

@@ -18,7 +18,7 @@ def test_counts_follow_the_loop_extents_and_branches():
 def test_a_false_predicate_skips_the_call():
     func = T.parse('''
 @T.prim_func
-def f(A: T.Buffer((40, 16), "int8"), B: T.Buffer((40, 16), "int8")):
+def f(A: T.Buffer((48, 16), "int8"), B: T.Buffer((48, 16), "int8")):
     for io in range(3):
         with T.block("copy"):
             vi = T.axis.spatial(3, io)
