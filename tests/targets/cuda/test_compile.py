@@ -13,6 +13,7 @@ from tests.targets.cuda.helpers import TENSORIZED, emitted
 pytestmark = pytest.mark.skipif(cuda.nvcc_path() is None, reason="nvcc not installed")
 
 
+@pytest.mark.slow
 def test_every_tensorized_suite_kernel_compiles_for_sm80_and_sm90():
     jobs = [(name, arch) for name in TENSORIZED for arch in ("sm_80", "sm_90")]
     kernels = {name: emitted(name) for name in TENSORIZED}

@@ -92,6 +92,7 @@ def test_named_intrinsic_needing_a_feature_not_given_is_a_usage_error(kernel, ca
             "+neon,+dotprod; add it with --features +i8mm") in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_explain_prints_every_pair(capsys):
     assert main(["run", str(EXAMPLES / "conv2d_nhwc.py"), "--target", "cuda", "--quiet",
                  "--explain"]) == 0
