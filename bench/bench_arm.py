@@ -1,4 +1,4 @@
-"""MACs per executed AArch64 instruction: the arm backend's kernel (packing included) against
+"""MACs per executed AArch64 instruction: the arm target's kernel (packing included) against
 LLVM's own -O3 vectorisation of the untouched kernel, same target features, both run under
 the emulator (unicorn), which counts every instruction executed.
 
@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from targets import arm  # noqa: E402
+from targets import cpu  # noqa: E402
 from tensorize.engine import auto_tensorize  # noqa: E402
 
 import suite_kernels  # noqa: E402  (bench/ is on the path: these run as scripts)
@@ -51,14 +51,15 @@ def main() -> None:
     for label, func, count in cases:
         inputs = {p.name: rng.integers(-128, 128, p.shape).astype(p.dtype.numpy)
                   for p in func.params[:2]}
-        ours = arm.emit(auto_tensorize(func, "arm").func)
-        mine = arm.run(ours, inputs)
+        ours = cpu.emit(auto_tensorize(func, "arm").func, "arm")
+        mine = cpu.run(ours, inputs)
         # The untouched kernel through the same emitter (the same facts, such as the
         # buffers not aliasing): what LLVM's own -O3 vectorisation makes of it.
-        base = arm.run(arm.emit(func), inputs)
+        base = cpu.run(cpu.emit(func, "arm"), inputs)
         out = ours.outputs[0]
-        assert np.array_equal(mine.outputs[out], base.outputs[out])
-        dots, body = inner_loop(arm.compile(ours, "asm"))
+        if not np.array_equal(mine.outputs[out], base.outputs[out]):
+            raise SystemExit(f"{label}: the tensorized kernel's output differs")
+        dots, body = inner_loop(cpu.compile(ours, "asm"))
         print(f"{label:36} {count / mine.instructions:8.2f} {count / base.instructions:9.2f} "
               f"{base.instructions / mine.instructions:6.2f} {16 * dots / body:11.2f}")
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import ir
 from intrinsics import checks, limits
+from intrinsics.cpu_target import BACKEND as CPU_BACKEND
 from intrinsics.model import Cost, Intrinsic, Operand, Scope, StrideRule, frozen_mapping
 from intrinsics.source import Findings, YNode
 from intrinsics.templates import ATTRIBUTES, Placeholder, TemplateError, parse
@@ -26,12 +27,14 @@ COMPANION_FIELDS = {"loads": "load", "stores": "store", "fill": "fill"}
 
 @dataclass(frozen=True)
 class Context:
-    """What an entry is built against: its family's name, target, scopes and file."""
+    """What an entry is built against: its family's name, target, scopes and file, and
+    whether the family describes a CPU target (its templates are then ``emit.llvm``)."""
 
     family: str
     target: str
     scopes: dict[str, Scope]
     file: str
+    cpu: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ def build_intrinsic(node: YNode, params: dict[str, Any], ctx: Context, findings:
                          _text_loc(node.value["semantics"]), node.at("resets"))
     checks.check_all(parts, findings)
     emit = {backend: child.value for backend, child in node.value["emit"].value.items()}
-    _check_templates(node.value["emit"], operands, ctx.target, findings, where)
+    _check_templates(node.value["emit"], operands, ctx, findings, where)
     companions = {field: _companions(node, field, operands, findings, where)
                   for field in COMPANION_FIELDS}
     if len(findings) > before:
@@ -292,14 +295,18 @@ def _check_names_used(tree: ast.Module, loc: ir.SourceLoc, buffers: dict[str, ir
     return ok
 
 
-def _check_templates(node: YNode, operands: tuple[Operand, ...], target: str,
+def _check_templates(node: YNode, operands: tuple[Operand, ...], ctx: Context,
                      findings: Findings, where: str) -> None:
     """Each template is in its backend's grammar, its placeholders name operands, every
-    operand appears, and the target has a template."""
+    operand appears, and the target has a template: ``emit.llvm`` in a family with a ``cpu:``
+    section (the CPU code generator's), else ``emit.<target>`` or ``emit.llvm`` (a family
+    adding intrinsics to a CPU target another file describes)."""
     names = [o.name for o in operands]
-    if target not in node.value:
-        findings.add(node.loc, f"{where}: emit requires a template for the family's target "
-                     f"'{target}', got {', '.join(node.value) or 'none'}")
+    wanted = (CPU_BACKEND,) if ctx.cpu else (ctx.target, CPU_BACKEND)
+    if not any(key in node.value for key in wanted):
+        owner = "the CPU code generator" if ctx.cpu else f"the family's target '{ctx.target}'"
+        findings.add(node.loc, f"{where}: emit requires a template for {owner} "
+                     f"({' or '.join(wanted)}), got {', '.join(node.value) or 'none'}")
     for backend, child in node.value.items():
         try:
             found = parse(backend, child.value).placeholders

@@ -9,11 +9,11 @@ render time are checked too (:attr:`Grammar.value`), so even a backend bug canno
 
 - ``cuda``: ``NAME(arg, ...);`` with NAME in :data:`CUDA_FUNCTIONS`, each argument a
   placeholder, a number or one of :data:`CUDA_ENUMERATORS`.
-- ``arm`` (LLVM IR): ``[{r} =] call TYPE @llvm.ARCH.name(TYPE value, ...)`` with ARCH in
-  :data:`LLVM_ARCHES`; ``{r} = load TYPE, ptr {p}[, align N]``; ``store TYPE value, ptr
-  {p}[, align N]``; ``{r} = bitcast TYPE value to TYPE``. A type is ``iN``, ``<N x T>``,
-  ``half``, ``bfloat``, ``float``, ``double``, ``ptr`` or a placeholder; N in ``align N`` a
-  power of two.
+- ``llvm`` (LLVM IR, every CPU target's): ``[{r} =] call TYPE @llvm.ARCH.name(TYPE value,
+  ...)`` with ARCH in :data:`LLVM_ARCHES`; ``{r} = load TYPE, ptr {p}[, align N]``; ``store
+  TYPE value, ptr {p}[, align N]``; ``{r} = bitcast TYPE value to TYPE``. A type is ``iN``,
+  ``<N x T>``, ``half``, ``bfloat``, ``float``, ``double``, ``ptr`` or a placeholder; N in
+  ``align N`` a power of two.
 - ``npu``: one instruction of the NPU assembler (:mod:`simulator.assembler`), read by the
   assembler itself, without dependency flags or comment.
 - any other backend (one tensorize does not emit): ``mnemonic operand, ...``, each operand a
@@ -474,9 +474,10 @@ NPU = Grammar(_check_npu, lambda v: _NPU_VALUE.fullmatch(v) is not None,
 GENERIC = Grammar(_check_generic, lambda v: _WORD_VALUE.fullmatch(v) is not None,
                   "a word or an integer")
 
-# Backend -> grammar. A backend not listed gets GENERIC; an x86 family would map "x86" to
-# LLVM_IR, whose call form already admits @llvm.x86.* intrinsics.
-GRAMMARS = {"cuda": CUDA, "arm": LLVM_IR, "npu": NPU}
+# Code generator -> grammar. ``llvm`` is the one CPU code generator's: every CPU target's
+# templates (AArch64, x86, any a vendor describes) are LLVM IR. A backend not listed gets
+# GENERIC.
+GRAMMARS = {"cuda": CUDA, "llvm": LLVM_IR, "npu": NPU}
 
 
 def grammar_for(backend: str) -> Grammar:

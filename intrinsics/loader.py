@@ -18,6 +18,7 @@ from pathlib import Path
 import ir
 from intrinsics import limits, schema
 from intrinsics.builder import CompanionRef, Context, build_intrinsic
+from intrinsics.cpu_target import build_cpu_target, check_template_alignment
 from intrinsics.model import Family, Intrinsic, Operand, Scope, frozen_mapping
 from intrinsics.source import Findings, YNode, read_yaml
 from intrinsics.variants import Budget, expand
@@ -52,8 +53,14 @@ def check_family(path: str | os.PathLike[str]) -> tuple[Family | None, Findings]
             and entries.is_sequence):
         return None, findings
     scopes = {name: _scope(name, node) for name, node in scopes_node.value.items()}
-    ctx = Context(file.stem, target_node.value, scopes, str(file))
+    cpu_node = root.get("cpu")
+    cpu = None
+    if cpu_node is not None and not _has_errors(cpu_node, schema.CPU):
+        cpu = build_cpu_target(cpu_node, target_node.value, scopes, findings)
+    ctx = Context(file.stem, target_node.value, scopes, str(file), cpu_node is not None)
     intrinsics, refs = _intrinsics(entries, ctx, findings)
+    if cpu is not None:
+        check_template_alignment(cpu, intrinsics, findings)
     _check_self_check_size(intrinsics, findings)
     by_name = {i.name: i for i in intrinsics}
     for ref in refs:
@@ -64,7 +71,7 @@ def check_family(path: str | os.PathLike[str]) -> tuple[Family | None, Findings]
         name=file.stem, target=target_node.value, scopes=frozen_mapping(scopes),
         intrinsics=tuple(intrinsics), path=file,
         description=description.value if description is not None else "",
-        machine=machine.raw if machine is not None and machine.is_mapping else None)
+        machine=machine.raw if machine is not None and machine.is_mapping else None, cpu=cpu)
     return (family if not findings else None), findings
 
 

@@ -241,13 +241,68 @@ class Intrinsic:
         return parse(backend, self.emit[backend]).render(values)
 
 
+@dataclass(frozen=True, slots=True)
+class CpuTarget:
+    """A CPU target, from a family's ``cpu:`` section: everything the one CPU code generator
+    (``targets.cpu``), its schedule and its runners need to know about the machine.
+
+    ``triple``, ``cpu`` and ``features`` (names without '+', on by default) are what LLVM
+    compiles for. ``detect`` says how the host's features are found: ``llvm`` (LLVM's list for
+    the host CPU) or ``cpuinfo`` (the flags of ``/proc/cpuinfo``, named through ``cpuinfo``
+    where they differ from LLVM's). A vector register holds ``vector_bytes``; the registers
+    are scope ``register_scope``, ``registers`` of them (its capacity over the vector size),
+    of which the micro-kernel leaves ``reserved_registers`` to LLVM. The runners align every
+    buffer to ``alignment`` bytes. ``tile_rows`` and ``tile_vectors`` are the register tiles
+    tried (rows by vectors of accumulators), ``k_unroll`` the k steps per micro-kernel
+    iteration. ``engines`` are the ways to run the code here, in order of preference
+    (``native``, ``unicorn``), and ``emulated`` the features each emulator executes.
+    ``macs`` maps an assembly mnemonic to the multiply-accumulates one instruction does (what
+    a run counts).
+    """
+
+    target: str
+    triple: str
+    cpu: str
+    features: tuple[str, ...]
+    detect: str
+    cpuinfo: Mapping[str, str]
+    vector_bytes: int
+    register_scope: str
+    registers: int
+    reserved_registers: int
+    alignment: int
+    tile_rows: tuple[int, ...]
+    tile_vectors: tuple[int, ...]
+    k_unroll: int
+    engines: tuple[str, ...]
+    emulated: Mapping[str, frozenset[str]]
+    macs: Mapping[str, int]
+    loc: ir.SourceLoc | None = field(default=None, compare=False)
+
+    @property
+    def default_features(self) -> str:
+        """The features as LLVM writes them: ``+neon,+dotprod``."""
+        return ",".join(f"+{f}" for f in self.features)
+
+    @property
+    def usable_registers(self) -> int:
+        """Vector registers a micro-kernel may keep live at once."""
+        return self.registers - self.reserved_registers
+
+    @property
+    def arch(self) -> str:
+        """The triple's architecture (``aarch64``, ``x86_64``)."""
+        return self.triple.split("-", 1)[0]
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Family:
     """One YAML file: a target's memory scopes and intrinsics.
 
     ``name`` is the file's stem (``cuda`` for ``cuda.yaml``). ``machine`` is the file's raw
     top-level ``machine:`` mapping node, with its PyYAML marks, when it has one (the simulator
-    validates it); :meth:`machine_values` gives it as plain data.
+    validates it); :meth:`machine_values` gives it as plain data. ``cpu`` is the target's CPU
+    description when the file has a ``cpu:`` section.
     """
 
     name: str
@@ -257,6 +312,7 @@ class Family:
     path: Path
     description: str = ""
     machine: yaml.MappingNode | None = None
+    cpu: CpuTarget | None = None
 
     def __repr__(self) -> str:
         return f"Family({self.name}, {self.target}, {len(self.intrinsics)} intrinsics)"

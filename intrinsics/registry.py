@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from intrinsics.loader import check_family
-from intrinsics.model import Family, Intrinsic, Scope
+from intrinsics.model import CpuTarget, Family, Intrinsic, Scope
 from intrinsics.source import Findings
 from ir.errors import IntrinsicSpecError, SourceLoc
 
@@ -48,6 +48,28 @@ class Registry:
     def targets(self) -> tuple[str, ...]:
         """The targets of the families, each once, in load order."""
         return tuple(dict.fromkeys(f.target for f in self.families))
+
+    def cpu(self, target: str) -> CpuTarget:
+        """The CPU description of ``target`` (a family's ``cpu:`` section);
+        IntrinsicSpecError naming the CPU targets there are when none describes it."""
+        for family in self.families:
+            if family.target == target and family.cpu is not None:
+                return family.cpu
+        known = ", ".join(f.target for f in self.families if f.cpu is not None) or "none"
+        raise IntrinsicSpecError(f"target {target!r} requires a family with a 'cpu:' section "
+                                 f"to be a CPU target; the CPU targets are {known}")
+
+    def target_kind(self, target: str) -> str:
+        """What kind of target ``target`` is, which decides how the engine schedules for it
+        and how its code runs: ``cpu`` when a family describes it in a ``cpu:`` section,
+        ``npu`` when one gives it a simulator ``machine:``, else the target's own name
+        (``cuda``, or a target no code generator serves)."""
+        families = [f for f in self.families if f.target == target]
+        if any(f.cpu is not None for f in families):
+            return "cpu"
+        if any(f.machine is not None for f in families):
+            return "npu"
+        return target
 
     def get(self, name: str) -> Intrinsic:
         """The intrinsic called ``name``; IntrinsicSpecError naming close names if none."""
@@ -154,8 +176,10 @@ def _check_family_cached(path: str, mtime_ns: int, size: int) -> tuple[Family | 
 
 
 def check_across(families: Sequence[Family], findings: Findings) -> None:
-    """Family, intrinsic and scope names must not clash between files."""
+    """Family, intrinsic and scope names must not clash between files, and one file at most
+    describes each CPU target."""
     family_at: dict[str, Family] = {}
+    cpu_at: dict[str, Family] = {}
     intrinsic_at: dict[str, Intrinsic] = {}
     scope_at: dict[str, Scope] = {}
     for family in families:
@@ -164,6 +188,12 @@ def check_across(families: Sequence[Family], findings: Findings) -> None:
             findings.add(SourceLoc(str(family.path), 1, 1),
                          f"family {family.name} is already defined by {first.path}; two "
                          "files of one name cannot both be loaded: rename one")
+        if family.cpu is not None:
+            described = cpu_at.setdefault(family.target, family)
+            if described is not family:
+                findings.add(family.cpu.loc, f"target {family.target} is already described "
+                             f"by the cpu: section of {described.path}; one file describes "
+                             "a CPU target, others add intrinsics to it")
         for intrinsic in family.intrinsics:
             other = intrinsic_at.setdefault(intrinsic.name, intrinsic)
             if other is not intrinsic:

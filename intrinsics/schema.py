@@ -17,6 +17,10 @@ from intrinsics.source import Findings, YNode
 from ir import dtypes
 
 ROLES = ("input", "output", "accumulator")
+# How code of a CPU target can run here: in this process through LLVM's JIT on a host of its
+# architecture, or under the in-process AArch64 emulator.
+ENGINES = ("native", "unicorn")
+DETECTORS = ("llvm", "cpuinfo")
 KINDS = ("compute", "load", "store", "fill")
 ITER_KINDS = ("spatial", "reduce")
 LAYOUTS = ("row_major", "col_major")
@@ -408,6 +412,45 @@ INTRINSIC = Record("an intrinsic", (
     Field("reference", Text(), True, "a link to the vendor manual section"),
 ))
 
+REGISTER_TILE = Record("a register tile", (
+    Field("rows", ListOf(Int(1), 1), True, "the accumulator rows a tile may have, tried in "
+          "this order"),
+    Field("vectors", ListOf(Int(1), 1), True, "the vectors of accumulators per row a tile "
+          "may have"),
+))
+
+EMULATOR = Record("an emulator", (
+    Field("executes", ListOf(Name(), 1), True, "the target features whose instructions it "
+          "executes"),
+))
+
+CPU = Record("a CPU target", (
+    Field("triple", Text(), True, "the LLVM target triple, e.g. x86_64-unknown-linux-gnu"),
+    Field("cpu", Text(), True, "the LLVM CPU name code is selected and tuned for (generic, "
+          "x86-64, neoverse-n1, ...)"),
+    Field("features", ListOf(Name()), True, "the target features on by default (LLVM's "
+          "names without '+')"),
+    Field("detect", Choice(DETECTORS), False, "how the host's features are found: llvm "
+          "(default; LLVM's list for the host CPU) or cpuinfo (/proc/cpuinfo flags)"),
+    Field("cpuinfo", MapOf(Name(), what="feature"), False, "feature -> its /proc/cpuinfo "
+          "flag, where the names differ"),
+    Field("vector_bytes", Int(1), True, "bytes in one vector register"),
+    Field("register_scope", Name(dotted=True), True, "the family's scope that is the vector "
+          "register file; its capacity over vector_bytes is the register count"),
+    Field("reserved_registers", Int(0), False, "vector registers the micro-kernel leaves to "
+          "the compiler (default 0)"),
+    Field("alignment", Int(1), True, "bytes every buffer the runners allocate is aligned "
+          "to: at least every template's 'align N'"),
+    Field("register_tile", REGISTER_TILE, True, "the register tiles the schedule may use"),
+    Field("k_unroll", Int(1), False, "k steps per micro-kernel iteration (default 1)"),
+    Field("run", ListOf(Choice(ENGINES), 1), True, "how its code runs here, in order of "
+          "preference: native, unicorn"),
+    Field("emulators", MapOf(EMULATOR, key=Choice(ENGINES), what="engine"), False,
+          "emulator -> what it executes"),
+    Field("macs", MapOf(Int(1), what="mnemonic"), False, "assembly mnemonic -> "
+          "multiply-accumulates per instruction, for the counts a run reports"),
+))
+
 FAMILY = Record("a family", (
     Field("target", Name(), True, "the backend it belongs to: cuda, arm, npu, ..."),
     Field("description", Text(), False, "what hardware this is"),
@@ -415,6 +458,7 @@ FAMILY = Record("a family", (
           "the memory scopes its operands live in"),
     Field("intrinsics", ListOf(AnyMapping(), 1), True, "its intrinsics"),
     Field("machine", AnyMapping(), False, "machine parameters for a simulator"),
+    Field("cpu", CPU, False, "the target's CPU description, for a CPU target"),
 ))
 
 

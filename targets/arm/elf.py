@@ -3,7 +3,7 @@ sections and applies their relocations, so the code can run at a chosen address.
 
 Only the relocations a static, small-code-model kernel uses are applied (page-relative
 addresses of constants, low 12 bits, branches and absolute words); any other type is refused
-with ArmRunError, never ignored. ``.eh_frame`` (unwind tables) is not loaded, and its
+with CpuRunError, never ignored. ``.eh_frame`` (unwind tables) is not loaded, and its
 relocations are skipped with it.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from targets.arm.errors import ArmRunError
+from targets.cpu.errors import CpuRunError
 
 __all__ = ["Image", "load_object"]
 
@@ -51,12 +51,12 @@ class _Section:
 def load_object(obj: bytes, base: int) -> Image:
     """Lay out ``obj``'s allocated sections from ``base`` and relocate them."""
     if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
-        raise ArmRunError("the arm loader requires a little-endian ELF64 object")
+        raise CpuRunError("the arm loader requires a little-endian ELF64 object")
     shoff, = struct.unpack_from("<Q", obj, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 0x3A)
     sections = []
     for index in range(shnum):
-        (name, kind, flags, _, offset, size, link, info, align,
+        (_, kind, flags, _, offset, size, link, info, align,
          _) = struct.unpack_from("<IIQQQQIIQQ", obj, shoff + index * shentsize)
         sections.append(_Section("", kind, flags, offset, size, link, info, align))
     names = sections[shstrndx]
@@ -84,7 +84,7 @@ def load_object(obj: bytes, base: int) -> Image:
             offset, info, addend = struct.unpack_from("<QQq", obj, at)
             symbol = addresses[info >> 32]
             if symbol is None:
-                raise ArmRunError(f"the kernel object calls or reads an external symbol "
+                raise CpuRunError(f"the kernel object calls or reads an external symbol "
                                   f"(relocation at {section.name}+{offset:#x}); the arm "
                                   "runner has no library to link")
             _relocate(image, target - base + offset, target + offset, info & 0xFFFFFFFF,
@@ -133,7 +133,7 @@ def _relocate(image: bytearray, at: int, place: int, kind: int, value: int) -> N
     elif kind in (_JUMP26, _CALL26):
         word = (word & 0xFC000000) | (((value - place) >> 2) & 0x3FFFFFF)
     else:
-        raise ArmRunError(f"the arm loader does not apply relocation type {kind} (at image "
+        raise CpuRunError(f"the arm loader does not apply relocation type {kind} (at image "
                           f"offset {at:#x}); it knows ABS64, ADR_PREL_PG_HI21, "
                           "ADD_ABS_LO12_NC, LDST*_ABS_LO12_NC, JUMP26 and CALL26")
     struct.pack_into("<I", image, at, word)

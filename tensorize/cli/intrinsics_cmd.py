@@ -28,7 +28,7 @@ from intrinsics import (
     search_dirs,
     self_check,
 )
-from intrinsics.registry import SUFFIXES, check_across, family_files
+from intrinsics.registry import BUILTIN_DIR, SUFFIXES, check_across, family_files
 from intrinsics.source import Findings
 from intrinsics.selfcheck import SemanticsChecker
 from ir.errors import IntrinsicSpecError, SourceLoc, render_error
@@ -292,6 +292,11 @@ def _check_against_registry(reports: list[tuple[Path, Family | None, Findings]],
                             extra_dirs: Sequence[str]) -> None:
     """Names in the files must not clash with each other or with the registered families."""
     validated = {p.resolve() for p, _, _ in reports}
+    # An NPU family with its own machine stands in for the built-in NPU (as `run --machine`
+    # uses it), whose scopes are the built-in machine's memories.
+    if any(f is not None and f.target == "npu" and f.machine is not None
+           for _, f, _ in reports):
+        validated.add((BUILTIN_DIR / "npu.yaml").resolve())
     try:
         registered_files = family_files(search_dirs(extra_dirs))
         others = [f for f in registered_files if f.resolve() not in validated]

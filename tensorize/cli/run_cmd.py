@@ -11,15 +11,21 @@ skip with the reason when this machine lacks what the step needs):
 1. read the kernel: the file's @T.prim_func function (--func NAME picks one of several), or,
    in a file without one, what its build() returns (or its module-level PrimFunc values);
    print it, and check that print -> parse gives back a structurally equal function;
-2. with --target npu|arm|cuda: tensorize every block an intrinsic of the target can
+2. with --target NAME (any target the loaded descriptions declare: npu, arm, x86, cuda, and
+   those of --intrinsics-dir): tensorize every block an intrinsic of the target can
    compute, one line per block saying which intrinsic and mapping, or why not;
 3. validate: run the tensorized IR on the host, each intrinsic executed by its semantics,
    against the untouched kernel on random inputs (--seed): exactly for integers;
 4. run the target's code and compare it with the reference executor:
-   - npu: emit the programs, simulate them, report cycles and MAC utilisation (--trace
-     FILE writes the timeline for Perfetto);
-   - arm: emit LLVM IR for AArch64 (--features), compile it at -O3, run the object under
-     the AArch64 emulator (natively on AArch64), report the instructions it executed;
+   - npu: emit the programs, simulate them on the built-in machine or the one --machine
+     FILE describes, report cycles, MAC utilisation, per-unit busy and stall cycles, DRAM
+     traffic and bandwidth, and the roofline bound with what binds it (--trace FILE writes
+     the timeline for Perfetto);
+   - a CPU target (arm, x86, any family with a cpu: section): emit LLVM IR for its triple
+     and features (--features), compile it at -O3, and run it natively (x86 here: best and
+     median time of several runs) or under the AArch64 emulator (the instructions it
+     executed); a kernel no engine here can run (a feature the host lacks) fails, with
+     the reason, and is never run;
    - cuda: emit CUDA C++ with WMMA, compile it with nvcc for sm_80 and sm_90, run it under
      the host's emulation of WMMA and the thread model, and on a GPU where pycuda finds one;
    - host (the default): the kernel runs on the reference executor;
@@ -29,7 +35,7 @@ skip with the reason when this machine lacks what the step needs):
 
 A table then lists, per block, each intrinsic and how many calls of it executed.
 
-A run on npu, arm or cuda in which no block is tensorized stops after step 2 and fails
+A run on a target with intrinsics in which no block is tensorized stops after step 2 and fails
 ("not tensorized: REASON"), unless --allow-fallback is given: the kernel then runs on the
 target untensorized (on the NPU target, on the host). When some block is tensorized, blocks
 no intrinsic computes (an epilogue, a padding copy) run as they are. --intrinsic and
@@ -42,6 +48,7 @@ as asked (the reason is printed); 2 for a bad kernel or bad usage.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import re
@@ -78,7 +85,6 @@ from tensorize.engine.count import count_calls_by_block
 from tensorize.schedule import tree
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-TARGETS = ("host", "npu", "arm", "cuda")
 # The most the kernel's buffers (parameters and intermediates) may take together unless
 # --max-bytes says otherwise: the run holds several copies of each.
 MAX_BYTES = 4 << 30
@@ -90,9 +96,12 @@ examples:
   tensorize run examples/script/conv2d_nhwc.py --target npu   # tensorize, simulate, check
   tensorize run examples/te/gemm_int8.py --target npu         # a kernel built by build()
   tensorize run KERNEL.py --target npu --emit code -o prog.s  # the NPU program
+  tensorize run KERNEL.py --target npu --machine my_npu.yaml  # a machine you describe
   tensorize run KERNEL.py --target cuda --explain             # why each block maps or not
   tensorize run KERNEL.py --target arm --emit code            # AArch64 assembly with sdot
   tensorize run KERNEL.py --target arm --features +i8mm       # also smmla/usdot
+  tensorize run KERNEL.py --target x86                        # AVX-512 VNNI, run natively
+  tensorize run KERNEL.py --target mine --intrinsics-dir DIR  # a target you describe
   tensorize run KERNEL.py --target cuda --emit code -o k.cu   # the CUDA C++ and its launches
 """
 
@@ -111,9 +120,11 @@ def register(subparsers: Any) -> None:
                         help="a Python file of @T.prim_func kernels, or whose build() "
                              "returns a PrimFunc")
     parser.add_argument("--func", help="the kernel to run when the file defines several")
-    parser.add_argument("--target", choices=TARGETS, default="host",
-                        help="where to run: host (reference executor, default), npu "
-                             "(tensorize and simulate), arm (AArch64, emulated) or cuda (WMMA)")
+    parser.add_argument("--target", metavar="NAME", default="host",
+                        help="where to run: host (reference executor, default) or any target "
+                             "the descriptions declare: npu (tensorize and simulate), arm "
+                             "(AArch64, emulated), x86 (AVX-512 VNNI, native), cuda (WMMA), "
+                             "and those of --intrinsics-dir")
     parser.add_argument("--intrinsic", metavar="NAME",
                         help="use only this compute intrinsic of the target, and fail (before "
                              "running anything) if it does not fire")
@@ -132,13 +143,19 @@ def register(subparsers: Any) -> None:
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="write what --emit selects to FILE instead of the terminal")
     parser.add_argument("--tune", action="store_true",
-                        help="NPU: simulate every tile height that fits and keep the fastest")
+                        help="NPU: rank every tile height that fits by the cost model, simulate "
+                             "the best few, keep the fastest")
+    parser.add_argument("--machine", metavar="FILE.yaml",
+                        help="NPU: the machine to run on, a YAML file with a machine: section "
+                             "(and, optionally, its own NPU family of intrinsics, which then "
+                             "replaces the built-in one); default: intrinsics/npu.yaml")
     parser.add_argument("--trace", metavar="FILE",
                         help="NPU: write the simulated timeline (Chrome trace JSON) to FILE")
     parser.add_argument("--features", metavar="+X,-Y",
-                        help="arm: change the target features, which choose the intrinsics "
-                             f"tried: +x adds x to the defaults ({target_features('arm')}), "
-                             "-x removes it (write --features=-x); e.g. +i8mm adds "
+                        help="a CPU target (arm, x86, ...): change the target features, which "
+                             "choose the intrinsics tried: +x adds x to the defaults (the "
+                             "description's cpu.features; arm: +neon,+dotprod), -x removes it "
+                             "(write --features=-x); e.g. --target arm --features +i8mm adds "
                              "smmla/usdot")
     parser.add_argument("--seed", type=_seed, default=0,
                         help="random seed for the inputs, a non-negative integer (0)")
@@ -182,9 +199,10 @@ class _Report:
             print(f"{'ok  ' if ok else 'FAIL'} {name:<11} {detail}")
         return ok
 
-    def skip(self, name: str, reason: str) -> None:
-        """A step this machine cannot take (a missing compiler or device), and why."""
-        self.steps.append({"step": name, "ok": True, "skipped": True, "detail": reason})
+    def skip(self, name: str, reason: str, fails: bool = False) -> None:
+        """A step this machine cannot take (a missing compiler or device), and why;
+        ``fails``: the run cannot pass without it (code emitted but never run)."""
+        self.steps.append({"step": name, "ok": not fails, "skipped": True, "detail": reason})
         if not self.as_json:
             print(f"skip {name:<11} {reason}")
 
@@ -215,8 +233,16 @@ def handle(args: argparse.Namespace) -> int:
     if output is not None and trace is not None and output.resolve() == trace.resolve():
         raise UsageError(f"-o and --trace require two different files, got {args.output} "
                          "for both")
-    registry = default_registry(args.intrinsics_dir)
-    features = _features(args.features, registry) if args.target == "arm" else None
+    machine = None
+    if args.machine:
+        from targets.npu import load_machine, machine_registry
+
+        machine = load_machine(args.machine)
+        registry = machine_registry(args.machine, args.intrinsics_dir)
+    else:
+        registry = default_registry(args.intrinsics_dir)
+    kind = _target_kind(args.target, args.features, registry)
+    features = _features(args.features, args.target, registry) if kind == "cpu" else None
     if args.intrinsic:
         _check_named_intrinsic(args.intrinsic, args.target, features, registry)
     kernel = read_kernel_file(path, args.func)
@@ -235,12 +261,12 @@ def handle(args: argparse.Namespace) -> int:
     if args.target == "host":
         outputs = _run_host(func, inputs, report)
     else:
-        result = _tensorize(func, args, features, registry, report)
+        result = _tensorize(func, args, features, registry, report, machine)
         refusal = _tensorize_failures(func, result, args)
         if refusal:
             return report.finish(refusal)
         outputs = _run_target(func, result, inputs, args, features, trace, registry, report,
-                              emitted)
+                              emitted, machine)
     _check_reference(expected, outputs, report)
     if emitted:
         text = "\n\n".join(e.rstrip("\n") for e in emitted) + "\n"
@@ -253,10 +279,8 @@ def handle(args: argparse.Namespace) -> int:
 
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse options that conflict or do not apply to the target, before any work."""
-    if args.target != "npu" and (args.tune or args.trace):
-        raise UsageError("--tune and --trace apply to --target npu only")
-    if args.features is not None and args.target != "arm":
-        raise UsageError("--features applies to --target arm only")
+    if args.target != "npu" and (args.tune or args.trace or args.machine):
+        raise UsageError("--tune, --trace and --machine apply to --target npu only")
     if args.target == "host":
         needs_intrinsics = {"--intrinsic": args.intrinsic, "--explain": args.explain,
                             "--emit": args.emit, "--require-tensorized": args.require_tensorized,
@@ -264,7 +288,7 @@ def _check_options(args: argparse.Namespace) -> None:
         given = [name for name, value in needs_intrinsics.items() if value]
         if given:
             raise UsageError(f"{given[0]} requires a --target with intrinsics (npu, arm, "
-                             "cuda), got --target host")
+                             "x86, cuda or one a description declares), got --target host")
     if args.allow_fallback and (args.intrinsic or args.require_tensorized):
         other = "--intrinsic" if args.intrinsic else "--require-tensorized"
         raise UsageError(f"--allow-fallback contradicts {other}, which fails when a block is "
@@ -277,15 +301,36 @@ def _check_options(args: argparse.Namespace) -> None:
                          "write, got no --emit")
 
 
-def _features(spec: str | None, registry: Registry) -> str:
-    """The arm target features: the defaults, with ``spec``'s ``+x`` added and ``-x``
-    removed; a feature no arm description or default names is refused."""
-    defaults = target_features("arm") or ""
+def _target_kind(target: str, features: str | None, registry: Registry) -> str:
+    """The kind of ``target`` (``Registry.target_kind``), after refusing a target no loaded
+    description declares and --features on a target that is not a CPU."""
+    if target == "host":
+        kind = "host"
+    elif target in registry.targets:
+        kind = registry.target_kind(target)
+    else:
+        known = ", ".join(sorted(registry.targets))
+        close = difflib.get_close_matches(target, list(registry.targets), n=1)
+        hint = f"; did you mean {close[0]}?" if close else \
+            "; describe it in a family file and pass its directory with --intrinsics-dir"
+        raise UsageError(f"--target requires host or a target a description declares "
+                         f"({known}), got {target!r}{hint}")
+    if features is not None and kind != "cpu":
+        cpus = ", ".join(t for t in registry.targets if registry.target_kind(t) == "cpu")
+        raise UsageError(f"--features applies to a CPU target ({cpus}), got --target {target}")
+    return kind
+
+
+def _features(spec: str | None, target: str, registry: Registry) -> str:
+    """The CPU target's features: its description's defaults, with ``spec``'s ``+x`` added
+    and ``-x`` removed; a feature neither the defaults nor an intrinsic of the target names
+    is refused."""
+    defaults = target_features(target, registry) or ""
     if spec is None:
         return defaults
     chosen = [f for f in defaults.split(",") if f]
     known = sorted(feature_names(defaults)
-                   | {i.feature for i in registry.for_target("arm") if i.feature})
+                   | {i.feature for i in registry.for_target(target) if i.feature})
     for item in (f.strip() for f in spec.split(",")):
         name = item[1:]
         if item[:1] not in ("+", "-") or name not in known:
@@ -382,18 +427,18 @@ def _run_host(func: PrimFunc, inputs: dict[str, np.ndarray], report: _Report
 
 
 def _tensorize(func: PrimFunc, args: argparse.Namespace, features: str | None,
-               registry: Registry, report: _Report) -> Tensorized:
+               registry: Registry, report: _Report, machine: Any = None) -> Tensorized:
     if args.tune:
         from simulator import load_machine
         from tensorize.engine.tune import tune_npu
 
-        result, trials = tune_npu(func, load_machine(), registry, args.intrinsic)
+        result, trials = tune_npu(func, machine or load_machine(), registry, args.intrinsic)
         for trial in trials:
-            report.step("tune", True, f"tile {trial.tiling.rows} rows: {trial.cycles} cycles")
-        report.data["tune"] = [{"rows": t.tiling.rows, "cycles": t.cycles} for t in trials]
+            report.step("tune", True, trial.describe())
+        report.data["tune"] = [trial.to_dict() for trial in trials]
     else:
         result = auto_tensorize(func, args.target, registry=registry, intrinsic=args.intrinsic,
-                                features=features)
+                                features=features, config=machine)
     reductions = _reduction_blocks(func)
     strict = bool(args.intrinsic or args.require_tensorized)
     fails = not result.tensorized and not args.allow_fallback
@@ -441,23 +486,28 @@ def _tensorize_failures(func: PrimFunc, result: Tensorized, args: argparse.Names
 
 def _run_target(func: PrimFunc, result: Tensorized, inputs: dict[str, np.ndarray],
                 args: argparse.Namespace, features: str | None, trace: Path | None,
-                registry: Registry, report: _Report, emitted: list[str]
+                registry: Registry, report: _Report, emitted: list[str], machine: Any = None
                 ) -> dict[str, np.ndarray]:
     """Steps 3 and 4 on the tensorized ``result``, and the calls table; the outputs of the
     most faithful run."""
     outputs = _validate(func, result, inputs, registry, report)
     if args.target == "npu":
-        outputs = _simulate(result, inputs, outputs, args, trace, registry, report, emitted)
-    elif args.target == "arm":
-        from tensorize.cli.arm_steps import run_arm
+        outputs = _simulate(result, inputs, outputs, args, trace, registry, report, emitted,
+                            machine)
+    elif features is not None:
+        from tensorize.cli.cpu_steps import run_cpu
 
-        outputs = run_arm(result.func, features, outputs, inputs, report, compare, emitted,
-                          "code" in args.emit)
+        outputs = run_cpu(result.func, args.target, features, registry, outputs, inputs,
+                          report, compare, emitted, "code" in args.emit)
     elif args.target == "cuda":
         from tensorize.cli.cuda_steps import run_cuda
 
         outputs = run_cuda(result.func, outputs, inputs, report, compare, emitted,
                            "code" in args.emit)
+    else:
+        report.skip("run", f"no code generator serves target {args.target} (kind "
+                           f"{registry.target_kind(args.target)}); only its tensorized IR "
+                           "was validated", fails=True)
     _calls_table(result, report, args.json)
     if not result.tensorized:
         reasons = "; ".join(f"{b.block}: {b.reason}" for b in result.blocks)
@@ -485,38 +535,64 @@ def _validate(func: PrimFunc, result: Tensorized, inputs: dict[str, np.ndarray],
 
 def _simulate(result: Tensorized, inputs: dict[str, np.ndarray],
               reference: dict[str, np.ndarray], args: argparse.Namespace, trace: Path | None,
-              registry: Registry, report: _Report, emitted: list[str]
+              registry: Registry, report: _Report, emitted: list[str], machine: Any = None
               ) -> dict[str, np.ndarray]:
-    from simulator import load_machine
+    from simulator import gigabytes_per_second, load_machine
     from targets import npu
 
-    config = load_machine()
+    config = machine or load_machine()
     run = npu.run(result.func, inputs, config, registry.get)
     on_host = [s.label for s in run.stages if not s.on_npu]
-    sims = [s for s in run.stages if s.sim is not None]
-    macs = sum(s.sim.useful_macs for s in sims)
+    sims = run.sims
     peak = run.cycles * config.array.rows * config.array.cols
-    utilisation = macs / peak if peak else 0.0
+    utilisation = run.macs / peak if peak else 0.0
     report.step("simulate", True,
                 f"{config.name}: {run.cycles} cycles ({run.cycles / config.clock_mhz:.1f} us "
                 f"at {config.clock_mhz:g} MHz), MAC utilisation {100 * utilisation:.1f}%, "
                 f"{len(sims)} NPU program(s)"
                 + (f"; on the host: {', '.join(on_host)}" if on_host else ""))
+    per_cycle = run.dram_bytes / run.cycles if run.cycles else 0.0
+    gbps = gigabytes_per_second(per_cycle, config)
+    roofline = run.roofline(config)
+    if sims:
+        report.step("units", True, "busy/stall cycles: " + ", ".join(
+            f"{u.name} {u.busy}/{u.stall}" for u in run.units.values()))
+        report.step("dram", True, f"{run.dram_bytes} bytes moved: {per_cycle:.2f} bytes/cycle "
+                                  f"= {gbps:.2f} GB/s (port "
+                                  f"{config.dram.bytes_per_cycle:g} bytes/cycle)")
+        report.step("roofline", True, roofline.describe(run.cycles))
     for name, expected in reference.items():
         ok, detail = compare(run.outputs[name], expected)
         report.step("check", ok, f"{name} from the simulator against the reference "
                                  f"executor: {detail}")
-    report.data["npu"] = {"cycles": run.cycles, "mac_utilisation": round(utilisation, 4),
-                          "programs": len(sims), "host_stages": on_host,
-                          "instructions": sum(len(s.compiled.program) for s in sims)}
+    report.data["npu"] = {
+        "machine": config.name, "array": [config.array.rows, config.array.cols],
+        "dataflow": config.array.dataflow, "clock_mhz": config.clock_mhz,
+        "cycles": run.cycles, "mac_utilisation": round(utilisation, 4), "macs": run.macs,
+        "programs": len(sims), "host_stages": on_host,
+        "instructions": sum(len(s.compiled.program) for s in run.stages if s.compiled),
+        "units": {u.name: {"busy": u.busy, "stall": u.stall, "idle": u.idle,
+                           "instructions": u.instructions} for u in run.units.values()},
+        "dram": {"bytes": run.dram_bytes,
+                 "read": sum(s.bytes["dram.read"] for s in sims),
+                 "write": sum(s.bytes["dram.write"] for s in sims),
+                 "bytes_per_cycle": round(per_cycle, 4), "gb_per_s": round(gbps, 4),
+                 "port_bytes_per_cycle": config.dram.bytes_per_cycle},
+        "roofline": {"compute_cycles": round(roofline.compute_cycles, 1),
+                     "bandwidth_cycles": round(roofline.bandwidth_cycles, 1),
+                     "min_dram_bytes": roofline.min_dram_bytes,
+                     "bound_cycles": round(roofline.bound_cycles, 1),
+                     "binds": roofline.binds,
+                     "run_over_bound": round(run.cycles / roofline.bound_cycles, 4)
+                     if roofline.bound_cycles else None}}
     nothing = "no NPU program ran (every stage ran on the host)"
     if trace is not None and sims:
-        write_atomically(trace, sims[0].sim.write_trace)
+        write_atomically(trace, sims[0].write_trace)
         report.step("trace", True, f"timeline of the first NPU program written to {trace}")
     elif trace is not None:
         report.step("trace", False, f"{nothing}, so there is no timeline to write to {trace}")
     if "code" in args.emit and sims:
-        emitted.extend(s.compiled.assembly for s in sims)
+        emitted.extend(s.compiled.assembly for s in run.stages if s.compiled is not None)
     elif "code" in args.emit:
         report.step("emit", False, f"{nothing}, so there is no NPU code to emit")
     return run.outputs

@@ -2,26 +2,28 @@
 say what happened to every block.
 
 :func:`auto_tensorize` matches every block against the target's GEMM-class compute
-intrinsics (:mod:`tensorize.match`), takes the cheapest mapping, brings the block into the
-intrinsic's shape (:mod:`.gemm_view`), and schedules it for the target: the NPU's own schedule
-(:mod:`.npu_schedule`: scratchpad tiles, DMA staging, resets) or the generic one (tile and
-tensorize). Every step is a schedule primitive, so the result carries a replayable trace. A
-block that matches nothing, or whose rewrite is refused, is left as it was and reported with
-the reason; nothing is skipped silently.
+intrinsics (:mod:`tensorize.match`), takes the cheapest mapping (by the kind's estimate,
+:data:`ESTIMATES`, else the matcher's cost), brings the block into the intrinsic's shape
+(:mod:`.gemm_view`), and schedules it by the kind of target the descriptions make it
+(:data:`SCHEDULES`): a CPU's register-blocked micro-kernel (:mod:`.cpu_schedule`), the NPU's
+scratchpad tiles, DMA staging and resets (:mod:`.npu_schedule`), CUDA's block and warp tiles
+(:mod:`.cuda_schedule`), or, for a kind with no schedule of its own, the generic one (tile
+and tensorize). Every step is a schedule primitive, so the result carries a replayable
+trace. A block that matches nothing, or whose rewrite is refused, is left as it was and
+reported with the reason; nothing is skipped silently.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from intrinsics import Intrinsic, Registry, default_registry, feature_names
 from ir import BlockRealize, IterKind, PrimFunc, ScheduleError, TensorizeError
 from simulator import MachineConfig
+from tensorize.engine import cpu_schedule, cuda_schedule, npu_schedule
 from tensorize.engine.count import count_calls
 from tensorize.engine.gemm_view import to_intrinsic_shape
 from tensorize.engine.generic_schedule import schedule_generic
@@ -33,8 +35,28 @@ from tensorize.schedule import Schedule, tree
 # How many mappings of one block the engine tries before it reports the first refusal.
 MAPPINGS_TRIED = 8
 
-__all__ = ["BlockOutcome", "IntrinsicChoiceError", "Tensorized", "auto_tensorize",
-           "candidate_intrinsics", "count_calls", "named_intrinsic", "target_features"]
+__all__ = ["ESTIMATES", "SCHEDULES", "BlockOutcome", "IntrinsicChoiceError", "Tensorized",
+           "auto_tensorize", "candidate_intrinsics", "count_calls", "named_intrinsic",
+           "target_features"]
+
+# A target's schedule, by the kind of target its descriptions make it
+# (``Registry.target_kind``): ``schedule(sch, match, extents, registry, options)``, where
+# ``extents`` are the padded extents of the block in the intrinsic's shape and ``options``
+# holds ``config`` and ``tiling`` (None unless the caller chose them). A kind not listed gets
+# the generic schedule.
+SCHEDULES: Mapping[str, Callable[..., None]] = {
+    "cpu": cpu_schedule.schedule,
+    "npu": npu_schedule.schedule,
+    "cuda": cuda_schedule.schedule,
+}
+
+# What a mapping costs once a kind's schedule has run, where the intrinsic call count alone
+# misleads (``estimate(func, match, registry)``, lower is better): a CPU's register blocking
+# makes a 16-MAC dot product cheaper than a 32-MAC matrix multiply that gets none. Mappings
+# are tried cheapest first; a kind not listed goes by the matcher's cost (calls first).
+ESTIMATES: Mapping[str, Callable[[PrimFunc, Match, Registry], float]] = {
+    "cpu": cpu_schedule.estimate,
+}
 
 
 class IntrinsicChoiceError(TensorizeError):
@@ -118,11 +140,13 @@ def named_intrinsic(registry: Registry, target: str, name: str,
     return intrinsic
 
 
-def target_features(target: str) -> str | None:
-    """The target's default features (``DEFAULT_FEATURES`` of its schedule module), or None
-    when it declares none (every intrinsic is then available)."""
-    module = _target_module(target)
-    return getattr(module, "DEFAULT_FEATURES", None) if module is not None else None
+def target_features(target: str, registry: Registry | None = None) -> str | None:
+    """The target's default features (``+neon,+dotprod``: a CPU target's ``cpu.features``),
+    or None when its descriptions declare none (every intrinsic is then available)."""
+    registry = registry or default_registry()
+    if registry.target_kind(target) != "cpu":
+        return None
+    return registry.cpu(target).default_features
 
 
 def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = None,
@@ -139,9 +163,10 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = N
     """
     start = time.perf_counter()
     registry = registry or default_registry()
-    features = features if features is not None else target_features(target)
+    features = features if features is not None else target_features(target, registry)
     candidates = candidate_intrinsics(registry, target, intrinsic, features)
     sch = Schedule(func)
+    estimate = ESTIMATES.get(registry.target_kind(target))
     outcomes: list[BlockOutcome] = []
     explain: list[str] = []
     for block in tree.block_names(func):
@@ -149,7 +174,9 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = N
                    if block in tree.block_names(sch.func) else None for i in candidates}
         explain.extend(format_result(r) for r in results.values() if r is not None)
         matches = sorted((m for r in results.values() if isinstance(r, list) for m in r),
-                         key=lambda m: (_outer_reduction(sch.func, m), m.cost))
+                         key=lambda m: (_outer_reduction(sch.func, m),
+                                        estimate(sch.func, m, registry) if estimate else 0.0,
+                                        m.cost))
         if not matches:
             reasons = [r.reason for r in results.values() if isinstance(r, Mismatch)]
             outcomes.append(BlockOutcome(block, None, "", reasons[0] if reasons else
@@ -196,26 +223,6 @@ def _fused(func: PrimFunc, outcomes: list[BlockOutcome]) -> list[BlockOutcome]:
     return result
 
 
-def _target_module(target: str) -> Any:
-    """``tensorize/engine/<target>_schedule.py`` when the target has one, else None."""
-    try:
-        return importlib.import_module(f"tensorize.engine.{target}_schedule")
-    except ModuleNotFoundError as err:
-        if err.name != f"tensorize.engine.{target}_schedule":
-            raise
-        return None
-
-
-def _target_schedule(target: str) -> Callable[..., None] | None:
-    """The ``schedule`` function of ``tensorize/engine/<target>_schedule.py`` when the target
-    has its own schedule, else None (the generic one applies). Its signature:
-    ``schedule(sch, match, extents, registry, options)``, where ``extents`` are the padded
-    extents of the block in the intrinsic's shape and ``options`` holds ``config`` and
-    ``tiling`` (None unless the caller chose them)."""
-    module = _target_module(target)
-    return None if module is None else module.schedule
-
-
 def _rewrite(sch: Schedule, match: Match, target: str, registry: Registry,
              config: MachineConfig | None, tiling: NpuTiling | None) -> BlockOutcome:
     """Apply one match; on a refusal, restore the schedule and report why."""
@@ -226,7 +233,7 @@ def _rewrite(sch: Schedule, match: Match, target: str, registry: Registry,
         to_intrinsic_shape(sch, match)
         ivs = sch.get(sch.get_block(match.block)).block.iter_vars
         extents = tuple(iv.extent for iv in ivs[-count:])
-        target_schedule = _target_schedule(target)
+        target_schedule = SCHEDULES.get(registry.target_kind(target))
         if target_schedule is not None:
             target_schedule(sch, match, extents, registry,
                             {"config": config, "tiling": tiling})

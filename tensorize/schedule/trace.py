@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from intrinsics import Intrinsic
+from intrinsics import Intrinsic, Scope
 from tensorize.schedule.handles import BlockRV, LoopRV
 
 
@@ -58,8 +58,8 @@ class Trace:
             return label
 
         def render(value: Any) -> str:
-            if isinstance(value, Intrinsic):
-                return repr(value.name)  # primitives take an intrinsic by its registry name
+            if isinstance(value, (Intrinsic, Scope)):
+                return repr(value.name)  # primitives take intrinsics and scopes by name
             if isinstance(value, (BlockRV, LoopRV)):
                 if value not in names and isinstance(value, BlockRV):
                     return repr(value.name)

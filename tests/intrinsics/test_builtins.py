@@ -12,7 +12,7 @@ from simulator.isa import Gemm, Load, Store, Vec
 WMMA_SHAPES = ("m16n16k16", "m32n8k16", "m8n32k16")
 
 
-@pytest.mark.parametrize("name", ["cuda", "arm", "npu"])
+@pytest.mark.parametrize("name", ["cuda", "arm", "npu", "x86"])
 def test_builtin_family_loads(name: str) -> None:
     family = load_family(BUILTIN_DIR / f"{name}.yaml")
     assert family.name == name
@@ -81,7 +81,7 @@ def test_arm_dot_products(registry: Registry) -> None:
     sdot = registry.get("arm_sdot_lane")
     assert sdot.extents == (4, 4)
     assert [o.shape for o in sdot.operands] == [(4,), (4, 4), (4,)]
-    assert "@llvm.aarch64.neon.sdot.v4i32.v16i8(" in sdot.emit["arm"]
+    assert "@llvm.aarch64.neon.sdot.v4i32.v16i8(" in sdot.emit["llvm"]
     assert registry.get("arm_udot").operand("A").dtype == ir.dtypes.uint8
     usdot = registry.get("arm_usdot")
     assert (usdot.operand("A").dtype, usdot.operand("B").dtype) == (ir.dtypes.uint8,
@@ -97,7 +97,7 @@ def test_arm_matrix_multiplies(registry: Registry, name: str, a: str, b: str) ->
     assert [o.shape for o in mmla.operands] == [(2, 8), (2, 8), (2, 2)]
     assert (mmla.operand("A").dtype.name, mmla.operand("B").dtype.name) == (a, b)
     op = name.removeprefix("arm_")
-    assert f"@llvm.aarch64.neon.{op}.v4i32.v16i8(" in mmla.emit["arm"]
+    assert f"@llvm.aarch64.neon.{op}.v4i32.v16i8(" in mmla.emit["llvm"]
 
 
 def test_npu_scopes_agree_with_the_machine_section(registry: Registry) -> None:
@@ -154,6 +154,6 @@ def test_npu_narrowing_store_and_reset_flags(registry: Registry) -> None:
 
 def test_global_scope_is_one_memory_in_every_family(registry: Registry) -> None:
     scopes = [f.scopes["global"] for f in registry.families]
-    assert len(scopes) == 3
+    assert len(scopes) == 4
     assert all(s.same_memory(scopes[0]) for s in scopes)
     assert scopes[0].capacity is None

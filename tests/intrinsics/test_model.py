@@ -76,7 +76,7 @@ def test_render_fills_placeholders_and_attributes(registry: Registry) -> None:
 def test_render_requires_every_value_and_a_known_backend(registry: Registry) -> None:
     mma = registry.get("arm_smmla")
     with pytest.raises(KeyError, match=r"placeholder \{A\} has no value"):
-        mma.render("arm", {"C": "%c", "B": "%b"})
+        mma.render("llvm", {"C": "%c", "B": "%b"})
     with pytest.raises(KeyError, match="no template for backend 'cuda'"):
         mma.render("cuda", {})
 

@@ -71,7 +71,7 @@ def test_cuda_grammar_refuses(template: str, fragment: str, at: str) -> None:
 def test_llvm_templates_are_llvm_ir(template: str, declare: str, params: str) -> None:
     # LLVM's own parser is the reference: what the grammar admits, filled with value names,
     # must be valid IR.
-    line = parse("arm", template).render({"A": "%A", "B": "%B", "C": "%C", "D": "%D"})
+    line = parse("llvm", template).render({"A": "%A", "B": "%B", "C": "%C", "D": "%D"})
     llvm.parse_assembly(f"{declare}\ndefine void @f({params}) {{\n  {line}\n  ret void\n}}\n"
                         ).verify()
 
@@ -91,7 +91,7 @@ def test_llvm_templates_are_llvm_ir(template: str, declare: str, params: str) ->
 ])
 def test_llvm_grammar_refuses(template: str, fragment: str, at: str) -> None:
     with pytest.raises(TemplateError, match=re.escape(fragment)) as caught:
-        parse("arm", template)
+        parse("llvm", template)
     assert caught.value.offset == template.rindex(at)
 
 
@@ -127,7 +127,7 @@ def test_other_backends_get_an_assembly_grammar() -> None:
     ("cuda", MMA, "exit(0)"),
     ("cuda", MMA, "c /* x */"),
     ("cuda", MMA, "c\n#include <x>"),
-    ("arm", "store <4 x i32> {C}, ptr {A}, align 4", "%c, ptr %p\n  call void @exit()"),
+    ("llvm", "store <4 x i32> {C}, ptr {A}, align 4", "%c, ptr %p\n  call void @exit()"),
     ("npu", "vec.relu acc[{C}], rows=16", "0], rows=16\nfinish"),
 ])
 def test_render_refuses_values_outside_the_grammar(backend: str, template: str,

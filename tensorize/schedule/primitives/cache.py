@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from intrinsics import default_registry
+from intrinsics import Scope, default_registry
 from ir import (Block, BlockRealize, Buffer, BufferRegion, BufferStore, IntImm, IterVar, PrimFunc,
                 Stmt, Var, replace_buffers)
 from tensorize.schedule import tree
@@ -40,11 +40,17 @@ def known_scopes() -> tuple[str, ...]:
     return tuple(dict.fromkeys((*BASE_SCOPES, *declared)))
 
 
-def _check_scope(scope: str, primitive: str) -> None:
+def _scope_name(scope: str | Scope, primitive: str) -> str:
+    """The name of ``scope``: a name the base scopes or the default registry's families
+    declare, or a :class:`Scope` itself, which a family the caller loaded declares (one
+    named by ``--intrinsics-dir`` is not in the default registry)."""
+    if isinstance(scope, Scope):
+        return scope.name
     arg_check(isinstance(scope, str), primitive, "scope", "a memory scope name", scope)
     known = known_scopes()
     check(scope in known, primitive,
           f"cache into an unknown scope {scope!r}; known scopes: {', '.join(known)}")
+    return scope
 
 
 def _pick(site: Site, which: str, buffer: str | int, primitive: str) -> BufferRegion:
@@ -116,7 +122,7 @@ def _placed(place: Stmt, site: Site, realize: BlockRealize) -> Stmt:
     return splice(place, {id(site.realize): (realize,)})
 
 
-def cache_read(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str
+def cache_read(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str | Scope
                ) -> tuple[PrimFunc, BlockRV]:
     """Make ``block`` read ``buffer`` (a name, or an index into its reads) through a copy in
     memory ``scope``.
@@ -127,7 +133,8 @@ def cache_read(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str
     ``buffer``. Only ``block`` reads the copy; other readers are unchanged.
 
     Preconditions: the scope is known (``global``, ``shared``, ``local`` or one an intrinsic
-    family declares); the block reads ``buffer`` and does not write it (use cache_write).
+    family declares: by name, or the family's ``Scope``); the block reads ``buffer`` and
+    does not write it (use cache_write).
 
     Returns the new function and the handle of the copy block.
 
@@ -161,7 +168,7 @@ def cache_read(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str
     name = "cache_read"
     site = locate(func, block, name)
     region = _pick(site, "reads", buffer, name)
-    _check_scope(scope, name)
+    scope = _scope_name(scope, name)
     source = region.buffer
     check(source not in site.writes(), name,
           f"block {site.name!r} writes {source.name} as well as reading it; a copy would miss "
@@ -176,7 +183,7 @@ def cache_read(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str
     return splice_func(func, {id(place): (nest, placed)}, (cache,)), BlockRV(copy.name)
 
 
-def cache_write(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str
+def cache_write(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str | Scope
                 ) -> tuple[PrimFunc, BlockRV]:
     """Make ``block`` write ``buffer`` (a name, or an index into its writes) into a new
     buffer of memory ``scope``, and copy it back right after.
@@ -208,7 +215,7 @@ def cache_write(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str
     name = "cache_write"
     site = locate(func, block, name)
     region = _pick(site, "writes", buffer, name)
-    _check_scope(scope, name)
+    scope = _scope_name(scope, name)
     dest = region.buffer
     if dest in site.reads():
         check(site.block.init is not None, name,

@@ -6,27 +6,28 @@ from functools import cache
 
 import numpy as np
 
-from targets import arm
+from targets import cpu
 from tensorize.engine import auto_tensorize
 from tests.tensorize.engine.suite import suite
 
 
 @cache
-def tensorized(name: str, features: str | None = None):
-    """Suite kernel ``name`` tensorized for arm (default features unless given)."""
-    return auto_tensorize(suite()[name], "arm", features=features)
+def tensorized(name: str, features: str | None = None, intrinsic: str | None = None):
+    """Suite kernel ``name`` tensorized for arm (default features, any intrinsic, unless
+    given)."""
+    return auto_tensorize(suite()[name], "arm", features=features, intrinsic=intrinsic)
 
 
 @cache
-def kernel(name: str) -> arm.ArmKernel:
+def kernel(name: str) -> cpu.CpuKernel:
     """The arm kernel of suite kernel ``name``."""
-    return arm.emit(tensorized(name).func)
+    return cpu.emit(tensorized(name).func, "arm")
 
 
 @cache
 def assembly(name: str) -> str:
     """The -O3 assembly of suite kernel ``name``."""
-    return arm.compile(kernel(name), "asm")
+    return cpu.compile(kernel(name), "asm")
 
 
 def random_inputs(func, seed: int = 0) -> dict[str, np.ndarray]:

@@ -2,8 +2,13 @@
 
 import re
 
-from targets import arm
+import numpy as np
+
+from intrinsics import default_registry, lowerer
+from targets import cpu, host
+from tensorize.engine import auto_tensorize
 from tests.targets.arm.conftest import assembly, kernel, tensorized
+from tests.targets.cpu.conftest import s8u8_gemm
 
 
 def _k_loop(asm: str) -> list[str]:
@@ -25,7 +30,8 @@ def _k_loop(asm: str) -> list[str]:
 
 
 def test_default_features_are_neon_and_dotprod() -> None:
-    assert arm.DEFAULT_FEATURES == "+neon,+dotprod"
+    assert default_registry().cpu("arm").default_features == "+neon,+dotprod"
+    assert kernel("gemm_int8").features == "+neon,+dotprod"
     assert tensorized("gemm_int8").tensorized[0].intrinsic == "arm_sdot_lane"
 
 
@@ -44,7 +50,7 @@ def test_k_loop_is_sdot_by_element_with_accumulators_in_registers() -> None:
     # Register blocking: the accumulators are never loaded or stored inside the k loop, and
     # the only memory traffic is the packed A and B tiles (32 bytes each per k step).
     memory = [i for i in loop if re.match(r"^(ld|st)", i)]
-    assert all(i.startswith("ldp\tq") or i.startswith("ldr\tq") for i in memory), memory
+    assert all(i.startswith(("ldp\tq", "ldr\tq")) for i in memory), memory
     assert not any(i.startswith("st") for i in loop)
     accumulators = {i.split()[1].rstrip(",") for i in dots}
     assert len(accumulators) == 16
@@ -58,6 +64,29 @@ def test_kernel_buffers_include_the_packing_stages() -> None:
 
 
 def test_object_is_elf_for_aarch64() -> None:
-    obj = arm.compile(kernel("conv1x1_int8"), "obj")
+    obj = cpu.compile(kernel("conv1x1_int8"), "obj")
     assert obj[:4] == b"\x7fELF"
     assert int.from_bytes(obj[18:20], "little") == 183  # EM_AARCH64
+
+
+def test_turning_i8mm_on_keeps_the_cheaper_blocked_dot_product() -> None:
+    # By estimate: 8 x 2 SDOT tiles take 20 instructions per 16 calls of 16 MACs; SMMLA one
+    # tile at a time takes 3 per call of 32 MACs.
+    with_i8mm = tensorized("gemm_int8", "+neon,+dotprod,+i8mm")
+    assert [b.intrinsic for b in with_i8mm.tensorized] == ["arm_sdot_lane"]
+    # Where only i8mm fits (u8 x s8), it is used.
+    mixed = tensorized("gemm_u8s8", "+neon,+dotprod,+i8mm")
+    assert [b.intrinsic for b in mixed.tensorized] == ["arm_usmmla"]
+
+
+def test_s8u8_swaps_the_operands_onto_usmmla() -> None:
+    func = s8u8_gemm(16, 24, 32)
+    result = auto_tensorize(func, "arm", features="+neon,+dotprod,+i8mm")
+    (outcome,) = result.tensorized
+    assert outcome.intrinsic == "arm_usmmla" and "A=B B=A" in outcome.mapping
+    rng = np.random.default_rng(0)
+    inputs = {"A": rng.integers(-128, 128, (16, 32), dtype=np.int8),
+              "B": rng.integers(0, 256, (32, 24), dtype=np.uint8)}
+    got = host.run(result.func, inputs, lowerer(default_registry().get))["C"]
+    np.testing.assert_array_equal(got, inputs["A"].astype(np.int32) @ inputs["B"].astype(np.int32))
+    assert "usmmla" in cpu.compile(cpu.emit(result.func, "arm", "+neon,+dotprod,+i8mm"), "asm")

@@ -5,7 +5,7 @@ import pytest
 
 from intrinsics import default_registry
 from ir import script as T
-from targets import arm
+from targets import cpu
 from targets.arm.elf import load_object
 from tensorize.engine.gemm_view import to_intrinsic_shape
 from tensorize.engine.generic_schedule import schedule_generic
@@ -16,20 +16,20 @@ from tests.tensorize.engine.suite import suite
 
 
 def test_i8mm_intrinsic_requires_the_feature() -> None:
-    func = tensorized("gemm_int8", "+neon,+dotprod,+i8mm").func
-    with pytest.raises(arm.EmitError, match=r"arm_smmla requires target feature \+i8mm"):
-        arm.emit(func)
+    func = tensorized("gemm_int8", intrinsic="arm_smmla").func
+    with pytest.raises(cpu.EmitError, match=r"arm_smmla requires target feature \+i8mm"):
+        cpu.emit(func, "arm")
 
 
 def test_i8mm_kernel_compiles_but_is_not_run_under_the_emulator() -> None:
     features = "+neon,+dotprod,+i8mm"
-    k = arm.emit(tensorized("gemm_int8", features).func, features=features)
-    assert "smmla" in arm.compile(k, "asm")
-    ok, reason = arm.can_run(k)
-    if not ok:
-        assert "i8mm" in reason
-        with pytest.raises(arm.ArmRunError, match="does not execute i8mm"):
-            arm.run(k, {})
+    k = cpu.emit(tensorized("gemm_int8", intrinsic="arm_smmla").func, "arm", features)
+    assert "smmla" in cpu.compile(k, "asm")
+    engine, reason = cpu.engine_for(k)
+    if engine is None:
+        assert "unicorn: the emulator (unicorn) does not execute i8mm" in reason
+        with pytest.raises(cpu.CpuRunError, match="does not execute i8mm"):
+            cpu.run(k, {})
 
 
 def test_non_contiguous_operand_tile_is_refused() -> None:
@@ -41,8 +41,8 @@ def test_non_contiguous_operand_tile_is_refused() -> None:
     match = match_block(sch.func, "C", intrinsic, registry)[0]
     to_intrinsic_shape(sch, match)
     schedule_generic(sch, "C", intrinsic)
-    with pytest.raises(arm.EmitError, match="requires 16 contiguous int8 elements"):
-        arm.emit(sch.func)
+    with pytest.raises(cpu.EmitError, match="requires 16 contiguous int8 elements"):
+        cpu.emit(sch.func, "arm")
 
 
 def test_register_buffer_indexed_by_a_serial_loop_is_refused() -> None:
@@ -58,20 +58,20 @@ def test_register_buffer_indexed_by_a_serial_loop_is_refused() -> None:
                 vi = T.axis.spatial(8, i)
                 B[vi] = R[vi]
 
-    with pytest.raises(arm.EmitError, match="register buffer R is indexed by"):
-        arm.emit(copy)
+    with pytest.raises(cpu.EmitError, match="register buffer R is indexed by"):
+        cpu.emit(copy, "arm")
 
 
 def test_non_elf_object_is_refused() -> None:
-    with pytest.raises(arm.ArmRunError, match="little-endian ELF64"):
+    with pytest.raises(cpu.CpuRunError, match="little-endian ELF64"):
         load_object(b"\x7fELF\x01\x01", 0x1000)
 
 
 def test_wrong_input_shape_is_refused() -> None:
-    with pytest.raises(arm.ArmRunError, match=r"input A requires shape \(64, 64\)"):
-        arm.run(kernel("gemm_int8"), {"A": np.zeros((2, 2), np.int8)})
+    with pytest.raises(cpu.CpuRunError, match=r"input A requires shape \(64, 64\)"):
+        cpu.run(kernel("gemm_int8"), {"A": np.zeros((2, 2), np.int8)})
 
 
 def test_unknown_output_kind_is_refused() -> None:
-    with pytest.raises(arm.EmitError, match="output 'asm' or 'obj'"):
-        arm.compile(kernel("gemm_int8"), "exe")
+    with pytest.raises(cpu.EmitError, match="output 'asm' or 'obj'"):
+        cpu.compile(kernel("gemm_int8"), "exe")

@@ -4,7 +4,7 @@ reference executor exactly."""
 import numpy as np
 import pytest
 
-from targets import arm, host
+from targets import cpu, host
 from tests.targets.arm.conftest import kernel, random_inputs, tensorized
 from tests.tensorize.engine.suite import suite
 
@@ -22,7 +22,7 @@ def test_the_dot_product_target_tensorizes_the_int8_suite() -> None:
 def test_suite_kernel_matches_the_host_reference(name: str) -> None:
     original = suite()[name]
     inputs = random_inputs(original)
-    result = arm.run(kernel(name), inputs)
+    result = cpu.run(kernel(name), inputs)
     expected = host.run(original, inputs)
     assert set(result.outputs) == set(expected)
     for out, value in expected.items():
@@ -31,23 +31,24 @@ def test_suite_kernel_matches_the_host_reference(name: str) -> None:
 
 def test_gemm_executes_one_dot_product_per_16_macs() -> None:
     original = suite()["gemm_int8"]
-    result = arm.run(kernel("gemm_int8"), random_inputs(original))
+    result = cpu.run(kernel("gemm_int8"), random_inputs(original))
     m, k = original.params[0].shape
     n = original.params[1].shape[1]
-    assert result.dot_instructions == m * n * k // 16
-    assert result.instructions > result.dot_instructions
+    assert result.engine == "unicorn"
+    assert result.counted == {"sdot": m * n * k // 16}
+    assert result.instructions > result.counted["sdot"]
 
 
 def test_odd_gemm_pads_k_to_the_dot_product_depth() -> None:
     original = suite()["gemm_int8_odd"]
     assert [p.shape for p in original.params] == [(100, 36), (36, 60), (100, 60)]
-    result = arm.run(kernel("gemm_int8_odd"), random_inputs(original, seed=3))
-    assert result.dot_instructions == 100 * 60 * 36 // 16
+    result = cpu.run(kernel("gemm_int8_odd"), random_inputs(original, seed=3))
+    assert result.counted == {"sdot": 100 * 60 * 36 // 16}
 
 
 def test_extreme_int8_values_accumulate_exactly() -> None:
     original = suite()["gemm_int8"]
     inputs = {"A": np.full((64, 64), -128, np.int8), "B": np.full((64, 64), -128, np.int8)}
-    result = arm.run(kernel("gemm_int8"), inputs)
+    result = cpu.run(kernel("gemm_int8"), inputs)
     np.testing.assert_array_equal(result.outputs["C"], np.full((64, 64), 64 * 128 * 128))
     assert original.params[2].name == "C"

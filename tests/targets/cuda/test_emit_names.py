@@ -12,7 +12,7 @@ import pytest
 
 import ir
 from ir import te
-from targets import arm, cuda, npu
+from targets import cpu, cuda, npu
 from targets.cuda.emit import comment_text
 from tensorize.engine import auto_tensorize
 
@@ -78,15 +78,15 @@ def test_nvcc_accepts_the_source_with_hostile_names():
 
 
 def test_arm_llvm_ir_names_are_plain_and_the_kernel_computes_the_gemm():
-    kernel = arm.emit(auto_tensorize(_gemm(), "arm").func)
+    kernel = cpu.emit(auto_tensorize(_gemm(), "arm").func, "arm")
     header = kernel.llvm_ir.splitlines()[0]
     assert header == '; ModuleID = "C__include__evil_h_____________"'
     assert kernel.symbol == "tensorize_C__include__evil_h_____________"
     inputs, expected = _inputs()
-    ok, why = arm.can_run(kernel)
-    if not ok:
+    engine, why = cpu.engine_for(kernel)
+    if engine is None:
         pytest.skip(why)
-    np.testing.assert_array_equal(arm.run(kernel, inputs).outputs[HOSTILE], expected)
+    np.testing.assert_array_equal(cpu.run(kernel, inputs).outputs[HOSTILE], expected)
 
 
 def test_npu_assembly_holds_no_user_names_and_the_program_computes_the_gemm():

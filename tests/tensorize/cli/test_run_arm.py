@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 
 import pytest
 
@@ -30,11 +31,12 @@ def test_json_counts_one_sdot_per_intrinsic_call(gemm, capsys):
     report = json.loads(capsys.readouterr().out)
     calls = {c["intrinsic"]: c["executed"] for c in report["calls"]}
     # Each arm_sdot_lane call is one SDOT (by element) in the object code.
-    assert report["arm"]["dot_instructions"] == calls["arm_sdot_lane"]
+    assert report["cpu"]["engine"] == "unicorn"
+    assert report["cpu"]["counted"] == {"sdot": calls["arm_sdot_lane"]}
     # 40 x 20 x 24 pads to 40 x 24 x 24 (columns to the register tile): at most that many
     # MACs, 16 per SDOT.
     assert 16 * calls["arm_sdot_lane"] >= 40 * 20 * 24
-    assert report["arm"]["instructions"] > report["arm"]["dot_instructions"]
+    assert report["cpu"]["instructions"] > calls["arm_sdot_lane"]
 
 
 def test_emit_code_writes_the_assembly(gemm, tmp_path):
@@ -44,14 +46,21 @@ def test_emit_code_writes_the_assembly(gemm, tmp_path):
     assert "\tsdot\tv" in out.read_text()
 
 
-def test_i8mm_code_is_emitted_and_its_run_skipped_with_the_reason(gemm, capsys):
+@pytest.mark.skipif(platform.machine().lower() in ("aarch64", "arm64"),
+                    reason="an AArch64 host may run i8mm natively")
+def test_i8mm_code_is_emitted_and_a_run_that_cannot_happen_fails_with_the_reason(gemm, capsys):
     assert main(["run", gemm, "--target", "arm", "--quiet", "--features",
-                 "+neon,+dotprod,+i8mm"]) == 0
+                 "+neon,+dotprod,+i8mm"]) == 1
     out = capsys.readouterr().out
-    assert "ok   tensorize   C: arm_smmla" in out
-    assert "skip run         the emulator (unicorn) does not execute i8mm" in out
+    # Chosen by cost: SDOT in an 8-row register tile executes fewer instructions than
+    # SMMLA one tile at a time, so i8mm does not make the kernel slower.
+    assert "ok   tensorize   C: arm_sdot_lane" in out
+    assert "skip run         not run: native: this host is x86_64, the code is aarch64; " \
+        "unicorn: the emulator (unicorn) does not execute i8mm instructions" in out
+    assert "ok   run" not in out
 
 
 def test_features_on_another_target_is_a_usage_error(gemm, capsys):
     assert main(["run", gemm, "--target", "npu", "--quiet", "--features", "+i8mm"]) == 2
-    assert "--features applies to --target arm only" in capsys.readouterr().err
+    assert "--features applies to a CPU target (arm, x86), got --target npu" in \
+        capsys.readouterr().err

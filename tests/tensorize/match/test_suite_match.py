@@ -55,7 +55,7 @@ INT8_GEMM = {"npu_gemm", "npu_gemm_reset", "arm_sdot_lane", "arm_smmla", *WMMA_S
 EXPECTED: dict[str, dict[str, set[str]]] = {
     "gemm_int8": {"C": INT8_GEMM},
     "gemm_int8_odd": {"C": INT8_GEMM},
-    "gemm_u8s8": {"C": {"arm_usmmla"}},
+    "gemm_u8s8": {"C": {"arm_usmmla", "x86_vpdpbusd"}},
     "gemm_fp16": {"C": WMMA_F16},
     "batch_matmul_int8": {"C": INT8_GEMM | {"arm_sdot"}},
     "dense_int8": {"Y": INT8_GEMM},

@@ -1,10 +1,13 @@
-"""The AArch64 schedule: a register-blocked micro-kernel around a dot-product intrinsic, with
-its operands packed into the layout the instruction loads.
+"""The CPU schedule: a register-blocked micro-kernel around a dot-product intrinsic, with its
+operands packed into the layout the instruction loads. Every number it needs (the register
+count, the tiles to try, the k unroll) comes from the target's ``cpu:`` description
+(:class:`intrinsics.CpuTarget`), so one schedule serves every CPU target.
 
 The block arrives in the intrinsic's shape (``gemm_view``): iterators ``(outer..., i, k)`` for
-the dot products (``C[i] += A[k] * B[i, k]``: i runs along the output's columns, the rows are
-the innermost outer iterator m), padded to the intrinsic's extents. With a register tile of
-``mr`` rows by ``nr`` columns (``nr / 4`` vectors of 4 int32 lanes), the loops become::
+the dot products (``C[i] += A[k] * B[i, k]``: i runs along the output's columns, ``L`` lanes
+of a vector, the rows are the innermost outer iterator m), padded to the intrinsic's extents.
+With a register tile of ``mr`` rows by ``nr`` columns (``nr / L`` vectors), the loops
+become (AArch64's names; L = 4)::
 
     A_pack[.., m // mr, k // 4, m % mr, k % 4] <- A      # packing stages (part of the kernel)
     B_pack[n // nr, k // 4, n % nr, k % 4] <- B
@@ -17,11 +20,13 @@ the innermost outer iterator m), padded to the intrinsic's extents. With a regis
                 sdot_lane(A_reg[mi, 0:4], B_reg[4nv:4nv+4], C_reg[mi, 4nv:4nv+4])
         C[mo, no tile] <- C_reg                            # arm_st1_4_s32, unrolled
 
-``C_reg``, ``A_reg`` and ``B_reg`` are buffers in scope ``arm.neon`` (registers); the arm
-backend keeps each 16-byte piece in an SSA value, so the ``mr * nr / 4`` accumulators stay in
-vector registers across the k loop. Every step is a schedule primitive, so the trace replays
-it. Other intrinsic shapes (the 2x2x8 matrix multiplies) get the generic schedule with packed
-operands.
+``C_reg``, ``A_reg`` and ``B_reg`` are buffers in the target's register scope; the code
+generator keeps each vector-sized piece in an SSA value, so the ``mr * nr / L`` accumulators
+stay in vector registers across the k loop. An input whose intrinsic operand lives in memory
+(``global``: x86's row of A, which VPDPBUSD takes broadcast from memory) is not staged: the
+instruction reads it from the packed buffer. Every step is a schedule primitive, so the trace
+replays it. Other intrinsic shapes (the 2x2x8 matrix multiplies) get the generic schedule
+with packed operands.
 """
 
 from __future__ import annotations
@@ -30,69 +35,98 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from intrinsics import Intrinsic, Registry
-from ir import BufferLoad, BufferStore, IterKind, ScheduleError, Var
+from intrinsics import CpuTarget, Intrinsic, Registry
+from ir import BufferLoad, BufferStore, IterKind, PrimFunc, ScheduleError, Var
 from ir.visitor import post_order_visit
 from tensorize.match.result import Match
 from tensorize.schedule import Schedule, tree
 
-__all__ = ["DEFAULT_FEATURES", "ArmTiling", "choose_tiling", "schedule"]
-
-# The features the arm target assumes unless told otherwise: Armv8.2 dot products, which
-# every Armv8.4+ core has and the in-process emulator (unicorn) runs.
-DEFAULT_FEATURES = "+neon,+dotprod"
-
-# Vector registers the micro-kernel may hold at once: 32 minus a few for LLVM's own use.
-_REGISTERS = 29
-_VECTOR_LANES = 4
-# k steps per iteration of the micro-kernel's k loop.
-_K_UNROLL = 2
+__all__ = ["CpuTiling", "choose_tiling", "estimate", "schedule"]
 
 
 @dataclass(frozen=True, slots=True)
-class ArmTiling:
-    """A register tile: ``rows`` output rows by ``vectors`` groups of 4 output columns."""
+class CpuTiling:
+    """A register tile: ``rows`` output rows by ``vectors`` vectors of output columns."""
 
     rows: int
     vectors: int
 
-    @property
-    def registers(self) -> int:
-        """Vector registers live in the k loop: accumulators, B columns and A rows."""
-        return self.rows * self.vectors + self.vectors + -(-self.rows // _VECTOR_LANES)
+    def registers(self, cpu: CpuTarget, intrinsic: Intrinsic) -> int:
+        """Vector registers live in the k loop: the accumulators, one B panel per vector,
+        and the A rows: packed into whole registers when A is staged into them, else one
+        register its broadcast lands in."""
+        a = intrinsic.inputs[0]
+        rows = 1 if a.scope != cpu.register_scope else \
+            -(-self.rows * a.nbytes // cpu.vector_bytes)
+        return self.rows * self.vectors + self.vectors + rows
 
 
-def choose_tiling(rows: int, column_vectors: int) -> ArmTiling:
-    """The largest register tile (most accumulators, then most rows) whose sides divide
-    ``rows`` and ``column_vectors`` and that fits the vector registers."""
-    tiles = [ArmTiling(r, v) for r in (8, 4, 2, 1) for v in (4, 3, 2, 1)
+def choose_tiling(rows: int, column_vectors: int, cpu: CpuTarget, intrinsic: Intrinsic
+                  ) -> CpuTiling:
+    """The largest register tile of the target's ``register_tile`` choices (most
+    accumulators, then most rows) whose sides divide ``rows`` and ``column_vectors`` and that
+    fits the registers the target leaves the micro-kernel; ScheduleError when none does."""
+    tiles = [CpuTiling(r, v) for r in cpu.tile_rows for v in cpu.tile_vectors
              if rows % r == 0 and column_vectors % v == 0]
-    fitting = [t for t in tiles if t.registers <= _REGISTERS]
+    fitting = [t for t in tiles if t.registers(cpu, intrinsic) <= cpu.usable_registers]
+    if not fitting:
+        raise ScheduleError("cpu schedule", f"no register tile of target {cpu.target} "
+                            f"(rows {list(cpu.tile_rows)}, vectors {list(cpu.tile_vectors)}) "
+                            f"divides {rows} rows by {column_vectors} column vectors and fits "
+                            f"its {cpu.usable_registers} registers")
     return max(fitting, key=lambda t: (t.rows * t.vectors, t.rows))
+
+
+def estimate(func: PrimFunc, match: Match, registry: Registry) -> float:
+    """The instructions the micro-kernel would execute for ``match``: its calls and the loads
+    that feed them. A register tile of r rows by v vectors shares each k step's v B panels
+    and its rows of A among r * v calls; one call per register tile (the matrix multiplies)
+    loads both inputs for every call. So a 16-MAC dot product in an 8 x 2 tile (20
+    instructions per 16 calls) beats a 32-MAC matrix multiply without blocking (3 per call):
+    turning a feature on does not make the kernel slower. Infinite when no tile fits."""
+    intrinsic = match.intrinsic
+    if len(intrinsic.iter_vars) != 2:
+        return float(match.calls * (1 + len(intrinsic.inputs)))
+    cpu = registry.cpu(intrinsic.target)
+    extents = {iv.var.name: iv.extent
+               for iv in tree.find_block(func, match.block).node.block.iter_vars}
+    rows = next((extents[n] for n in reversed(match.outer) if extents[n] > 1), 1)
+    lanes = intrinsic.iter_vars[0]
+    vectors = match.padded_extents[lanes.var.name] // lanes.extent
+    try:
+        tiling = choose_tiling(rows, vectors, cpu, intrinsic)
+    except ScheduleError:
+        return float("inf")
+    a = intrinsic.inputs[0]
+    a_loads = tiling.rows if a.scope != cpu.register_scope else \
+        -(-tiling.rows * a.nbytes // cpu.vector_bytes)
+    calls_per_step = tiling.rows * tiling.vectors
+    return match.calls * (calls_per_step + tiling.vectors + a_loads) / calls_per_step
 
 
 def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Registry,
              options: Mapping[str, Any]) -> None:
     """The engine's entry (see ``tensorize.engine``): the register-blocked schedule for the
-    dot products (``options["tiling"]`` when it is an :class:`ArmTiling`), the packed
-    generic one for the other intrinsics."""
+    dot products (``options["tiling"]`` when it is a :class:`CpuTiling`), the packed
+    generic one for the other intrinsics. The target is the intrinsic's."""
     intrinsic = match.intrinsic
+    cpu = registry.cpu(intrinsic.target)
     if len(intrinsic.iter_vars) != 2:
-        schedule_packed(sch, match.block, intrinsic, registry)
+        schedule_packed(sch, match.block, intrinsic, registry, cpu)
         return
     block = sch.get_block(match.block)
     ivs = sch.get(block).block.iter_vars
     rows = next((iv.extent for iv in reversed(ivs[:-2]) if iv.extent > 1), 1)
     tiling = options.get("tiling")
-    if not isinstance(tiling, ArmTiling):
-        tiling = choose_tiling(rows, extents[-2] // _VECTOR_LANES)
-    schedule_arm(sch, match.block, intrinsic, registry, tiling)
+    if not isinstance(tiling, CpuTiling):
+        tiling = choose_tiling(rows, extents[-2] // intrinsic.extents[0], cpu, intrinsic)
+    schedule_cpu(sch, match.block, intrinsic, registry, cpu, tiling)
 
 
-def schedule_arm(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry: Registry,
-                 tiling: ArmTiling) -> None:
+def schedule_cpu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry: Registry,
+                 cpu: CpuTarget, tiling: CpuTiling) -> None:
     """Pack, tile, stage into registers and tensorize the dot-product-shaped block
-    ``block_name`` (module docs).
+    ``block_name`` (module docs) for target ``cpu``.
 
     Raises ScheduleError when a primitive refuses a step, or when the block reduces over a
     loop outside the tile (its accumulators would not be finished in registers).
@@ -100,7 +134,7 @@ def schedule_arm(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     block = sch.get_block(block_name)
     ivs = sch.get(block).block.iter_vars
     if any(iv.kind is IterKind.REDUCE for iv in ivs[:-2]):
-        raise ScheduleError("arm schedule", f"block {block_name} reduces over a loop outside "
+        raise ScheduleError("cpu schedule", f"block {block_name} reduces over a loop outside "
                             "the register tile; its accumulators would leave the registers")
     ti, tk = intrinsic.extents
     names = [iv.var.name for iv in ivs]
@@ -124,15 +158,15 @@ def schedule_arm(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     else:
         sch.reorder(*rest, ni_o, ko, ni_u, ni_t, kt)
         unrolled = [ni_u]
-    _stage_and_tensorize(sch, block_name, intrinsic, registry, packed, operands, layouts,
+    _stage_and_tensorize(sch, block_name, intrinsic, registry, cpu, packed, operands, layouts,
                          (ni_o, ko, ni_t))
     for loop in unrolled:
         sch.unroll(loop)
-    if sch.get(ko).extent % _K_UNROLL == 0:
-        # Two k steps per iteration: the loop's counter, pointer steps and branch are then
-        # spread over twice the dot products.
-        sch.unroll(sch.split(ko, [None, _K_UNROLL])[1])
-    for op, buffer in packed.items():
+    if cpu.k_unroll > 1 and sch.get(ko).extent % cpu.k_unroll == 0:
+        # Several k steps per iteration: the loop's counter, pointer steps and branch are
+        # then spread over more dot products.
+        sch.unroll(sch.split(ko, [None, cpu.k_unroll])[1])
+    for buffer in packed.values():
         _tile_packing(sch, buffer, factors)
 
 
@@ -181,30 +215,32 @@ def _tile_packing(sch: Schedule, buffer: str, factors: dict[str, int]) -> None:
 
 
 def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
-                         registry: Registry, packed: dict[str, str],
+                         registry: Registry, cpu: CpuTarget, packed: dict[str, str],
                          operands: dict[str, str], layouts: dict[str, str | None],
                          loops: tuple[Any, Any, Any]) -> None:
-    """Stage the packed inputs into registers at every k step, the accumulator tile in
-    registers across the k loop (zeroed before it, stored after it), and tensorize.
-    The packed buffers take their tiled ``layouts`` once their register stages are placed
-    (the stages' regions are then plain affine windows). ``loops`` are the innermost
-    output-tile loop, the k loop and the intrinsic tile's first loop."""
+    """Stage the packed inputs whose operands live in registers into them at every k step,
+    the accumulator tile in registers across the k loop (zeroed before it, stored after it),
+    and tensorize. The packed buffers take their tiled ``layouts`` once their register stages
+    are placed (the stages' regions are then plain affine windows). ``loops`` are the
+    innermost output-tile loop, the k loop and the intrinsic tile's first loop."""
     tile_loop, ko, first = loops
     block = sch.get_block(block_name)
     stages = {}
-    for op in packed:
-        stage = sch.cache_read(block, packed[op], intrinsic.operand(op).scope)
+    for op, buffer in packed.items():
+        if intrinsic.operand(op).scope != cpu.register_scope:
+            continue
+        stage = sch.cache_read(block, buffer, registry.scope(cpu.register_scope))
         sch.compute_at(stage, ko)
         stages[op] = stage
     c_op = intrinsic.output
-    c_store = sch.cache_write(block, operands[c_op.name], c_op.scope)
+    c_store = sch.cache_write(block, operands[c_op.name], registry.scope(c_op.scope))
     sch.reverse_compute_at(c_store, tile_loop)
     for stage in stages.values():
         sch.compact_buffer(_written(sch, stage))
     sch.compact_buffer(sch.get(c_store).block.reads[0].buffer.name)
     for op, layout in layouts.items():
         if layout is not None:
-            sch.transform_layout(stages[op], packed[op], layout)
+            sch.transform_layout(stages.get(op, block), packed[op], layout)
     init = sch.decompose_reduction(block, ko)
     _vector_nest(sch, init, [registry.get(n) for n in intrinsic.fill[c_op.name]], True)
     _vector_nest(sch, c_store, [registry.get(n) for n in intrinsic.stores[c_op.name]], False)
@@ -214,7 +250,7 @@ def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
 
 
 def schedule_packed(sch: Schedule, block_name: str, intrinsic: Intrinsic,
-                    registry: Registry) -> None:
+                    registry: Registry, cpu: CpuTarget) -> None:
     """One intrinsic tile at a time (the 2x2x8 matrix multiplies): loops ``(outer.., io, jo,
     ko, ii, jj, ki)``, inputs packed so that each tile is one contiguous register, the
     accumulator tile in registers across the k loop."""
@@ -229,7 +265,7 @@ def schedule_packed(sch: Schedule, block_name: str, intrinsic: Intrinsic,
     loops = sch.get_loops(sch.get_block(block_name))[-count:]
     parts = [sch.split(loop, [None, e]) for loop, e in zip(loops, intrinsic.extents)]
     sch.reorder(*(p[0] for p in parts), *(p[1] for p in parts))
-    _stage_and_tensorize(sch, block_name, intrinsic, registry, packed, operands, layouts,
+    _stage_and_tensorize(sch, block_name, intrinsic, registry, cpu, packed, operands, layouts,
                          (parts[-2][0], parts[-1][0], parts[0][1]))
 
 
@@ -288,9 +324,14 @@ def _operand_buffers(sch: Schedule, block_name: str, intrinsic: Intrinsic) -> di
                      if isinstance(n, BufferLoad)
                      and n.buffer is not intrinsic.semantics.buffer else None)
     if len(loads) != len(semantic_loads):
-        raise ScheduleError("arm schedule", f"block {block_name} reads {len(loads)} buffers, "
+        raise ScheduleError("cpu schedule", f"block {block_name} reads {len(loads)} buffers, "
                             f"{intrinsic.name} {len(semantic_loads)}")
-    for kernel, semantic in zip(loads, semantic_loads):
+    unpaired = list(loads)
+    for semantic in semantic_loads:
+        # Same dtype first: a mapping may swap the inputs (s8 x u8 onto a u8 x s8 dot).
+        kernel = next((k for k in unpaired if k.buffer.dtype == semantic.buffer.dtype),
+                      unpaired[0])
+        unpaired.remove(kernel)
         result[semantic.buffer.name] = kernel.buffer.name
     return result
 
@@ -298,7 +339,7 @@ def _operand_buffers(sch: Schedule, block_name: str, intrinsic: Intrinsic) -> di
 def _loads(registry: Registry, intrinsic: Intrinsic, operand: str) -> list[Intrinsic]:
     """The load intrinsics of the family that fill ``operand``'s scope with its dtype,
     widest tile first: a register tile of several rows of A loads 4 rows at once (one
-    16-byte load) though the instruction reads one row's 4 bytes."""
+    16-byte load on AArch64) though the instruction reads one row's 4 bytes."""
     op = intrinsic.operand(operand)
     fits = [i for i in registry.for_target(intrinsic.target) if i.kind == "load"
             and i.operands[0].dtype == op.dtype and i.operands[0].scope == op.scope]
@@ -337,7 +378,7 @@ def _vector_nest(sch: Schedule, stage: Any, candidates: list[Intrinsic], require
             sch.trace.steps[:] = saved_steps
             refusals.append(str(err))
     if required:
-        raise ScheduleError("arm schedule", "; ".join(refusals))
+        raise ScheduleError("cpu schedule", "; ".join(refusals))
     for loop in own:
         sch.unroll(loop)
 
@@ -361,7 +402,7 @@ def _split_to(sch: Schedule, loops: list[Any], shape: tuple[int, ...]
     """Split the innermost loops of a nest by a tile's shape: returns (the loops left outside
     the tile, the tile's loops), the tile's loops innermost and in the tile's order."""
     if len(loops) < len(shape):
-        raise ScheduleError("arm schedule", f"a {len(shape)}-d tile needs {len(shape)} loops, "
+        raise ScheduleError("cpu schedule", f"a {len(shape)}-d tile needs {len(shape)} loops, "
                             f"the nest has {len(loops)}")
     outside, tile = list(loops[:-len(shape)]), []
     for loop, extent in zip(loops[-len(shape):], shape):

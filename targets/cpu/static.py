@@ -1,7 +1,8 @@
 """Index expressions evaluated at emission time, for register buffers.
 
-A register buffer (scope ``arm.neon``) has no address: the emitter holds each 16-byte piece
-as an SSA value, so every index into one must be known when the code is emitted. An index is
+A register buffer (in a CPU target's register scope) has no address: the emitter holds each
+vector-sized piece as an SSA value, so every index into one must be known when the code is
+emitted. An address's alignment is proven from its form the same way. An index is
 evaluated to a :class:`Form`, ``const + sum(coeff * var)`` over the loop variables whose
 values are not known (serial loops); unrolled loops and constants fold in. ``floormod`` and
 ``floordiv`` by a constant fold when every unknown term is a multiple of the divisor: then

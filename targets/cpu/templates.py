@@ -1,13 +1,18 @@
-"""The ``emit.arm`` templates of intrinsics/arm.yaml, read as one LLVM instruction each.
+"""The ``emit.llvm`` templates of the CPU families, read as one LLVM instruction each.
 
 A template is one line of LLVM IR whose ``{operand}`` placeholders stand for register values
-(or, after ``ptr``, an address). Four shapes occur, and any other is refused when the
-template is first used:
+(or, after ``ptr``, an address). The description's grammar (``intrinsics.grammars``) admitted
+it at load time; four of its shapes are what this code generator emits, and any other is
+refused when the template is first used:
 
-- ``{D} = call <ty> @name(<ty> {X}, ...)``: an LLVM intrinsic (sdot, udot, smmla...);
-- ``{D} = load <ty>, ptr {S}, align N``: a register filled from memory;
-- ``store <ty> {S}, ptr {D}, align N``: a register written to memory;
+- ``{D} = call <ty> @name(<ty> {X}, ...)``: an LLVM intrinsic (sdot, smmla, vpdpbusd...);
+- ``{D} = load <ty>, ptr {S}[, align N]``: a register filled from memory;
+- ``store <ty> {S}, ptr {D}[, align N]``: a register written to memory;
 - ``{D} = bitcast <ty> zeroinitializer to <ty>``: a zeroed register.
+
+``align N`` is what the instruction may assume of its address, and the code generator emits
+exactly that (an aligned vector move faults on x86 when the address is not aligned); a load or
+store without it assumes nothing (alignment 1).
 """
 
 from __future__ import annotations
@@ -17,15 +22,16 @@ from dataclasses import dataclass
 
 from llvmlite import ir as ll
 
-from targets.arm.errors import EmitError
+from targets.cpu.errors import EmitError
 
 _TYPE = r"<\d+ x i\d+>"
 # Only LLVM intrinsics: the description's grammar admits no other callee, and the backend
 # declares whatever name it is given.
 _CALL = re.compile(rf"^\{{(\w+)\}} = call ({_TYPE}) @(llvm\.[\w.]+)\((.*)\)$")
 _ARG = re.compile(rf"^({_TYPE}) \{{(\w+)\}}$")
-_LOAD = re.compile(rf"^\{{(\w+)\}} = load ({_TYPE}), ptr \{{(\w+)\}}, align \d+$")
-_STORE = re.compile(rf"^store ({_TYPE}) \{{(\w+)\}}, ptr \{{(\w+)\}}, align \d+$")
+_ALIGN = r"(?:, align (\d+))?"
+_LOAD = re.compile(rf"^\{{(\w+)\}} = load ({_TYPE}), ptr \{{(\w+)\}}{_ALIGN}$")
+_STORE = re.compile(rf"^store ({_TYPE}) \{{(\w+)\}}, ptr \{{(\w+)\}}{_ALIGN}$")
 _ZERO = re.compile(rf"^\{{(\w+)\}} = bitcast ({_TYPE}) zeroinitializer to ({_TYPE})$")
 
 
@@ -33,7 +39,8 @@ _ZERO = re.compile(rf"^\{{(\w+)\}} = bitcast ({_TYPE}) zeroinitializer to ({_TYP
 class Template:
     """One parsed template: ``kind`` (call, load, store, zero), the operand it defines (or
     stores to), the LLVM function called, and the (type, operand) of each argument; for a
-    load and a store the argument is the register and ``pointer`` the memory operand."""
+    load and a store the argument is the register, ``pointer`` the memory operand and
+    ``align`` the alignment its address has."""
 
     kind: str
     result: str
@@ -41,6 +48,7 @@ class Template:
     function: str = ""
     args: tuple[tuple[ll.Type, str], ...] = ()
     pointer: str = ""
+    align: int = 1
 
 
 def vector_type(text: str) -> ll.VectorType:
@@ -57,19 +65,19 @@ def parse(name: str, text: str) -> Template:
         for part in match.group(4).split(","):
             arg = _ARG.match(part.strip())
             if arg is None:
-                raise EmitError(f"the arm template of {name} requires typed operands as "
+                raise EmitError(f"the llvm template of {name} requires typed operands as "
                                 f"arguments, got {part.strip()!r}")
             args.append((vector_type(arg.group(1)), arg.group(2)))
         return Template("call", match.group(1), vector_type(match.group(2)), match.group(3),
                         tuple(args))
     if match := _LOAD.match(line):
         return Template("load", match.group(1), vector_type(match.group(2)),
-                        pointer=match.group(3))
+                        pointer=match.group(3), align=int(match.group(4) or 1))
     if match := _STORE.match(line):
         return Template("store", match.group(3), vector_type(match.group(1)),
                         args=((vector_type(match.group(1)), match.group(2)),),
-                        pointer=match.group(3))
+                        pointer=match.group(3), align=int(match.group(4) or 1))
     if match := _ZERO.match(line):
         return Template("zero", match.group(1), vector_type(match.group(3)))
-    raise EmitError(f"the arm backend requires an emit.arm template that is a call, load, "
-                    f"store or zeroing bitcast; {name}'s is {line!r}")
+    raise EmitError(f"the CPU code generator requires an emit.llvm template that is a call, "
+                    f"load, store or zeroing bitcast; {name}'s is {line!r}")

@@ -1,0 +1,22 @@
+"""The CPU code generator: one for every CPU target a family describes in its ``cpu:``
+section (AArch64 with NEON dot products, x86-64 with AVX-512 VNNI, any a vendor adds).
+
+Tensorized IR becomes LLVM IR (llvmlite) for the target's triple, CPU and features, compiled
+to assembly or an ELF object, and run here by the first engine of the target's ``run`` list
+that can: natively through LLVM's JIT (timed), or AArch64 code under an in-process emulator
+(instructions counted). ``docs/cpu_targets.md`` explains how to describe a target.
+
+- :func:`emit` turns a function (tensorized for the target by ``tensorize.engine``, or
+  plain) into a :class:`CpuKernel`: LLVM IR, symbol, buffer (argument) order, features.
+- :func:`compile` gives the -O3 assembly (``"asm"``) or the object (``"obj"``).
+- :func:`engine_for` says which engine would run it here, or why none can; :func:`run` runs
+  it on numpy arrays.
+"""
+
+from targets.cpu.emit import CpuKernel, emit
+from targets.cpu.errors import CpuRunError, EmitError
+from targets.cpu.machine import compile
+from targets.cpu.run import CpuRun, engine_for, run
+
+__all__ = ["CpuKernel", "CpuRun", "CpuRunError", "EmitError", "compile", "emit", "engine_for",
+           "run"]

@@ -1,0 +1,73 @@
+"""The steps of ``tensorize run`` for a CPU target (any family with a ``cpu:`` section):
+emit LLVM IR for it, compile it to assembly, and run it here with the first engine of the
+target's ``run`` list that can: natively (timed: best and median of several runs) or under
+the in-process AArch64 emulator (instructions counted).
+
+A run this host cannot make (a feature the host lacks, an instruction the emulator does not
+execute) is refused, with every engine's reason, and fails the run: code that was not run is
+never reported as checked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from ir import PrimFunc
+from targets import cpu
+
+# Timed native runs; the first one's outputs are the ones checked.
+RUNS = 10
+
+
+def run_cpu(func: PrimFunc, target: str, features: str, registry: Any,
+            reference: dict[str, np.ndarray], inputs: dict[str, np.ndarray], report: Any,
+            compare: Any, emitted: list[str], emit_code: bool) -> dict[str, np.ndarray]:
+    """Emit ``func`` (tensorized for CPU target ``target``) for ``features`` and run it where
+    this host can; returns the outputs of that run, else ``reference``."""
+    kernel = cpu.emit(func, target, features, registry)
+    description = kernel.cpu
+    start = time.perf_counter()
+    assembly = cpu.compile(kernel, "asm")
+    instructions = [line.split()[0] for line in assembly.splitlines()
+                    if line.startswith("\t") and not line.lstrip().startswith(".")]
+    counted = Counter(op for op in instructions if op in description.macs)
+    listed = ", ".join(f"{n} {op}" for op, n in sorted(counted.items())) or \
+        f"none of {', '.join(description.macs) or 'its counted instructions'}"
+    report.step("emit", True, f"{description.triple} ({features}) through LLVM -O3: "
+                              f"{time.perf_counter() - start:.2f} s, {len(instructions)} "
+                              f"instructions: {listed}")
+    data = {"target": target, "triple": description.triple, "features": features,
+            "static_instructions": len(instructions)}
+    report.data["cpu"] = data
+    if emit_code:
+        emitted.append(assembly)
+    engine, reason = cpu.engine_for(kernel)
+    if engine is None:
+        report.skip("run", f"not run: {reason}", fails=True)
+        return reference
+    start = time.perf_counter()
+    run = cpu.run(kernel, inputs, RUNS)
+    seconds = time.perf_counter() - start
+    data["engine"] = engine
+    detail = f"{seconds:.1f} s"
+    if run.seconds:
+        detail = (f"best {run.best * 1e3:.3f} ms, median {run.median * 1e3:.3f} ms of "
+                  f"{len(run.seconds)} runs")
+        data.update({"runs": len(run.seconds), "best_ms": round(run.best * 1e3, 4),
+                     "median_ms": round(run.median * 1e3, 4)})
+    if run.instructions is not None:
+        executed = dict(run.counted or {})
+        macs = sum(description.macs[op] * n for op, n in executed.items())
+        shown = ", ".join(f"{n} {op}" for op, n in sorted(executed.items())) or "none counted"
+        detail += (f", {run.instructions} instructions executed, {shown} "
+                   f"({macs / run.instructions:.2f} MACs per instruction)")
+        data.update({"instructions": run.instructions, "counted": executed})
+    for name, expected in reference.items():
+        ok, text = compare(run.outputs[name], expected)
+        report.step("run", ok, f"{name} on {run.engine} ({detail}) against the reference "
+                               f"executor: {text}")
+    return run.outputs

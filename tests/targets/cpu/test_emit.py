@@ -1,0 +1,66 @@
+"""What the CPU code generator emits from a target's description: template alignment proven
+or refused, rows of A broadcast from memory, buffers laid out aligned."""
+
+import numpy as np
+import pytest
+
+from ir import script as T
+from targets import cpu
+from targets.cpu.run import aligned_zeros
+from tensorize.schedule import Schedule
+from tests.targets.cpu.conftest import kernel
+
+
+def _zero_and_store(offset: int):
+    """Zero 16 int32 lanes of a ZMM register and store them at ``A[offset:offset + 16]``,
+    both through x86 intrinsics."""
+
+    @T.prim_func
+    def store(A: T.Buffer((48,), "int32")):
+        R = T.alloc_buffer((16,), "int32", scope="x86.zmm")
+        for i in range(16):
+            with T.block("zero"):
+                vi = T.axis.spatial(16, i)
+                R[vi] = 0
+        for i in range(16):
+            with T.block("store"):
+                vi = T.axis.spatial(16, i)
+                A[vi + offset] = R[vi]
+
+    sch = Schedule(store)
+    sch.tensorize(sch.get_loops(sch.get_block("zero"))[0], "x86_zero_16_s32")
+    sch.tensorize(sch.get_loops(sch.get_block("store"))[0], "x86_store_16_s32")
+    return sch.func
+
+
+def test_an_aligned_store_is_emitted_with_the_templates_alignment() -> None:
+    stores = [line for line in cpu.emit(_zero_and_store(16), "x86").llvm_ir.splitlines()
+              if "store <16 x i32>" in line]
+    assert len(stores) == 1 and stores[0].endswith("align 64")
+
+
+def test_a_store_the_address_of_which_is_not_aligned_is_refused() -> None:
+    with pytest.raises(cpu.EmitError, match=r"operand dst of x86_store_16_s32 requires an "
+                       r"address aligned to 64 bytes \(its template's 'align 64'\), got one "
+                       r"aligned to 16"):
+        cpu.emit(_zero_and_store(4), "x86")
+
+
+def test_a_row_of_a_is_one_word_broadcast_to_every_lane() -> None:
+    ir_text = kernel("gemm_u8s8").llvm_ir
+    assert "load i32, ptr" in ir_text
+    assert "shufflevector <16 x i32>" in ir_text
+    assert 'call <16 x i32> @"llvm.x86.avx512.vpdpbusd.512"' in ir_text
+
+
+def test_the_runner_aligns_every_buffer() -> None:
+    for shape in ((3, 5), (1,), (7, 9, 11)):
+        array = aligned_zeros(shape, np.int8, 64)
+        assert array.shape == shape and array.ctypes.data % 64 == 0 and not array.any()
+
+
+def test_an_unknown_target_is_refused_naming_the_cpu_targets() -> None:
+    with pytest.raises(Exception, match="target 'npu' requires a family with a 'cpu:' "
+                                        "section to be a CPU target; the CPU targets are "
+                                        "arm, x86"):
+        cpu.emit(_zero_and_store(16), "npu")
