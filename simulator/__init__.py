@@ -4,7 +4,9 @@ Load, compute and store queues run concurrently and synchronise through dependen
 a weight-stationary (or output-stationary) R x C array, int8 scratchpads, an int32
 accumulator and a vector unit compute; two DMA engines share one DRAM port. Every run is
 exact and timed: it reports cycles, per-unit busy and stall time, MAC utilisation, bytes
-moved and a Chrome trace, and faults on what hardware would silently get wrong.
+moved and a Chrome trace, and faults on what hardware would silently get wrong. Programs
+keep their size in proportion to their loop nests, not their work: loop and step words
+repeat instructions with affine addresses, expanded as they are fetched (``simulator.loops``).
 
     config = load_machine()
     result = simulate(assemble(text), config, dram)
@@ -22,18 +24,21 @@ from simulator.isa import (
     Gemm,
     Instruction,
     Load,
+    Loop,
     Mem,
     Nop,
     Operand,
     Queue,
+    Step,
     Store,
     Vec,
     VecOp,
     decode,
     encode,
 )
+from simulator.loops import expand, expanded
 from simulator.programs import GemmProgram, gemm_program
-from simulator.result import SimResult, UnitStats
+from simulator.result import Roofline, SimResult, UnitStats, gigabytes_per_second
 
 __all__ = [
     "Deps",
@@ -42,12 +47,15 @@ __all__ = [
     "GemmProgram",
     "Instruction",
     "Load",
+    "Loop",
     "MachineConfig",
     "Mem",
     "Nop",
     "Operand",
     "Queue",
+    "Roofline",
     "SimResult",
+    "Step",
     "Store",
     "UnitStats",
     "Vec",
@@ -57,8 +65,11 @@ __all__ = [
     "default_machine_path",
     "disassemble",
     "encode",
+    "expand",
+    "expanded",
     "format_instruction",
     "gemm_program",
+    "gigabytes_per_second",
     "load_machine",
     "simulate",
 ]

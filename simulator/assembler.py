@@ -11,6 +11,20 @@ destination first, then ``key=value`` fields in any order, then bare words (``re
     store dram[0x40000], acc[0], rows=256, cols=16, stride=1024, int8 | push_prev
     finish
 
+A loop is ``loop count=N, body=B`` followed by its B body words; a step follows the
+instruction it advances and names that instruction's address fields, with the loop level
+(0, the innermost, by default)::
+
+    loop count=64, body=3
+      load inp[0], dram[0x0], rows=16, cols=16, stride=1024
+        step sram=16, dram=16384
+      gemm acc[0], inp[0], wgt[0], rows=16, k=16
+        step acc=16, inp=16
+
+Leading spaces are ignored; :func:`disassemble` indents loop bodies and steps as above. A
+step may also give its deltas positionally, ``step d0=16, d1=16384``, which is how
+:func:`format_instruction` prints one without the instruction before it.
+
 :func:`disassemble` prints this canonical form and :func:`assemble` reads it back exactly.
 """
 
@@ -22,15 +36,18 @@ from collections.abc import Callable, Iterable
 from ir.errors import SimulatorFault, SourceLoc
 from simulator.isa import (
     DEP_NAMES,
+    STEP_FIELDS,
     Deps,
     Finish,
     Gemm,
     Instruction,
     Load,
+    Loop,
     Mem,
     Nop,
     Operand,
     Queue,
+    Step,
     Store,
     Vec,
     VecOp,
@@ -194,6 +211,41 @@ def _parse_nop(queue: Queue) -> Callable[[_Operands, Deps], Nop]:
     return lambda ops, deps: Nop(queue, deps)
 
 
+def _format_loop(insn: Loop) -> str:
+    return f"loop count={insn.count}, body={insn.body}"
+
+
+def _parse_loop(ops: _Operands, deps: Deps) -> Loop:
+    return Loop(ops.field("count"), ops.field("body"), deps)
+
+
+_RAW_DELTAS = ("d0", "d1", "d2")
+
+
+def _format_step(insn: Step, after: Instruction | None = None) -> str:
+    """A step, its deltas named by the fields of ``after`` (the instruction it follows)
+    where that names them all, else positionally."""
+    names = STEP_FIELDS.get(type(after), ())
+    if not names or any(insn.deltas[len(names):]):
+        names = _RAW_DELTAS
+    parts = [f"loop={insn.loop}"] if insn.loop else []
+    parts += [f"{name}={d}" for name, d in zip(names, insn.deltas) if d]
+    return "step " + ", ".join(parts)
+
+
+def _parse_step(ops: _Operands, deps: Deps, after: Instruction | None) -> Step:
+    level = ops.field("loop", 0)
+    if any(name in ops.fields for name in _RAW_DELTAS):
+        names: tuple[str, ...] = _RAW_DELTAS
+    else:
+        names = STEP_FIELDS.get(type(after), ())
+        if not names:
+            what = type(after).__name__.lower() if after is not None else "nothing"
+            raise _AsmError(f"a step names the address fields of the instruction before it, "
+                            f"and {what} has none (or write its deltas as d0=, d1=, d2=)")
+    return Step(level, *(ops.field(name, 0) for name in names), deps=deps)
+
+
 _FORMATTERS: dict[type, Callable[..., str]] = {
     Load: _format_load,
     Store: _format_store,
@@ -201,6 +253,8 @@ _FORMATTERS: dict[type, Callable[..., str]] = {
     Vec: _format_vec,
     Nop: lambda insn: f"nop.{insn.queue.name.lower()}",
     Finish: lambda insn: "finish",
+    Loop: _format_loop,
+    Step: _format_step,
 }
 _PARSERS: dict[str, Callable[[_Operands, Deps], Instruction]] = {
     "load": _parse_load,
@@ -209,6 +263,7 @@ _PARSERS: dict[str, Callable[[_Operands, Deps], Instruction]] = {
     **{f"vec.{op.name.lower()}": _parse_vec(op) for op in VecOp},
     **{f"nop.{queue.name.lower()}": _parse_nop(queue) for queue in Queue},
     "finish": lambda ops, deps: Finish(deps),
+    "loop": _parse_loop,
 }
 
 
@@ -220,8 +275,24 @@ def format_instruction(insn: Instruction) -> str:
 
 
 def disassemble(program: Iterable[Instruction]) -> str:
-    """A program in canonical assembly, one instruction per line."""
-    return "".join(format_instruction(insn) + "\n" for insn in program)
+    """A program in canonical assembly, one instruction per line, loop bodies indented two
+    spaces per level and steps two more than their instruction."""
+    lines = []
+    open_loops: list[int] = []  # words left in each open loop's body, innermost last
+    after: Instruction | None = None
+    for insn in program:
+        indent = "  " * len(open_loops)
+        if isinstance(insn, Step):
+            lines.append(f"{indent}  {_format_step(insn, after)}")
+        else:
+            lines.append(indent + format_instruction(insn))
+            after = insn
+        open_loops = [left - 1 for left in open_loops]
+        while open_loops and open_loops[-1] <= 0:
+            open_loops.pop()
+        if isinstance(insn, Loop):
+            open_loops.append(insn.body)
+    return "".join(line + "\n" for line in lines)
 
 
 def assemble(text: str, file: str = "<asm>") -> tuple[Instruction, ...]:
@@ -231,12 +302,15 @@ def assemble(text: str, file: str = "<asm>") -> tuple[Instruction, ...]:
     instruction being read and a location ``file:line:col``.
     """
     program: list[Instruction] = []
+    after: Instruction | None = None  # the last instruction that is not a step
     for number, line in enumerate(text.splitlines(), start=1):
         code = line.split("#", 1)[0]
         if not code.strip():
             continue
         try:
-            program.append(_parse_line(code))
+            program.append(_parse_line(code, after))
+            if not isinstance(program[-1], Step):
+                after = program[-1]
         except _AsmError as err:
             raise SimulatorFault(err.message, index=len(program), unit="assembler",
                                  loc=SourceLoc(file, number, err.column)) from None
@@ -246,17 +320,20 @@ def assemble(text: str, file: str = "<asm>") -> tuple[Instruction, ...]:
     return tuple(program)
 
 
-def _parse_line(code: str) -> Instruction:
-    """Parse one instruction (comment already removed)."""
+def _parse_line(code: str, after: Instruction | None) -> Instruction:
+    """Parse one instruction (comment already removed); ``after`` is the last instruction
+    before it that is not a step (a step names its fields)."""
     body, _, flag_text = code.partition("|")
     head = re.match(r"\s*(\S+)", body)
     if head is None:
         raise _AsmError("expected a mnemonic before '|'", 1)
     mnemonic = head.group(1).lower()
     parser = _PARSERS.get(mnemonic)
+    if mnemonic == "step":
+        parser = lambda ops, deps: _parse_step(ops, deps, after)
     if parser is None:
-        raise _AsmError(f"unknown mnemonic '{head.group(1)}' (known: {', '.join(_PARSERS)})",
-                        head.start(1) + 1)
+        raise _AsmError(f"unknown mnemonic '{head.group(1)}' (known: "
+                        f"{', '.join([*_PARSERS, 'step'])})", head.start(1) + 1)
     flags = _split(flag_text, len(body) + 1)
     for name, col in flags:
         if name not in DEP_NAMES:

@@ -141,7 +141,10 @@ def load_machine(path: str | os.PathLike[str] | None = None) -> MachineConfig:
     """Load the `machine:` section of a YAML file (default: the built-in ``npu.yaml``).
 
     Other top-level sections (``scopes:``, ``intrinsics:``) are ignored here. Raises
-    :class:`IntrinsicSpecError` naming the file, line and field of every problem.
+    :class:`IntrinsicSpecError` naming the file, line and field of every problem. The file
+    is read whole by PyYAML's safe loader: use it for the built-in description and files you
+    trust; ``targets.npu.load_machine`` reads a user's file within the bounds of the
+    intrinsic descriptions (size, nesting, aliases) first.
     """
     file = Path(path) if path is not None else default_machine_path()
     source = str(file)
@@ -153,20 +156,41 @@ def load_machine(path: str | os.PathLike[str] | None = None) -> MachineConfig:
     loader = yaml.SafeLoader(text)
     try:
         root = loader.get_single_node()
-        document = loader.construct_document(root) if root is not None else None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark
         loc = SourceLoc(source, mark.line + 1, mark.column + 1) if mark else None
         raise IntrinsicSpecError(f"invalid YAML: {err.problem}", loc) from None
     finally:
         loader.dispose()
-    if not isinstance(document, dict) or "machine" not in document:
+    section = None
+    if isinstance(root, yaml.MappingNode):
+        section = next(((k, v) for k, v in root.value if k.value == "machine"), None)
+    if section is None:
         raise IntrinsicSpecError(
             "a machine description requires a top-level 'machine:' mapping",
             SourceLoc(source, 1, 1))
-    marks: dict[tuple[str, ...], SourceLoc] = {}
-    _collect_marks(root, (), source, marks)
-    return _build(document["machine"], marks, source, ("machine",))
+    return machine_from_node(section[1], source, _span(section[0], source))
+
+
+def machine_from_node(node: yaml.Node, source: str, key_loc: SourceLoc | None = None
+                      ) -> MachineConfig:
+    """Build and validate a config from the composed YAML node of a `machine:` section (its
+    marks give each finding its line), read from ``source``; ``key_loc`` is where the
+    `machine:` key is written (a missing field is reported there)."""
+    marks: dict[tuple[str, ...], SourceLoc] = {("machine",): _span(node, source)}
+    if key_loc is not None:
+        marks[("machine", ":key")] = key_loc
+    _collect_marks(node, ("machine",), source, marks)
+    loader = yaml.SafeLoader("")
+    try:
+        data = loader.construct_object(node, deep=True)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark
+        loc = SourceLoc(source, mark.line + 1, mark.column + 1) if mark else None
+        raise IntrinsicSpecError(f"invalid YAML value: {err.problem}", loc) from None
+    finally:
+        loader.dispose()
+    return _build(data, marks, source, ("machine",))
 
 
 def _collect_marks(node: yaml.Node, path: tuple[str, ...], source: str,

@@ -20,6 +20,11 @@ FLOAT32_EXACT_TERMS = 1024
 def dram_rows(dram: np.ndarray, addr: int, rows: int, row_bytes: int,
               stride: int) -> np.ndarray:
     """A (rows, row_bytes) uint8 view of DRAM: row r starts at byte addr + r * stride."""
+    if rows == 1 or stride == row_bytes:
+        return dram[addr:addr + rows * row_bytes].reshape(rows, row_bytes)
+    if stride > row_bytes and addr + rows * stride <= dram.size:
+        # The common strided tile, as a slice of a reshape (much cheaper than as_strided).
+        return dram[addr:addr + rows * stride].reshape(rows, stride)[:, :row_bytes]
     return np.lib.stride_tricks.as_strided(
         dram[addr:], shape=(rows, row_bytes), strides=(stride, 1))
 
@@ -30,9 +35,10 @@ def dram_extent(addr: int, rows: int, row_bytes: int, stride: int) -> int:
 
 
 def matmul_exact(inp: np.ndarray, wgt: np.ndarray) -> np.ndarray:
-    """inp (rows x k, int8) @ wgt (k x C, int8) as exact int32, through BLAS floats."""
+    """inp (rows x k) @ wgt (k x C), both of int8 values (as int8, or as floats holding them),
+    as exact int32, through BLAS floats."""
     kind = np.float32 if inp.shape[1] <= FLOAT32_EXACT_TERMS else np.float64
-    return (inp.astype(kind) @ wgt.astype(kind)).astype(np.int32)
+    return (inp.astype(kind, copy=False) @ wgt.astype(kind, copy=False)).astype(np.int32)
 
 
 def gemm(acc: np.ndarray, inp: np.ndarray, wgt: np.ndarray, reset: bool) -> None:
@@ -78,6 +84,8 @@ def vector(op: VecOp, dst: np.ndarray, other: np.ndarray | int, imm2: int) -> No
         dst[...] = requantise(dst, int(other), imm2)
     elif op is VecOp.CLIP:
         np.clip(dst, other, imm2, out=dst)
+    elif op is VecOp.FILL:
+        dst[...] = other
     else:
         np.maximum(dst, 0, out=dst)
 

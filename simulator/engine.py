@@ -6,12 +6,19 @@ free), computes when the instruction begins and finishes from the availability t
 resources it needs, applies its effect to the memories, and records its tokens. Steps happen
 in non-decreasing start order, so the shared DRAM port serves requests first come, first
 served. docs/simulator.md derives every formula used here.
+
+Loop words are expanded as instructions are fetched (:mod:`simulator.loops`): each iteration's
+instructions enter their queues exactly as the straight-line program spelling them out would,
+and each is checked, timed and recorded on its own. The state kept per instruction lasts only
+while it is in a queue, so a run's memory does not grow with its length (but for the trace
+records).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -29,72 +36,109 @@ from simulator.isa import (
     Queue,
     Store,
     Vec,
+    VecOp,
     decode,
 )
-from simulator.memory import QUEUE_NAMES, OnChipMemory
+from simulator.loops import Placed, placed, structure, walk
+from simulator.memory import QUEUE_NAMES, MemoryFault, OnChipMemory
 from simulator.result import SimResult, UnitStats
-from simulator.trace import UNITS, Record
+from simulator.trace import UNITS, Records
 
 LOAD_UNIT, GEMM_UNIT, VECTOR_UNIT, STORE_UNIT, DRAM_UNIT = range(len(UNITS))
+# Traffic counters, by index: bytes read from and written to DRAM and each memory.
+TRAFFIC = ("dram.read", "dram.write", "inp.read", "inp.write", "wgt.read", "wgt.write",
+           "acc.read", "acc.write")
+(DRAM_READ, DRAM_WRITE, INP_READ, INP_WRITE, WGT_READ, WGT_WRITE, ACC_READ,
+ ACC_WRITE) = range(len(TRAFFIC))
+_WRITTEN_BY_LOAD = {Mem.INP: INP_WRITE, Mem.WGT: WGT_WRITE, Mem.ACC: ACC_WRITE}
+
+# One instruction on its way through a queue: (its number among executed instructions, its
+# node, its address fields, its loop iteration, its dispatch time).
+_Entry = tuple[int, Placed, tuple[int, ...], tuple[int, ...], int]
 
 
 class _Tokens:
-    """One token queue: push times and the pusher's vector clock per token, pop times."""
+    """One token queue: the tokens pushed and not yet popped (push time, pusher's vector
+    clock), how many were pushed and popped, and the times of the last pops (a push into a
+    full queue waits for the pop that frees its slot)."""
 
-    __slots__ = ("clocks", "name", "pops", "pushes")
+    __slots__ = ("name", "popped", "pushed", "recent_pops", "waiting")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, depth: int) -> None:
         self.name = name
-        self.pushes: list[int] = []
-        self.clocks: list[np.ndarray] = []
-        self.pops: list[int] = []
+        self.waiting: deque[tuple[int, tuple[int, ...]]] = deque()
+        self.pushed = 0
+        self.popped = 0
+        self.recent_pops: deque[int] = deque(maxlen=depth)
+
+    def take(self, when: int) -> None:
+        """Pop the oldest token at ``when``."""
+        self.waiting.popleft()
+        self.popped += 1
+        self.recent_pops.append(when)
+
+    def pop_time(self, n: int) -> int:
+        """When the n-th pop (0-based) happened; it must be among the last ``depth``."""
+        return self.recent_pops[n - (self.popped - len(self.recent_pops))]
+
+
+def _merge_clock(clock: list[int], other: tuple[int, ...]) -> None:
+    """``clock`` becomes the element-wise maximum of itself and ``other``."""
+    for k, value in enumerate(other):
+        if value > clock[k]:
+            clock[k] = value
 
 
 class _Queue:
     """One instruction queue's state.
 
+    ``pending``: dispatched instructions not yet started, in order; ``dispatched`` and
+    ``started`` count them; ``recent_starts``: start times of the last started ones (a full
+    queue holds up dispatch until the one ``instruction_depth`` ahead has left);
     ``issue_free``: when the next instruction may leave the queue; ``retired``: when the last
-    one retired (in order); ``seq`` and ``clock``: the vector clock (see memory.py);
-    ``inflight``: done times of a DMA engine's outstanding requests; ``pending``: pushes
-    waiting for room in a full token queue.
+    one retired (in order); ``last``: its (number, program index); ``seq`` and ``clock``: the vector clock (see memory.py);
+    ``inflight``: done times of a DMA engine's outstanding requests; ``pushes``: pushes waiting
+    for room in a full token queue.
     """
 
     __slots__ = (
         "clock",
+        "dispatched",
         "inflight",
-        "insns",
         "issue_free",
         "kind",
+        "last",
         "name",
         "pending",
         "pop_next",
         "pop_prev",
-        "pos",
         "push_next",
         "push_prev",
+        "pushes",
+        "recent_starts",
         "retired",
         "seq",
+        "started",
     )
 
-    def __init__(self, kind: Queue, insns: list[int]) -> None:
+    def __init__(self, kind: Queue, depth: int) -> None:
         self.kind = kind
         self.name = QUEUE_NAMES[kind]
-        self.insns = insns
-        self.pos = 0
+        self.pending: deque[_Entry] = deque()
+        self.dispatched = 0
+        self.started = 0
+        self.recent_starts: deque[int] = deque(maxlen=depth)
         self.issue_free = 0
         self.retired = 0
+        self.last = (-1, -1)
         self.seq = 0
-        self.clock = np.zeros(len(Queue), np.int64)
+        self.clock = [0] * len(Queue)
         self.inflight: deque[int] = deque()
-        self.pending: list[tuple[_Tokens, int, np.ndarray]] = []
+        self.pushes: list[tuple[_Tokens, int, tuple[int, ...]]] = []
         self.pop_prev: _Tokens | None = None
         self.pop_next: _Tokens | None = None
         self.push_prev: _Tokens | None = None
         self.push_next: _Tokens | None = None
-
-    def head(self) -> int | None:
-        """The program index of the next instruction, or None when the queue is done."""
-        return self.insns[self.pos] if self.pos < len(self.insns) else None
 
 
 class _UnitTime:
@@ -107,6 +151,15 @@ class _UnitTime:
         self.busy = 0
         self.stall = 0
         self.count = 0
+
+
+class _Fault(Exception):
+    """A fault of the running instruction; the engine adds its index and iteration."""
+
+    def __init__(self, message: str, unit: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.unit = unit
 
 
 def unit_name(insn: Instruction) -> str:
@@ -122,10 +175,11 @@ def simulate(program: Sequence[Instruction] | bytes, config: MachineConfig, dram
              *, functional: bool = True) -> SimResult:
     """Run ``program`` on the machine ``config`` with ``dram`` (a 1-D uint8 array) as memory.
 
-    The program (instructions, or their binary encoding) must end with its only FINISH.
-    ``dram`` is copied; the result carries the final image. With ``functional=False`` only
-    time is simulated: no values are computed, and reads of unwritten rows and races go
-    unchecked (address checks remain). Faults raise :class:`SimulatorFault`.
+    The program (instructions, or their binary encoding) must end with its only FINISH, and
+    its loop words must be well formed (:func:`simulator.loops.structure`). ``dram`` is
+    copied; the result carries the final image. With ``functional=False`` only time is
+    simulated: no values are computed, and reads of unwritten rows and races go unchecked
+    (address checks remain). Faults raise :class:`SimulatorFault`.
     """
     insns = decode(bytes(program)) if isinstance(program, bytes | bytearray) else tuple(program)
     image = np.asarray(dram)
@@ -155,30 +209,38 @@ class _Machine:
                  dram: np.ndarray, functional: bool) -> None:
         _check_program(program)
         self.program = program
+        self.nodes = structure(program)
+        self.looped = len(self.nodes) != len(program)
         self.config = config
         self.dram = dram
         self.functional = functional
-        self.queue_of = [insn.queue for insn in program]
-        by_queue: list[list[int]] = [[] for _ in Queue]
-        self.pos_in_queue = []
-        for index, queue in enumerate(self.queue_of):
-            self.pos_in_queue.append(len(by_queue[queue]))
-            by_queue[queue].append(index)
-        self.queues = [_Queue(kind, by_queue[kind]) for kind in Queue]
+        queues = config.queues
+        self.depth = queues.instruction_depth
+        self.fetch = queues.fetch_cycles
+        self.max_outstanding = config.dma.max_outstanding
+        self.queues = [_Queue(kind, self.depth) for kind in Queue]
         self._connect_tokens()
-        self.dispatch_t = [0] * len(program)
-        self.start_t = [-1] * len(program)
-        self.dispatched = 0
+        self.stream: Iterator[tuple[Placed, tuple[int, ...]]] = walk(self.nodes)
+        self.next: tuple[Placed, tuple[int, ...]] | None = next(self.stream, None)
+        self.fetched = 0  # instructions dispatched so far
+        self.last_dispatch = 0
         array = config.array
+        describe = self.describe
+        # The scratchpads hold int8 values as float32 (exact), the form the array's product
+        # takes them in (datapath.matmul_exact), so a GEMM does not convert its operands.
         self.memories = {
-            Mem.INP: OnChipMemory("inp", config.inp.rows, array.rows, np.int8, config.inp.banks),
-            Mem.WGT: OnChipMemory("wgt", config.wgt.rows, array.cols, np.int8, config.wgt.banks),
+            Mem.INP: OnChipMemory("inp", config.inp.rows, array.rows, np.float32,
+                                  config.inp.banks, describe),
+            Mem.WGT: OnChipMemory("wgt", config.wgt.rows, array.cols, np.float32,
+                                  config.wgt.banks, describe),
             Mem.ACC: OnChipMemory("acc", config.acc.rows, array.cols, np.int32,
-                                  config.acc.banks),
+                                  config.acc.banks, describe),
         }
-        # Accumulator scoreboard: when each row's last compute write lands (any unit), and
-        # when its last vector-unit write lands (the GEMM waits only for those; GEMMs into
-        # the same rows are ordered by the array's pipeline).
+        # Accumulator scoreboard, kept only for programs with vector instructions: when each
+        # row's last compute write lands (any unit), and when its last vector-unit write
+        # lands (the GEMM waits only for those; GEMMs into the same rows are ordered by the
+        # array's pipeline).
+        self.vector_used = any(isinstance(insn, Vec) for insn in program)
         self.acc_done = np.zeros(config.acc.rows, np.int64)
         self.vec_done = np.zeros(config.acc.rows, np.int64)
         self.port_free = 0
@@ -190,10 +252,17 @@ class _Machine:
         self.buffer_free = [0, 0]
         self.active = 0
         self.units = [_UnitTime() for _ in UNITS]
-        self.records: list[Record] = []
+        self.records = Records()
         self.useful_macs = 0
-        self.traffic: Counter[str] = Counter()
-        # Each handler: (instruction, index, ready time, queue, avail) -> (begin, done).
+        self.traffic = [0] * len(TRAFFIC)
+        self.fields = {id(node): node.fields_function() for node in placed(self.nodes)
+                       if node.steps}
+        dram = config.dram
+        self.latency = dram.latency
+        self.bandwidth = dram.bytes_per_cycle
+        self.issue_cycles = config.dma.issue_cycles
+        # Each handler: (instruction, address fields, entry, ready time, queue, avail)
+        # -> (begin, done).
         self.handlers: dict[type, Callable[..., tuple[int, int]]] = {
             Load: self._load, Store: self._store, Gemm: self._gemm, Vec: self._vec,
             Nop: self._sync, Finish: self._sync,
@@ -202,33 +271,71 @@ class _Machine:
     def _connect_tokens(self) -> None:
         """Create the four token queues and wire each instruction queue's flags to them."""
         load, compute, store = self.queues
+        depth = self.config.queues.token_depth
         for src, dst in ((load, compute), (compute, load), (compute, store), (store, compute)):
-            tokens = _Tokens(f"{src.name}->{dst.name}")
+            tokens = _Tokens(f"{src.name}->{dst.name}", depth)
             if src.kind < dst.kind:
                 src.push_next, dst.pop_prev = tokens, tokens
             else:
                 src.push_prev, dst.pop_next = tokens, tokens
 
+    def describe(self, number: int, queue: str) -> str:
+        """Name executed instruction ``number`` for a message: ``instruction 3 (load)``, with
+        its loop iteration in a program with loops."""
+        if not self.looped:
+            return f"instruction {number} ({queue})"
+        for n, (node, iteration) in enumerate(walk(self.nodes)):
+            if n == number:
+                where = f", loop iteration {iteration}" if iteration else ""
+                return f"instruction {node.index} ({queue}{where})"
+        raise ValueError(f"no instruction number {number}")
+
     # -- the event loop ------------------------------------------------------------------
 
     def run(self) -> None:
-        """Execute instructions in start order until every queue is done, or fault."""
+        """Execute instructions in start order until every queue is done, or fault.
+
+        This loop and the methods it calls per instruction compare with ``if`` rather than
+        ``max()``: they run millions of times, and the call costs more than the comparison.
+        """
         queues = self.queues
+        max_outstanding = self.max_outstanding
         self._dispatch()
         while True:
+            # The queue whose head can leave earliest: when it is dispatched, its queue may
+            # issue, each token it pops has been pushed, and (DMA) a request slot is free.
             best: _Queue | None = None
             best_t = 0
             for q in queues:
-                if q.pending and not self._flush(q):
+                if q.pushes and not self._flush(q):
                     continue
-                t = self._ready(q)
-                if t is not None and (best is None or t < best_t):
+                if not q.pending:
+                    continue
+                entry = q.pending[0]
+                t = entry[4] if entry[4] > q.issue_free else q.issue_free
+                deps = entry[1].insn.deps
+                if deps.pop_prev:
+                    waiting = q.pop_prev.waiting  # type: ignore[union-attr]
+                    if not waiting:
+                        continue
+                    if waiting[0][0] > t:
+                        t = waiting[0][0]
+                if deps.pop_next:
+                    waiting = q.pop_next.waiting  # type: ignore[union-attr]
+                    if not waiting:
+                        continue
+                    if waiting[0][0] > t:
+                        t = waiting[0][0]
+                if len(q.inflight) >= max_outstanding and q.inflight[0] > t:
+                    t = q.inflight[0]
+                if best is None or t < best_t:
                     best, best_t = q, t
             if best is None:
                 break
             self._execute(best, best_t)
-            self._dispatch()
-        if any(q.pending or q.pos < len(q.insns) for q in queues):
+            if self.next is not None:
+                self._dispatch()
+        if self.next is not None or any(q.pushes or q.pending for q in queues):
             raise self._deadlock()
 
     def _dispatch(self) -> None:
@@ -237,63 +344,69 @@ class _Machine:
         Instruction j enters its queue fetch_cycles after j - 1, and not before the one
         ``instruction_depth`` places ahead of it in that queue has left.
         """
-        depth = self.config.queues.instruction_depth
-        fetch = self.config.queues.fetch_cycles
-        n = len(self.program)
-        while self.dispatched < n:
-            j = self.dispatched
-            t = self.dispatch_t[j - 1] + fetch if j else 0
-            k = self.pos_in_queue[j]
+        depth = self.depth
+        queues = self.queues
+        stream = self.stream
+        fields = self.fields
+        fetched = self.fetched
+        t = self.last_dispatch
+        nxt = self.next
+        while nxt is not None:
+            node, iteration = nxt
+            q = queues[node.insn.queue]
+            pending = q.pending
+            if len(pending) >= depth:
+                break
+            if fetched:
+                t += self.fetch
+            k = q.dispatched
             if k >= depth:
-                ahead = self.start_t[self.queues[self.queue_of[j]].insns[k - depth]]
-                if ahead < 0:
-                    return
-                t = max(t, ahead)
-            self.dispatch_t[j] = t
-            self.dispatched = j + 1
-
-    def _ready(self, q: _Queue) -> int | None:
-        """When q's head can leave the queue, or None while it cannot (or q is done)."""
-        if q.pending or q.pos == len(q.insns):
-            return None
-        j = q.insns[q.pos]
-        if j >= self.dispatched:
-            return None
-        t = max(q.issue_free, self.dispatch_t[j])
-        deps = self.program[j].deps
-        for wanted, tokens in ((deps.pop_prev, q.pop_prev), (deps.pop_next, q.pop_next)):
-            if wanted:
-                taken = len(tokens.pops)
-                if taken >= len(tokens.pushes):
-                    return None
-                t = max(t, tokens.pushes[taken])
-        if len(q.inflight) >= self.config.dma.max_outstanding:
-            t = max(t, q.inflight[0])
-        return t
+                ahead = q.recent_starts[k - depth - (q.started - len(q.recent_starts))]
+                if ahead > t:
+                    t = ahead
+            pending.append((fetched, node,
+                            fields[id(node)](iteration) if node.steps else node.base,
+                            iteration, t))
+            q.dispatched = k + 1
+            fetched += 1
+            nxt = next(stream, None)
+        self.next = nxt
+        self.fetched = fetched
+        self.last_dispatch = t
 
     def _execute(self, q: _Queue, t: int) -> None:
         """Run q's head instruction, whose operands allow it to leave the queue at ``t``."""
-        j = q.insns[q.pos]
-        q.pos += 1
-        insn = self.program[j]
+        number, node, fields, iteration, dispatched = q.pending.popleft()
+        q.started += 1
+        insn = node.insn
         deps = insn.deps
-        avail = max(q.issue_free, self.dispatch_t[j])
+        avail = q.issue_free if q.issue_free > dispatched else dispatched
         q.seq += 1
         clock = q.clock
         clock[q.kind] = q.seq
-        popped = [tokens for wanted, tokens in ((deps.pop_prev, q.pop_prev),
-                                                (deps.pop_next, q.pop_next)) if wanted]
-        for tokens in popped:
-            np.maximum(clock, tokens.clocks[len(tokens.pops)], out=clock)
-        start, done = self.handlers[type(insn)](insn, j, t, q, avail)
-        for tokens in popped:
-            tokens.pops.append(start)
-        self.start_t[j] = start
-        q.retired = max(done, q.retired)
-        for wanted, tokens in ((deps.push_prev, q.push_prev), (deps.push_next, q.push_next)):
-            if wanted:
-                q.pending.append((tokens, q.retired, clock.copy()))
-        if q.pending:
+        if deps.pop_prev:
+            _merge_clock(clock, q.pop_prev.waiting[0][1])  # type: ignore[union-attr]
+        if deps.pop_next:
+            _merge_clock(clock, q.pop_next.waiting[0][1])  # type: ignore[union-attr]
+        try:
+            start, done = self.handlers[type(insn)](insn, fields, number, t, q, avail)
+        except (_Fault, MemoryFault) as err:
+            unit = err.unit if isinstance(err, _Fault) else unit_name(insn)
+            where = f"on loop iteration {iteration}: " if iteration else ""
+            raise SimulatorFault(where + err.message, index=node.index, unit=unit) from None
+        if deps.pop_prev:
+            q.pop_prev.take(start)  # type: ignore[union-attr]
+        if deps.pop_next:
+            q.pop_next.take(start)  # type: ignore[union-attr]
+        q.recent_starts.append(start)
+        q.last = (number, node.index)
+        if done > q.retired:
+            q.retired = done
+        if deps.push_prev:
+            q.pushes.append((q.push_prev, q.retired, tuple(clock)))  # type: ignore[arg-type]
+        if deps.push_next:
+            q.pushes.append((q.push_next, q.retired, tuple(clock)))  # type: ignore[arg-type]
+        if q.pushes:
             self._flush(q)
 
     def _flush(self, q: _Queue) -> bool:
@@ -303,114 +416,124 @@ class _Machine:
         its later instructions leaves before that push.
         """
         depth = self.config.queues.token_depth
-        while q.pending:
-            tokens, when, clock = q.pending[0]
-            slot = len(tokens.pushes) - depth
+        while q.pushes:
+            tokens, when, clock = q.pushes[0]
+            slot = tokens.pushed - depth
             if slot >= 0:
-                if slot >= len(tokens.pops):
+                if slot >= tokens.popped:
                     return False
-                if tokens.pops[slot] > when:
-                    when = tokens.pops[slot]
+                freed = tokens.pop_time(slot)
+                if freed > when:
+                    when = freed
                     q.issue_free = max(q.issue_free, when)
-            tokens.pushes.append(when)
-            tokens.clocks.append(clock)
+            tokens.waiting.append((when, clock))
+            tokens.pushed += 1
             q.retired = max(q.retired, when)
-            q.pending.pop(0)
+            q.pushes.pop(0)
         return True
 
-    def _account(self, unit: int, j: int, avail: int, begin: int, done: int) -> None:
+    def _account(self, unit: int, number: int, avail: int, begin: int, done: int) -> None:
         """Add one instruction's busy interval [begin, done) and its stall to ``unit``.
 
         Stall is the wait between the instruction being ready in its queue (``avail``) and
         its beginning, while the unit had nothing else in flight.
         """
         stats = self.units[unit]
-        waited_from = max(avail, stats.covered)
+        covered = stats.covered
+        waited_from = avail if avail > covered else covered
         if begin > waited_from:
             stats.stall += begin - waited_from
-        if done > stats.covered:
-            stats.busy += done - max(begin, stats.covered)
+        if done > covered:
+            stats.busy += done - (begin if begin > covered else covered)
             stats.covered = done
         stats.count += 1
-        self.records.append((unit, begin, done, j))
+        self.records.add((unit, begin, done, number))
 
     # -- units ---------------------------------------------------------------------------
 
     def _dram_access(self, addr: int, rows: int, row_bytes: int, stride: int, verb: str,
-                     j: int, unit: str) -> None:
+                     unit: str) -> None:
         """Fault unless the strided DRAM region lies inside DRAM."""
         end = datapath.dram_extent(addr, rows, row_bytes, stride)
         if end > self.dram.size:
-            raise SimulatorFault(f"{verb} DRAM bytes {addr:#x}..{end - 1:#x}, past the end of "
-                                 f"DRAM ({self.dram.size:#x} bytes)", index=j, unit=unit)
+            raise _Fault(f"{verb} DRAM bytes {addr:#x}..{end - 1:#x}, past the end of "
+                         f"DRAM ({self.dram.size:#x} bytes)", unit)
 
-    def _transfer(self, j: int, t: int, q: _Queue, nbytes: int, unit: int,
+    def _transfer(self, number: int, t: int, q: _Queue, nbytes: int, unit: int,
                   avail: int) -> tuple[int, int]:
         """A DMA's timing: request at t, data on the shared port after the latency."""
-        config = self.config
-        arrival = t + config.dram.latency
-        data = max(arrival, self.port_free)
-        done = data + timing.dma_transfer_cycles(nbytes, config)
+        arrival = t + self.latency
+        data = arrival if arrival > self.port_free else self.port_free
+        done = data + math.ceil(nbytes / self.bandwidth)  # timing.dma_transfer_cycles
         port = self.units[DRAM_UNIT]
         port.busy += done - data
         port.count += 1
         self.dram_wait += data - arrival
-        self.records.append((DRAM_UNIT, data, done, j))
+        self.records.add((DRAM_UNIT, data, done, number))
         self.port_free = done
-        q.issue_free = t + config.dma.issue_cycles
+        q.issue_free = t + self.issue_cycles
         q.inflight.append(done)
-        if len(q.inflight) > config.dma.max_outstanding:
+        if len(q.inflight) > self.max_outstanding:
             q.inflight.popleft()
-        self._account(unit, j, avail, t, done)
+        self._account(unit, number, avail, t, done)
         return t, done
 
-    def _load(self, insn: Load, j: int, t: int, q: _Queue, avail: int) -> tuple[int, int]:
+    def _load(self, insn: Load, fields: tuple[int, ...], number: int, t: int, q: _Queue,
+              avail: int) -> tuple[int, int]:
         """LOAD: check, then DRAM -> whole on-chip rows (zero past cols)."""
+        sram, dram = fields
+        rows, cols = insn.rows, insn.cols
         memory = self.memories[insn.mem]
-        if insn.cols > memory.width:
-            raise SimulatorFault(f"load of {insn.cols} columns into {memory.name}, whose rows "
-                                 f"hold {memory.width}", index=j, unit="load")
-        memory.check_bounds(insn.sram, insn.rows, "writes", j, "load")
+        if cols > memory.width:
+            raise _Fault(f"load of {cols} columns into {memory.name}, whose rows hold "
+                         f"{memory.width}", "load")
+        memory.check_bounds(sram, rows, "writes")
         width = 4 if insn.mem is Mem.ACC else 1
-        row_bytes = insn.cols * width
-        self._dram_access(insn.dram, insn.rows, row_bytes, insn.stride, "reads", j, "load")
-        lo, hi = insn.sram, insn.sram + insn.rows
-        nbytes = insn.rows * row_bytes
-        self.traffic["dram.read"] += nbytes
-        self.traffic[f"{memory.name}.write"] += insn.rows * memory.width * width
+        row_bytes = cols * width
+        self._dram_access(dram, rows, row_bytes, insn.stride, "reads", "load")
+        nbytes = rows * row_bytes
+        traffic = self.traffic
+        traffic[DRAM_READ] += nbytes
+        traffic[_WRITTEN_BY_LOAD[insn.mem]] += rows * memory.width * width
         if insn.mem is Mem.WGT:
-            self._invalidate_weights(lo, hi)
+            self._invalidate_weights(sram, sram + rows)
         if self.functional:
-            memory.write(lo, hi, q.kind, q.clock, j, "load")
-            rows = datapath.dram_rows(self.dram, insn.dram, insn.rows, row_bytes, insn.stride)
-            target = memory.data[lo:hi]
-            target[:, :insn.cols] = rows.view("<i4") if width == 4 else rows.view(np.int8)
-            target[:, insn.cols:] = 0
-        return self._transfer(j, t, q, nbytes, LOAD_UNIT, avail)
+            memory.write(sram, sram + rows, q.kind, q.clock, number)
+            source = datapath.dram_rows(self.dram, dram, rows, row_bytes, insn.stride)
+            source = source.view("<i4") if width == 4 else source.view(np.int8)
+            target = memory.data[sram:sram + rows]
+            if cols == memory.width:
+                target[...] = source
+            else:
+                target[:, :cols] = source
+                target[:, cols:] = 0
+        return self._transfer(number, t, q, nbytes, LOAD_UNIT, avail)
 
-    def _store(self, insn: Store, j: int, t: int, q: _Queue, avail: int) -> tuple[int, int]:
+    def _store(self, insn: Store, fields: tuple[int, ...], number: int, t: int, q: _Queue,
+               avail: int) -> tuple[int, int]:
         """STORE: check, then acc rows -> DRAM, narrowed to int8 if asked."""
+        sram, dram = fields
+        rows = insn.rows
         acc = self.memories[Mem.ACC]
         if insn.cols > acc.width:
-            raise SimulatorFault(f"store of {insn.cols} columns from acc, whose rows hold "
-                                 f"{acc.width}", index=j, unit="store")
-        acc.check_bounds(insn.sram, insn.rows, "reads", j, "store")
+            raise _Fault(f"store of {insn.cols} columns from acc, whose rows hold "
+                         f"{acc.width}", "store")
+        acc.check_bounds(sram, rows, "reads")
         row_bytes = insn.cols * (1 if insn.narrow else 4)
-        if insn.rows > 1 and insn.stride < row_bytes:
-            raise SimulatorFault(f"store rows of {row_bytes} bytes overlap in DRAM: stride "
-                                 f"{insn.stride} < {row_bytes}", index=j, unit="store")
-        self._dram_access(insn.dram, insn.rows, row_bytes, insn.stride, "writes", j, "store")
-        lo, hi = insn.sram, insn.sram + insn.rows
-        nbytes = insn.rows * row_bytes
-        self.traffic["acc.read"] += insn.rows * insn.cols * 4
-        self.traffic["dram.write"] += nbytes
+        if rows > 1 and insn.stride < row_bytes:
+            raise _Fault(f"store rows of {row_bytes} bytes overlap in DRAM: stride "
+                         f"{insn.stride} < {row_bytes}", "store")
+        self._dram_access(dram, rows, row_bytes, insn.stride, "writes", "store")
+        nbytes = rows * row_bytes
+        self.traffic[ACC_READ] += rows * insn.cols * 4
+        self.traffic[DRAM_WRITE] += nbytes
         if self.functional:
-            acc.read(lo, hi, q.kind, q.clock, j, "store")
-            values = acc.data[lo:hi, :insn.cols]
+            acc.read(sram, sram + rows, q.kind, q.clock, number)
+            values = acc.data[sram:sram + rows, :insn.cols]
             data = datapath.narrow(values) if insn.narrow else values.astype("<i4")
-            target = datapath.dram_rows(self.dram, insn.dram, insn.rows, row_bytes, insn.stride)
+            target = datapath.dram_rows(self.dram, dram, rows, row_bytes, insn.stride)
             target[...] = data.view(np.uint8)
-        return self._transfer(j, t, q, nbytes, STORE_UNIT, avail)
+        return self._transfer(number, t, q, nbytes, STORE_UNIT, avail)
 
     def _invalidate_weights(self, lo: int, hi: int) -> None:
         """Forget weights held in the array whose scratchpad rows [lo, hi) now overwrites."""
@@ -418,49 +541,58 @@ class _Machine:
             if tag is not None and tag[0] < hi and lo < tag[0] + tag[1]:
                 self.held[b] = None
 
-    def _gemm(self, insn: Gemm, j: int, t: int, q: _Queue, avail: int) -> tuple[int, int]:
+    def _gemm(self, insn: Gemm, fields: tuple[int, ...], number: int, t: int, q: _Queue,
+              avail: int) -> tuple[int, int]:
         """GEMM: check, time it on the array, accumulate the tile product."""
+        acc_row, inp_row, wgt_row = fields
+        rows, k = insn.rows, insn.k
         config = self.config
         array = config.array
-        if insn.k > array.rows:
-            raise SimulatorFault(f"gemm with k = {insn.k} requires k <= the array's "
-                                 f"{array.rows} rows", index=j, unit="gemm")
+        if k > array.rows:
+            raise _Fault(f"gemm with k = {k} requires k <= the array's {array.rows} rows",
+                         "gemm")
         inp, wgt, acc = self.memories[Mem.INP], self.memories[Mem.WGT], self.memories[Mem.ACC]
-        inp.check_bounds(insn.inp, insn.rows, "reads", j, "gemm")
-        wgt.check_bounds(insn.wgt, insn.k, "reads", j, "gemm")
-        acc.check_bounds(insn.acc, insn.rows, "writes", j, "gemm")
-        lo, hi = insn.acc, insn.acc + insn.rows
-        ready = max(t, int(self.vec_done[lo:hi].max()))
-        if array.dataflow == "weight_stationary":
-            begin, stream_start = self._weights(insn, ready)
+        inp.check_bounds(inp_row, rows, "reads")
+        wgt.check_bounds(wgt_row, k, "reads")
+        acc.check_bounds(acc_row, rows, "writes")
+        lo, hi = acc_row, acc_row + rows
+        ready = t
+        if self.vector_used:
+            ready = max(t, int(self.vec_done[lo:hi].max()))
+        weight_stationary = array.dataflow == "weight_stationary"
+        if weight_stationary:
+            begin, stream_start = self._weights(wgt_row, k, ready)
         else:
             begin = stream_start = max(ready, self.stream_free)
-            self.traffic["wgt.read"] += insn.k * array.cols
-        stream_end = stream_start + timing.stream_cycles(insn.rows, insn.k, config)
-        if array.dataflow == "weight_stationary":
+            self.traffic[WGT_READ] += k * array.cols
+        stream_end = stream_start + timing.stream_cycles(rows, k, config)
+        if weight_stationary:
             self.buffer_free[self.active] = max(self.buffer_free[self.active],
                                                 stream_end + timing.weight_release_cycles(config))
-        done = stream_end + timing.drain_cycles(insn.k, config)
+        done = stream_end + timing.drain_cycles(k, config)
         self.stream_free = stream_end
-        self.acc_done[lo:hi] = done
+        if self.vector_used:
+            self.acc_done[lo:hi] = done
         q.issue_free = begin
-        self.useful_macs += insn.rows * insn.k * array.cols
-        self.traffic["inp.read"] += insn.rows * insn.k
-        self.traffic["acc.write"] += insn.rows * array.cols * 4
+        self.useful_macs += rows * k * array.cols
+        traffic = self.traffic
+        traffic[INP_READ] += rows * k
+        traffic[ACC_WRITE] += rows * array.cols * 4
         if not insn.reset:
-            self.traffic["acc.read"] += insn.rows * array.cols * 4
+            traffic[ACC_READ] += rows * array.cols * 4
         if self.functional:
-            inp.read(insn.inp, insn.inp + insn.rows, q.kind, q.clock, j, "gemm")
-            wgt.read(insn.wgt, insn.wgt + insn.k, q.kind, q.clock, j, "gemm")
+            clock, kind = q.clock, q.kind
+            inp.read(inp_row, inp_row + rows, kind, clock, number)
+            wgt.read(wgt_row, wgt_row + k, kind, clock, number)
             if not insn.reset:
-                acc.read(lo, hi, q.kind, q.clock, j, "gemm")
-            acc.write(lo, hi, q.kind, q.clock, j, "gemm")
-            datapath.gemm(acc.data[lo:hi], inp.data[insn.inp:insn.inp + insn.rows, :insn.k],
-                          wgt.data[insn.wgt:insn.wgt + insn.k], insn.reset)
-        self._account(GEMM_UNIT, j, avail, begin, done)
+                acc.read(lo, hi, kind, clock, number)
+            acc.write(lo, hi, kind, clock, number)
+            datapath.gemm(acc.data[lo:hi], inp.data[inp_row:inp_row + rows, :k],
+                          wgt.data[wgt_row:wgt_row + k], insn.reset)
+        self._account(GEMM_UNIT, number, avail, begin, done)
         return begin, done
 
-    def _weights(self, insn: Gemm, ready: int) -> tuple[int, int]:
+    def _weights(self, wgt_row: int, k: int, ready: int) -> tuple[int, int]:
         """Weight-stationary: (begin, stream start), preloading the weights unless held.
 
         A weight tile already in a buffer (same rows, not rewritten since) is reused. Else it
@@ -468,12 +600,12 @@ class _Machine:
         passed, taking R cycles; streaming starts when both preload and input port are free.
         """
         config = self.config
-        tag = (insn.wgt, insn.k)
+        tag = (wgt_row, k)
         if tag in self.held:
             self.active = self.held.index(tag)
             start = max(ready, self.stream_free)
             return start, start
-        self.traffic["wgt.read"] += insn.k * config.array.cols
+        self.traffic[WGT_READ] += k * config.array.cols
         buffer = 1 - self.active if config.array.double_buffered_weights else 0
         preload = max(ready, self.preload_free, self.buffer_free[buffer])
         self.preload_free = preload + timing.preload_cycles(config)
@@ -481,74 +613,96 @@ class _Machine:
         self.active = buffer
         return preload, max(self.preload_free, self.stream_free)
 
-    def _vec(self, insn: Vec, j: int, t: int, q: _Queue, avail: int) -> tuple[int, int]:
+    def _vec(self, insn: Vec, fields: tuple[int, ...], number: int, t: int, q: _Queue,
+             avail: int) -> tuple[int, int]:
         """VEC: check, time it on the vector unit, apply it to the acc rows."""
+        dst, src = fields
         acc = self.memories[Mem.ACC]
-        unit = "vector"
-        acc.check_bounds(insn.dst, insn.rows, "writes", j, unit)
-        lo, hi = insn.dst, insn.dst + insn.rows
+        acc.check_bounds(dst, insn.rows, "writes")
+        lo, hi = dst, dst + insn.rows
         src_rows = {Operand.TILE: insn.rows, Operand.ROW: 1, Operand.IMM: 0}[insn.mode]
         start = max(t, self.vec_free, int(self.acc_done[lo:hi].max()))
         if src_rows:
-            acc.check_bounds(insn.src, src_rows, "reads", j, unit)
-            start = max(start, int(self.acc_done[insn.src:insn.src + src_rows].max()))
+            acc.check_bounds(src, src_rows, "reads")
+            start = max(start, int(self.acc_done[src:src + src_rows].max()))
         self.vec_free = start + timing.vector_issue_cycles(insn.rows, self.config)
         done = self.vec_free + self.config.vector.latency
         self.acc_done[lo:hi] = done
         self.vec_done[lo:hi] = done
         q.issue_free = start
         row_bytes = acc.width * 4
-        self.traffic["acc.read"] += (insn.rows + src_rows) * row_bytes
-        self.traffic["acc.write"] += insn.rows * row_bytes
+        reads_dst = insn.op is not VecOp.FILL  # fill writes its rows without reading them
+        self.traffic[ACC_READ] += (insn.rows * reads_dst + src_rows) * row_bytes
+        self.traffic[ACC_WRITE] += insn.rows * row_bytes
         if self.functional:
             if src_rows:
-                acc.read(insn.src, insn.src + src_rows, q.kind, q.clock, j, unit)
-            acc.read(lo, hi, q.kind, q.clock, j, unit)
-            acc.write(lo, hi, q.kind, q.clock, j, unit)
-            other = datapath.second_operand(insn.mode, acc.data, insn.src, insn.rows, insn.imm)
+                acc.read(src, src + src_rows, q.kind, q.clock, number)
+            if reads_dst:
+                acc.read(lo, hi, q.kind, q.clock, number)
+            acc.write(lo, hi, q.kind, q.clock, number)
+            other = datapath.second_operand(insn.mode, acc.data, src, insn.rows, insn.imm)
             datapath.vector(insn.op, acc.data[lo:hi], other, insn.imm2)
-        self._account(VECTOR_UNIT, j, avail, start, done)
+        self._account(VECTOR_UNIT, number, avail, start, done)
         return start, done
 
-    def _sync(self, insn: Nop | Finish, j: int, t: int, q: _Queue,
-              avail: int) -> tuple[int, int]:
+    def _sync(self, insn: Nop | Finish, fields: tuple[int, ...], number: int, t: int,
+              q: _Queue, avail: int) -> tuple[int, int]:
         """NOP and FINISH: only their tokens; they take no time."""
         q.issue_free = t
         return t, t
 
     # -- reporting -----------------------------------------------------------------------
 
+    def _upcoming(self, q: _Queue) -> Placed | None:
+        """The next instruction of q that has not been dispatched yet (None: q has no more)."""
+        rest = walk(self.nodes)
+        for _ in range(self.fetched):
+            next(rest)
+        return next((node for node, _ in rest if node.insn.queue == q.kind), None)
+
     def _deadlock(self) -> SimulatorFault:
         """Describe why no queue can move, blaming the earliest instruction waiting on a pop."""
         states = []
-        blamed: int | None = None
+        starved: list[tuple[int, int]] = []  # (number, program index) of each starved head
+        stuck: list[tuple[int, int]] = []  # the same for each queue that cannot move
         for q in self.queues:
-            j = q.head()
-            if q.pending:
-                tokens = q.pending[0][0]
+            upcoming = None if q.pending or q.pushes else self._upcoming(q)
+            if q.pushes:
+                tokens = q.pushes[0][0]
                 states.append(f"{q.name} waits for room to push into {tokens.name} "
                               f"(full: token_depth {self.config.queues.token_depth})")
-            elif j is None:
-                states.append(f"{q.name} has finished")
-            elif j >= self.dispatched:
-                states.append(f"{q.name} waits for instruction {j} to be dispatched "
-                              f"(instruction {self.dispatched}'s queue is full)")
-            else:
-                deps = self.program[j].deps
+                stuck.append(q.last)
+            elif q.pending:
+                number, node = q.pending[0][:2]
+                stuck.append((number, node.index))
+                deps = node.insn.deps
                 for wanted, tokens in ((deps.pop_prev, q.pop_prev),
                                        (deps.pop_next, q.pop_next)):
-                    if wanted and len(tokens.pops) >= len(tokens.pushes):
-                        states.append(f"{q.name} (instruction {j}) waits to pop from "
-                                      f"{tokens.name} ({len(tokens.pushes)} pushed, "
-                                      f"{len(tokens.pops)} popped)")
-                        blamed = j if blamed is None else min(blamed, j)
+                    if wanted and not tokens.waiting:  # type: ignore[union-attr]
+                        states.append(f"{q.name} (instruction {node.index}) waits to pop "
+                                      f"from {tokens.name} ({tokens.pushed} pushed, "
+                                      f"{tokens.popped} popped)")
+                        starved.append((number, node.index))
                         break
-        if blamed is None:
-            # No pop is starved: blame the earliest instruction that is stuck.
-            blamed = min(q.insns[q.pos - 1] if q.pending else q.insns[q.pos]
-                         for q in self.queues if q.pending or q.pos < len(q.insns))
+            elif upcoming is None:
+                states.append(f"{q.name} has finished")
+            else:
+                blocker = self.next[0].index  # type: ignore[index]
+                states.append(f"{q.name} waits for instruction {upcoming.index} to be "
+                              f"dispatched (instruction {blocker}'s queue is full)")
+                stuck.append((self.fetched, upcoming.index))
+        # Blame the earliest starved pop, else the earliest instruction that is stuck.
+        index = min(starved or stuck)[1]
         return SimulatorFault("deadlock: no queue can proceed; " + "; ".join(states),
-                              index=blamed, unit=unit_name(self.program[blamed]))
+                              index=index, unit=unit_name(self.program[index]))
+
+    def _executed(self) -> dict[str, int]:
+        """How many instructions of each kind ran (every iteration of a loop counts), in the
+        order the program first names the kinds."""
+        kinds: Counter[str] = Counter()
+        for node in placed(self.nodes):
+            kinds[type(node.insn).__name__.lower()] += math.prod(node.counts)
+        return dict(kinds)
 
     def result(self) -> SimResult:
         """The run's report."""
@@ -557,12 +711,8 @@ class _Machine:
         for name, stats in zip(UNITS, self.units, strict=True):
             units[name] = UnitStats(name, stats.busy, stats.stall,
                                     cycles - stats.busy - stats.stall, stats.count)
-        kinds = Counter(type(insn).__name__.lower() for insn in self.program)
-        names = ("dram.read", "dram.write", "inp.read", "inp.write", "wgt.read", "wgt.write",
-                 "acc.read", "acc.write")
         return SimResult(
             config=self.config, program=self.program, cycles=cycles, units=units,
-            useful_macs=self.useful_macs, bytes={k: self.traffic[k] for k in names},
-            instructions=dict(kinds), dram_wait=self.dram_wait, dram=self.dram,
-            functional=self.functional,
-            records=tuple(self.records))
+            useful_macs=self.useful_macs, bytes=dict(zip(TRAFFIC, self.traffic)),
+            instructions=self._executed(), dram_wait=self.dram_wait, dram=self.dram,
+            functional=self.functional, records=self.records)

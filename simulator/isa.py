@@ -2,7 +2,10 @@
 
 Six instructions, each a frozen dataclass: :class:`Load`, :class:`Store`, :class:`Gemm`,
 :class:`Vec`, :class:`Nop` and :class:`Finish`. Each carries :class:`Deps`, the four
-dependency-token flags of the queue it runs in. A word is 128 bits, little-endian: bits 0-3
+dependency-token flags of the queue it runs in. Two more words drive the fetch unit's loop
+sequencer rather than a queue: :class:`Loop` repeats the words after it, and :class:`Step`
+advances the address fields of the instruction it follows on every iteration of an enclosing
+loop (affine addressing per loop level, as VTA's GEMM and ALU micro-op loops have). A word is 128 bits, little-endian: bits 0-3
 the opcode, bits 4-7 the flags (pop_prev, pop_next, push_prev, push_next), then the fields in
 the order of :data:`LAYOUTS`, packed from bit 8 upwards; every bit above them is reserved and
 zero. Building an instruction checks every field against its width and meaning, so a value
@@ -36,6 +39,8 @@ class Opcode(enum.IntEnum):
     VEC = 4
     NOP = 5
     FINISH = 6
+    LOOP = 7
+    STEP = 8
 
 
 class Queue(enum.IntEnum):
@@ -63,6 +68,7 @@ class VecOp(enum.IntEnum):
     MULSHIFT = 3
     CLIP = 4
     RELU = 5
+    FILL = 6
 
 
 class Operand(enum.IntEnum):
@@ -131,6 +137,13 @@ def _check_enum(insn: str, name: str, value: Any, kind: type[E]) -> E:
         raise _fault(f"{insn} requires {name} in ({members}), got {value!r}") from None
 
 
+def _check_no_deps(insn: str, deps: Deps) -> None:
+    """Fault on any flag: loop and step words run in no queue."""
+    if deps.bits:
+        raise _fault(f"{insn} runs in no queue, so it takes no dependency flags, got "
+                     f"{', '.join(deps.names())}")
+
+
 def _check_deps(insn: str, deps: Deps, queue: Queue) -> None:
     """Fault on a flag naming a neighbour the queue does not have."""
     if queue is Queue.LOAD and (deps.pop_prev or deps.push_prev):
@@ -143,8 +156,13 @@ def _check_deps(insn: str, deps: Deps, queue: Queue) -> None:
 
 _ADDR = (0, (1 << ADDRESS_BITS) - 1)
 _COUNT = (1, (1 << ADDRESS_BITS) - 1)
+_COUNT32 = (1, (1 << 32) - 1)
 _DRAM = (0, (1 << DRAM_BITS) - 1)
+# The range of each address field a Step may advance.
+ADDRESS_RANGES = {"sram": _ADDR, "acc": _ADDR, "inp": _ADDR, "wgt": _ADDR, "dst": _ADDR,
+                  "src": _ADDR, "dram": _DRAM}
 _IMM = (-(1 << (IMM_BITS - 1)), (1 << (IMM_BITS - 1)) - 1)
+LOOP_DEPTH = 8  # loops nest at most this deep (a step's 3-bit level)
 # The integer fields of each instruction and their ranges.
 _DMA_RANGES = (("sram", *_ADDR), ("dram", *_DRAM), ("rows", *_COUNT), ("cols", *_COUNT),
                ("stride", *_DRAM))
@@ -234,7 +252,8 @@ class Vec:
     ``add``/``min``/``max`` combine with an acc tile at ``src`` (``mode`` tile), one acc row at
     ``src`` broadcast (``mode`` row) or the immediate ``imm`` (``mode`` imm). ``mulshift``
     requantises with multiplier ``imm`` and shift ``imm2``; ``clip`` clamps to [imm, imm2];
-    ``relu`` is max with 0. Unused fields are zero, and ``mode`` is imm for ops without a
+    ``relu`` is max with 0; ``fill`` sets every element to ``imm`` (it reads nothing, so it
+    starts an accumulator tile). Unused fields are zero, and ``mode`` is imm for ops without a
     second operand, so each operation has exactly one encoding.
     """
 
@@ -265,7 +284,7 @@ class Vec:
             raise _fault(f"{name} takes no acc operand: requires mode imm, got {mode.name}")
         if uses_src and (self.imm or self.imm2):
             raise _fault(f"{name} with an acc operand requires imm = imm2 = 0")
-        if op in (VecOp.ADD, VecOp.MIN, VecOp.MAX, VecOp.RELU) and self.imm2:
+        if op in (VecOp.ADD, VecOp.MIN, VecOp.MAX, VecOp.RELU, VecOp.FILL) and self.imm2:
             raise _fault(f"{name} requires imm2 = 0, got {self.imm2}")
         if op is VecOp.RELU and self.imm:
             raise _fault(f"vec.relu requires imm = 0, got {self.imm}")
@@ -300,7 +319,69 @@ class Finish:
     opcode = Opcode.FINISH
 
 
-Instruction = Load | Store | Gemm | Vec | Nop | Finish
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """Repeat the ``body`` words after this one ``count`` times.
+
+    The body holds instructions, their :class:`Step` words and nested loops, and lies inside
+    the body of any loop around it. A loop runs in no queue: the fetch unit expands it, handing
+    each iteration's instructions to their queues as if the program spelled them out, so it
+    carries no dependency flags (each body instruction carries its own, used on every
+    iteration).
+    """
+
+    count: int
+    body: int
+    deps: Deps = NO_DEPS
+
+    queue = None
+    opcode = Opcode.LOOP
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "loop", (("count", *_COUNT32), ("body", *_COUNT)))
+        _check_no_deps("loop", self.deps)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """Per iteration of the enclosing loop ``loop`` (0: the innermost), the address fields of
+    the instruction this word follows advance by ``d0``, ``d1``, ``d2``, in the order of
+    :data:`STEP_FIELDS` (a load's sram and dram, a GEMM's acc, inp and wgt, ...).
+
+    An instruction inside loops i_0 (outermost) .. i_n (innermost) with steps s_l for loop
+    level l runs on iteration (i_0, .., i_n) with ``field + sum(s_l * i_(n-l))``. A step
+    advances something: not all of its deltas are zero.
+    """
+
+    loop: int
+    d0: int
+    d1: int = 0
+    d2: int = 0
+    deps: Deps = NO_DEPS
+
+    queue = None
+    opcode = Opcode.STEP
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "step", (("loop", 0, LOOP_DEPTH - 1), ("d0", *_IMM), ("d1", *_IMM),
+                                     ("d2", *_IMM)))
+        _check_no_deps("step", self.deps)
+        if not (self.d0 or self.d1 or self.d2):
+            raise _fault("step requires a nonzero delta, got 0, 0, 0")
+
+    @property
+    def deltas(self) -> tuple[int, int, int]:
+        """(d0, d1, d2)."""
+        return (self.d0, self.d1, self.d2)
+
+
+Instruction = Load | Store | Gemm | Vec | Nop | Finish | Loop | Step
+
+# The address fields a Step advances, per instruction class, in delta order.
+STEP_FIELDS: dict[type, tuple[str, ...]] = {
+    Load: ("sram", "dram"), Store: ("sram", "dram"), Gemm: ("acc", "inp", "wgt"),
+    Vec: ("dst", "src"),
+}
 
 # Per instruction class: (field, bit width, signed), packed from bit 8 upwards in this order.
 LAYOUTS: dict[type, tuple[tuple[str, int, bool], ...]] = {
@@ -314,6 +395,8 @@ LAYOUTS: dict[type, tuple[tuple[str, int, bool], ...]] = {
           ("rows", 16, False), ("imm", 32, True), ("imm2", 32, True)),
     Nop: (("queue", 2, False),),
     Finish: (),
+    Loop: (("count", 32, False), ("body", 16, False)),
+    Step: (("loop", 3, False), ("d0", 32, True), ("d1", 32, True), ("d2", 32, True)),
 }
 _CLASSES = {cls.opcode: cls for cls in LAYOUTS}
 _BOOL_FIELDS = {"narrow", "reset"}

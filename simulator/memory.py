@@ -6,15 +6,34 @@ dependency tokens, tracked as vector clocks: ``clock[q]`` is how many of queue q
 instructions the accessing queue knows have retired (its own entry is the instruction now
 running). An access conflicting with one another queue made that the clock does not cover is a
 race, whatever the timing happened to be: other latencies would have reordered it.
+
+The bookkeeping is kept per run of rows with the same history (a segment), not per row:
+programs move whole tiles, so a memory holds a handful of segments, and an access checks and
+updates the few it covers. A write leaves one segment with no readers: a later write ordered
+after it is ordered after every read that it was ordered after, since clocks only grow and
+tokens pass them on.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Callable
+
 import numpy as np
 
-from ir.errors import SimulatorFault
-
 QUEUE_NAMES = ("load", "compute", "store")
+
+# Names an earlier access for a message: (its number among executed instructions, the name of
+# its queue) -> "instruction 3 (load)".
+Describe = Callable[[int, str], str]
+
+
+class MemoryFault(Exception):
+    """An access the memory refuses; the engine adds the instruction, unit and iteration."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 def rows_text(lo: int, hi: int) -> str:
@@ -22,80 +41,147 @@ def rows_text(lo: int, hi: int) -> str:
     return f"row {lo}" if hi - lo == 1 else f"rows {lo}..{hi - 1}"
 
 
+class _History:
+    """What a segment's rows have seen: written at all; the last write's queue, clock entry
+    (1-based position in its queue; 0 = none) and instruction number; per queue, the last
+    read's clock entry and instruction number."""
+
+    __slots__ = ("reader_id", "reader_seq", "valid", "writer_id", "writer_queue",
+                 "writer_seq")
+
+    def __init__(self, valid: bool = False, writer_queue: int = 0, writer_seq: int = 0,
+                 writer_id: int = 0) -> None:
+        self.valid = valid
+        self.writer_queue = writer_queue
+        self.writer_seq = writer_seq
+        self.writer_id = writer_id
+        self.reader_seq = [0] * len(QUEUE_NAMES)
+        self.reader_id = [0] * len(QUEUE_NAMES)
+
+    def copy(self) -> _History:
+        other = _History(self.valid, self.writer_queue, self.writer_seq, self.writer_id)
+        other.reader_seq = list(self.reader_seq)
+        other.reader_id = list(self.reader_id)
+        return other
+
+
 class OnChipMemory:
     """One scratchpad or the accumulator: ``rows`` rows of ``width`` elements of ``dtype``.
 
-    ``data`` holds the values; ``valid`` marks rows something wrote; the writer/reader arrays
-    hold, per row, the last access's position in its queue (1-based; 0 = none), queue and
-    program index.
+    ``data`` holds the values. The history is a list of segments: ``starts`` (sorted; the
+    first is 0) and the :class:`_History` of the rows from each start to the next.
+    ``describe`` names an earlier instruction in race messages.
     """
 
-    def __init__(self, name: str, rows: int, width: int, dtype: type, banks: int) -> None:
+    def __init__(self, name: str, rows: int, width: int, dtype: type, banks: int,
+                 describe: Describe | None = None) -> None:
         self.name = name
         self.rows = rows
         self.width = width
         self.bank_rows = rows // banks
         self.banks = banks
         self.data: np.ndarray = np.zeros((rows, width), dtype)
-        self.valid = np.zeros(rows, bool)
-        self.writer_seq = np.zeros(rows, np.int64)
-        self.writer_queue = np.zeros(rows, np.intp)
-        self.writer_index = np.zeros(rows, np.int64)
-        self.reader_seq = np.zeros((len(QUEUE_NAMES), rows), np.int64)
-        self.reader_index = np.zeros((len(QUEUE_NAMES), rows), np.int64)
+        self.starts = [0]
+        self.history = [_History()]
+        self.describe = describe or (lambda n, queue: f"instruction {n} ({queue})")
+        # The segments each row range covers, while the segments stay as they are: a program
+        # accesses the same tiles again and again.
+        self.covers: dict[tuple[int, int], tuple[int, int]] = {}
 
-    def check_bounds(self, lo: int, count: int, verb: str, index: int, unit: str) -> None:
+    def check_bounds(self, lo: int, count: int, verb: str) -> None:
         """Fault unless rows [lo, lo + count) exist and lie inside one bank."""
         hi = lo + count
         if hi > self.rows:
-            raise SimulatorFault(
-                f"{verb} {self.name} {rows_text(lo, hi)}, past the end of {self.name} "
-                f"({self.rows} rows)", index=index, unit=unit)
+            raise MemoryFault(f"{verb} {self.name} {rows_text(lo, hi)}, past the end of "
+                              f"{self.name} ({self.rows} rows)")
         if (hi - 1) // self.bank_rows != lo // self.bank_rows:
             edge = (lo // self.bank_rows + 1) * self.bank_rows
-            raise SimulatorFault(
+            raise MemoryFault(
                 f"{verb} {self.name} {rows_text(lo, hi)}, across the bank boundary at row "
-                f"{edge} ({self.name} has {self.banks} banks of {self.bank_rows} rows)",
-                index=index, unit=unit)
+                f"{edge} ({self.name} has {self.banks} banks of {self.bank_rows} rows)")
 
-    def read(self, lo: int, hi: int, queue: int, clock: np.ndarray, index: int,
-             unit: str) -> None:
-        """Check and record a read of rows [lo, hi) by instruction ``index`` of ``queue``."""
-        valid = self.valid[lo:hi]
-        if not valid.all():
-            bad = lo + int(np.argmin(valid))
-            end = bad + int(np.argmax(np.append(valid[bad - lo:], True)))
-            raise SimulatorFault(
-                f"reads {self.name} {rows_text(bad, end)}, which no completed instruction "
-                "wrote", index=index, unit=unit)
-        self._check_writer(lo, hi, clock, "reads", index, unit)
-        self.reader_seq[queue, lo:hi] = clock[queue]
-        self.reader_index[queue, lo:hi] = index
+    def _split(self, row: int) -> int:
+        """The index of the segment starting at ``row``, splitting the one holding it."""
+        starts = self.starts
+        if row >= self.rows:
+            return len(starts)
+        n = bisect_right(starts, row) - 1
+        if starts[n] == row:
+            return n
+        starts.insert(n + 1, row)
+        self.history.insert(n + 1, self.history[n].copy())
+        self.covers.clear()
+        return n + 1
 
-    def write(self, lo: int, hi: int, queue: int, clock: np.ndarray, index: int,
-              unit: str) -> None:
-        """Check and record a write of rows [lo, hi) by instruction ``index`` of ``queue``."""
-        self._check_writer(lo, hi, clock, "writes", index, unit)
-        unordered = self.reader_seq[:, lo:hi] > clock[:, None]
-        if unordered.any():
-            reader, row = (int(i[0]) for i in np.nonzero(unordered))
-            raise SimulatorFault(
-                f"writes {self.name} {rows_text(lo, hi)} while instruction "
-                f"{self.reader_index[reader, lo + row]} ({QUEUE_NAMES[reader]}) may still "
-                f"read row {lo + row}: no dependency token orders the two",
-                index=index, unit=unit)
-        self.valid[lo:hi] = True
-        self.writer_seq[lo:hi] = clock[queue]
-        self.writer_queue[lo:hi] = queue
-        self.writer_index[lo:hi] = index
+    def _segments(self, lo: int, hi: int) -> tuple[int, int]:
+        """(first, last): segments first..last-1 cover rows [lo, hi) exactly."""
+        span = self.covers.get((lo, hi))
+        if span is None:
+            first = self._split(lo)
+            span = self.covers[(lo, hi)] = (first, self._split(hi))
+        return span
 
-    def _check_writer(self, lo: int, hi: int, clock: np.ndarray, verb: str, index: int,
-                      unit: str) -> None:
-        """Fault if the last write of any row is not ordered before this access."""
-        unordered = self.writer_seq[lo:hi] > clock[self.writer_queue[lo:hi]]
-        if unordered.any():
-            row = lo + int(np.argmax(unordered))
-            raise SimulatorFault(
-                f"{verb} {self.name} {rows_text(lo, hi)} while instruction "
-                f"{self.writer_index[row]} ({QUEUE_NAMES[self.writer_queue[row]]}) may still "
-                f"write row {row}: no dependency token orders the two", index=index, unit=unit)
+    def _end(self, n: int) -> int:
+        return self.starts[n + 1] if n + 1 < len(self.starts) else self.rows
+
+    def read(self, lo: int, hi: int, queue: int, clock: list[int], ident: int) -> None:
+        """Check and record a read of rows [lo, hi) by instruction number ``ident`` of
+        ``queue``."""
+        first, last = self._segments(lo, hi)
+        history = self.history
+        for n in range(first, last):
+            if not history[n].valid:
+                end = n
+                while end < last and not history[end].valid:
+                    end += 1
+                rows = rows_text(self.starts[n], self._end(end - 1))
+                raise MemoryFault(f"reads {self.name} {rows}, which no completed instruction "
+                                  "wrote")
+        for n in range(first, last):
+            seg = history[n]
+            if seg.writer_seq > clock[seg.writer_queue]:
+                self._unordered_writer(n, lo, hi, "reads")
+        own = clock[queue]
+        for n in range(first, last):
+            seg = history[n]
+            seg.reader_seq[queue] = own
+            seg.reader_id[queue] = ident
+
+    def write(self, lo: int, hi: int, queue: int, clock: list[int], ident: int) -> None:
+        """Check and record a write of rows [lo, hi) by instruction number ``ident`` of
+        ``queue``."""
+        first, last = self._segments(lo, hi)
+        history = self.history
+        for n in range(first, last):
+            seg = history[n]
+            if seg.writer_seq > clock[seg.writer_queue]:
+                self._unordered_writer(n, lo, hi, "writes")
+        for reader, seen in enumerate(clock):
+            for n in range(first, last):
+                if history[n].reader_seq[reader] > seen:
+                    self._unordered_reader(n, reader, lo, hi)
+        seg = history[first]
+        seg.valid = True
+        seg.writer_queue = queue
+        seg.writer_seq = clock[queue]
+        seg.writer_id = ident
+        readers = seg.reader_seq
+        readers[0] = readers[1] = readers[2] = 0
+        if last > first + 1:
+            del history[first + 1:last]
+            del self.starts[first + 1:last]
+            self.covers.clear()
+
+    def _unordered_reader(self, n: int, reader: int, lo: int, hi: int) -> None:
+        """Fault: segment n's last read by queue ``reader`` is not ordered before this write
+        of [lo, hi)."""
+        who = self.describe(self.history[n].reader_id[reader], QUEUE_NAMES[reader])
+        raise MemoryFault(f"writes {self.name} {rows_text(lo, hi)} while {who} may still read "
+                          f"row {self.starts[n]}: no dependency token orders the two")
+
+    def _unordered_writer(self, n: int, lo: int, hi: int, verb: str) -> None:
+        """Fault: segment n's last write is not ordered before this access of [lo, hi)."""
+        seg = self.history[n]
+        who = self.describe(seg.writer_id, QUEUE_NAMES[seg.writer_queue])
+        raise MemoryFault(f"{verb} {self.name} {rows_text(lo, hi)} while {who} may still write "
+                          f"row {self.starts[n]}: no dependency token orders the two")

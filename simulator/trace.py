@@ -1,6 +1,7 @@
 """Chrome trace JSON (``{"traceEvents": [...]}``), which Perfetto and chrome://tracing open.
 
-An "X" (complete) event per instruction, from the cycle its unit began it to the cycle it
+An "X" (complete) event per executed instruction (a loop's body instructions once per
+iteration, each with its iteration), from the cycle its unit began it to the cycle it
 finished, with times in microseconds at the machine's clock. A unit runs several of its
 instructions at once (a DMA engine keeps up to ``dma.max_outstanding`` requests in flight;
 the array pipelines GEMMs), and slices that overlap on one track are dropped or mis-drawn by
@@ -14,10 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterator, Sequence
 
 from simulator.assembler import format_instruction
 from simulator.isa import Instruction
+from simulator.loops import expand
 
 UNITS = ("load", "gemm", "vector", "store", "dram")
 # What one track of each unit stands for: one in-flight request of a DMA engine, one GEMM or
@@ -25,8 +28,36 @@ UNITS = ("load", "gemm", "vector", "store", "dram")
 LANE_NAMES = {"load": "load DMA", "gemm": "gemm pipeline", "vector": "vector pipeline",
               "store": "store DMA", "dram": "dram port"}
 
-# One record per event: (unit index into UNITS, begin cycle, end cycle, instruction index).
+# One record per event: (unit index into UNITS, begin cycle, end cycle, instruction number).
+# Instructions are numbered in the order they execute: in a program without loops, the number
+# is the instruction's index in the program.
 Record = tuple[int, int, int, int]
+
+
+class Records(Sequence[Record]):
+    """A run's records, four machine integers each: a long run keeps millions of them."""
+
+    def __init__(self) -> None:
+        self._data = array("q")
+        # Append one record, given as (unit, begin, end, number).
+        self.add = self._data.extend
+
+    def __len__(self) -> int:
+        return len(self._data) // 4
+
+    def __getitem__(self, n):  # type: ignore[no-untyped-def]
+        if isinstance(n, slice):
+            return [self[k] for k in range(*n.indices(len(self)))]
+        if n < 0:
+            n += len(self)
+        if not 0 <= n < len(self):
+            raise IndexError(n)
+        return tuple(self._data[4 * n:4 * n + 4])
+
+    def __iter__(self) -> Iterator[Record]:
+        data = self._data
+        for n in range(0, len(data), 4):
+            yield (data[n], data[n + 1], data[n + 2], data[n + 3])
 
 
 def assign_lanes(records: Sequence[Record]) -> list[int]:
@@ -54,7 +85,9 @@ def assign_lanes(records: Sequence[Record]) -> list[int]:
 def chrome_trace(records: Sequence[Record], program: Sequence[Instruction], clock_mhz: float,
                  machine: str) -> dict[str, object]:
     """The trace as a JSON-ready dict: process and thread names (one thread per lane, in
-    unit order; at least one per unit), then one complete event per record."""
+    unit order; at least one per unit), then one complete event per record: ``args`` holds
+    the instruction's index in the program, its cycles, its assembly (with this iteration's
+    addresses) and, inside loops, its ``iteration`` (one index per loop, outermost first)."""
     lanes = assign_lanes(records)
     counts = [1] * len(UNITS)  # an idle unit keeps one (empty) track
     for (unit, *_), lane in zip(records, lanes):
@@ -69,13 +102,18 @@ def chrome_trace(records: Sequence[Record], program: Sequence[Instruction], cloc
                            "args": {"name": f"{LANE_NAMES[name]} #{lane}"}})
             events.append({"ph": "M", "name": "thread_sort_index", "pid": 0, "tid": tid,
                            "args": {"sort_index": tid}})
-    for (unit, begin, end, index), lane in zip(records, lanes):
-        insn = program[index]
+    executed = list(expand(program))
+    for (unit, begin, end, number), lane in zip(records, lanes):
+        node, iteration = executed[number]
+        insn = node.instruction_at(iteration)
+        args: dict[str, object] = {"index": node.index, "cycles": [begin, end],
+                                   "insn": format_instruction(insn)}
+        if iteration:
+            args["iteration"] = list(iteration)
         events.append({
             "ph": "X", "pid": 0, "tid": first_tid[unit] + lane,
             "name": type(insn).__name__.lower(), "cat": UNITS[unit],
-            "ts": begin / clock_mhz, "dur": (end - begin) / clock_mhz,
-            "args": {"index": index, "cycles": [begin, end], "insn": format_instruction(insn)},
+            "ts": begin / clock_mhz, "dur": (end - begin) / clock_mhz, "args": args,
         })
     return {"traceEvents": events, "displayTimeUnit": "ns"}
 

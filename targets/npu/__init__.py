@@ -3,10 +3,13 @@
 :func:`compile_stage` turns one NPU stage (a root statement calling ``npu`` intrinsics) into
 a program: buffers placed on chip and in DRAM (:mod:`.memory`), one instruction per intrinsic
 call in program order with double-buffered on-chip buffers (:mod:`.emit`), continuing
-instructions merged (:mod:`.coalesce`), and dependency tokens between the queues
-(:mod:`.tokens`). :func:`run` runs a whole tensorized function: NPU stages on the simulator,
+instructions merged (:mod:`.coalesce`), dependency tokens between the queues
+(:mod:`.tokens`), and tile loops folded into loop instructions (:mod:`.reroll`), so that
+compiling takes time in proportion to the loop nest, not the calls. :func:`run` runs a whole tensorized function: NPU stages on the simulator,
 the rest on the host backend (:mod:`.stages`), and returns the outputs with each stage's
-cycles and utilisation.
+cycles and utilisation, and the whole run's unit time, DRAM traffic and roofline.
+:func:`load_machine` and :func:`machine_registry` (:mod:`.machine`) read an NPU a user
+describes in YAML.
 """
 
 from __future__ import annotations
@@ -21,18 +24,18 @@ from intrinsics.model import Intrinsic
 from ir.buffer import Buffer
 from ir.errors import ExecutionError
 from ir.function import PrimFunc
-from simulator import MachineConfig, SimResult, load_machine, simulate
+from ir.stmt import BufferRegion
+from simulator import MachineConfig, Roofline, SimResult, UnitStats, simulate
 from simulator.assembler import disassemble
-from simulator.isa import Instruction, Store
+from simulator.isa import Instruction
 from targets import host
-from targets.npu.coalesce import coalesce
-from targets.npu.emit import UnsoundSwitch, emit_stage
+from targets.npu.emit import UnsoundSwitch, emit_stage, written_dram
+from targets.npu.machine import PathLike, load_machine, machine_registry
 from targets.npu.memory import SCOPE_MEMORY, InDram, OnChip, plan_dram, plan_on_chip
-from targets.npu.stages import Stage, host_function, split_stages
-from targets.npu.tokens import insert_tokens
+from targets.npu.stages import Stage, host_function, split_stages, stage_calls
 
-__all__ = ["CompiledStage", "NpuRun", "Stage", "StageRun", "compile_stage", "run",
-           "split_stages"]
+__all__ = ["CompiledStage", "NpuRun", "Stage", "StageRun", "compile_stage", "load_machine",
+           "machine_registry", "run", "split_stages"]
 
 Lookup = Callable[[str], Intrinsic]
 
@@ -48,6 +51,7 @@ class CompiledStage:
     dram: Mapping[Buffer, InDram]
     dram_bytes: int
     single_copy: tuple[str, ...]
+    min_dram_bytes: int = 0
 
     @property
     def assembly(self) -> str:
@@ -87,6 +91,39 @@ class NpuRun:
                     total[name] = total.get(name, 0) + count
         return total
 
+    @property
+    def sims(self) -> tuple[SimResult, ...]:
+        """The simulations of the NPU stages, in order."""
+        return tuple(s.sim for s in self.stages if s.sim is not None)
+
+    @property
+    def units(self) -> dict[str, UnitStats]:
+        """Per unit (load, gemm, vector, store, dram), busy, stall and idle cycles and
+        instructions, summed over the NPU stages (which run one after another)."""
+        total: dict[str, UnitStats] = {}
+        for sim in self.sims:
+            for name, u in sim.units.items():
+                t = total.get(name, UnitStats(name, 0, 0, 0, 0))
+                total[name] = UnitStats(name, t.busy + u.busy, t.stall + u.stall,
+                                        t.idle + u.idle, t.instructions + u.instructions)
+        return total
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates the array executed (padded tiles included)."""
+        return sum(sim.useful_macs for sim in self.sims)
+
+    @property
+    def dram_bytes(self) -> int:
+        """Bytes moved across the DRAM port by all NPU stages."""
+        return sum(sim.dram_bytes for sim in self.sims)
+
+    def roofline(self, config: MachineConfig) -> Roofline:
+        """The bound of the NPU stages on ``config``: their MACs on the array, and the DRAM
+        tensors they read and write, each moved once (``CompiledStage.min_dram_bytes``)."""
+        least = sum(s.compiled.min_dram_bytes for s in self.stages if s.compiled is not None)
+        return Roofline.of(self.macs, least, config)
+
 
 def compile_stage(stage: Stage, config: MachineConfig, lookup: Lookup,
                   single_copy: bool = False) -> CompiledStage:
@@ -99,26 +136,40 @@ def compile_stage(stage: Stage, config: MachineConfig, lookup: Lookup,
     while True:
         on_chip = plan_on_chip(on_chip_buffers, config, single=single)
         try:
-            emitted = emit_stage(stage.stmt, lookup, on_chip, dram)
+            emitted = emit_stage(stage.stmt, lookup, on_chip, dram, config)
             break
         except UnsoundSwitch as unsound:
             # Alternating copies would read stale rows: keep this buffer in one copy.
             single.add(unsound.buffer)
-    sizes = {"inp": config.inp.rows, "wgt": config.wgt.rows, "acc": config.acc.rows,
-             "dram": dram_bytes}
-    program = insert_tokens(coalesce(emitted.instructions, config), sizes)
-    return CompiledStage(stage, tuple(program), emitted.calls, on_chip, dram, dram_bytes,
-                         tuple(sorted(b.name for b in single)))
+    return CompiledStage(stage, emitted.instructions, emitted.calls, on_chip, dram, dram_bytes,
+                         tuple(sorted(b.name for b in single)),
+                         _tensor_bytes(stage, dram, lookup))
+
+
+def _tensor_bytes(stage: Stage, dram: Mapping[Buffer, InDram], lookup: Lookup) -> int:
+    """Bytes of the DRAM tensors the stage's intrinsics read, plus those they write: the
+    least traffic of any schedule of it."""
+    read: set[Buffer] = set()
+    written: set[Buffer] = set()
+    for call in stage_calls(stage):
+        for operand, arg in zip(lookup(call.intrinsic).operands, call.args):
+            if isinstance(arg, BufferRegion) and arg.buffer in dram:
+                (read if operand.role == "input" else written).add(arg.buffer)
+    return sum(dram[b].nbytes for b in read) + sum(dram[b].nbytes for b in written)
 
 
 def run(func: PrimFunc, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
-        config: MachineConfig | None = None, lookup: Lookup | None = None) -> NpuRun:
+        config: MachineConfig | PathLike | None = None, lookup: Lookup | None = None
+        ) -> NpuRun:
     """Run a tensorized function: NPU stages on the simulator, the others on the host.
 
     ``inputs`` maps parameter names to arrays (or lists them in parameter order); missing
-    parameters start as zeros. Returns the parameters the function writes, and the stages.
+    parameters start as zeros. ``config`` is the machine, or the path of a YAML file
+    describing it (:func:`load_machine`; default: the built-in machine). Returns the
+    parameters the function writes, and the stages.
     """
-    config = config or load_machine()
+    if not isinstance(config, MachineConfig):
+        config = load_machine(config)
     lookup = lookup or default_registry().get
     pool = _initial_pool(func, inputs)
     written: set[Buffer] = set()
@@ -151,10 +202,7 @@ def run(func: PrimFunc, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
 
 def _written_dram(compiled: CompiledStage) -> set[Buffer]:
     """The DRAM buffers a program's stores reach."""
-    stored = []
-    for insn in compiled.program:
-        if isinstance(insn, Store):
-            stored.append((insn.dram, insn.dram + (insn.rows - 1) * insn.stride + 1))
+    stored = written_dram(compiled.program)
     return {b for b, placed in compiled.dram.items()
             if any(lo < placed.base + placed.nbytes and placed.base < hi for lo, hi in stored)}
 

@@ -1,11 +1,24 @@
-"""Walking a tensorized stage and emitting one NPU instruction per intrinsic call.
+"""Emitting one NPU stage: instructions for its intrinsic calls, in loops where it can.
 
-The stage's loops run here, at compile time, as an NPU program is straight-line code: every
-loop iteration and block instance is visited in program order, bindings and predicates are
-evaluated, and each ``IntrinsicCall`` of the ``npu`` target becomes the line of assembly its
-``emit.npu`` template gives, with operands replaced by on-chip row addresses or DRAM byte
-addresses. Anything else (a plain store, a call of another target's intrinsic) is refused
-with the block that holds it: the NPU runs only its own instructions.
+The stage's loops run here, at compile time: each ``IntrinsicCall`` of the ``npu`` target
+becomes the line of assembly its ``emit.npu`` template gives, with operands replaced by
+on-chip row addresses or DRAM byte addresses. Anything else (a plain store, a call of another
+target's intrinsic) is refused with the block that holds it: the NPU runs only its own
+instructions.
+
+Walking every iteration would cost time in proportion to intrinsic calls (millions for a
+large GEMM), so loops are handled whole where the IR proves that safe
+(:func:`ir.arith.simplify` under the loops' ranges), and walked otherwise:
+
+- **Collapse.** A loop whose iterations each run one call, whose instructions continue each
+  other (the next rows of the same memories and DRAM, within one bank), becomes one taller
+  instruction, as the merging pass (:mod:`.coalesce`) would make of them.
+- **Fold.** A loop whose control decisions do not depend on its variable (past its first and
+  last few iterations), whose on-chip operands do not move with it and whose DRAM operands
+  move affinely, is run on a prefix of iterations; once the emitter's state repeats (double
+  buffering gives a period of two), whole periods are skipped and a suffix is run. Marks
+  (:mod:`.reroll`) record where; after merging and tokens, the sampled iterations are folded
+  back into loop instructions whose address fields step per iteration.
 
 Double buffering: an on-chip buffer with two copies switches copy when a queue starts
 writing it again after another queue has read it (a new tile arrives after the previous one
@@ -18,26 +31,47 @@ buffer in one copy.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from intrinsics.model import Intrinsic, Operand
 from intrinsics.templates import placeholders
+from ir.arith import Interval, linearize, simplify
 from ir.buffer import Buffer
 from ir.errors import ExecutionError, SimulatorFault
 from ir.evaluate import compile_index, evaluate
-from ir.expr import Expr, IntImm, Var
-from ir.stmt import (Block, BlockRealize, BufferRegion, BufferStore, For, IfThenElse,
-                     IntrinsicCall, IterKind, SeqStmt, Stmt)
+from ir.expr import Expr, IntImm, Var, and_, eq
+from ir.stmt import (
+    Block,
+    BlockRealize,
+    BufferRegion,
+    BufferStore,
+    For,
+    IfThenElse,
+    IntrinsicCall,
+    IterKind,
+    SeqStmt,
+    Stmt,
+)
+from ir.visitor import post_order_visit, substitute
 from simulator.assembler import assemble
-from simulator.isa import Instruction, Queue
+from simulator.config import MachineConfig
+from simulator.isa import STEP_FIELDS, Instruction, Queue, Store
+from simulator.loops import placed, span, structure
+from targets.npu.coalesce import bank_rows, coalesce, merged
 from targets.npu.memory import InDram, OnChip, element_bytes
+from targets.npu.reroll import Fold, Mark, RerollFailed, reroll
+from targets.npu.tokens import insert_tokens
 
 _QUEUE_OF_KIND = {"load": Queue.LOAD, "store": Queue.STORE, "compute": Queue.COMPUTE,
                   "fill": Queue.COMPUTE}
+PREFIX = 6  # iterations of a folded loop run before its gap
+SUFFIX = 6  # iterations (at least) run after it
+PERIODS = (1, 2)  # the periods in which the emitter's state may repeat
 
 
 class UnsoundSwitch(Exception):
@@ -61,32 +95,89 @@ class _CopyState:
 
 @dataclass(frozen=True, slots=True)
 class Emitted:
-    """The instructions of a stage, in program order, and how often each intrinsic ran."""
+    """A stage's program (loop words, tokens and FINISH included) and how often each
+    intrinsic runs."""
 
     instructions: tuple[Instruction, ...]
     calls: Mapping[str, int]
 
 
 def emit_stage(stmt: Stmt, lookup, on_chip: Mapping[Buffer, OnChip],
-               dram: Mapping[Buffer, InDram]) -> Emitted:
-    """The instructions of one NPU stage (a statement of the tensorized function's root).
+               dram: Mapping[Buffer, InDram], config: MachineConfig,
+               loops: bool = True) -> Emitted:
+    """The program of one NPU stage (a statement of the tensorized function's root): emitted,
+    merged (:mod:`.coalesce`), with dependency tokens (:mod:`.tokens`), folded into loops.
 
     ``lookup(name)`` gives an Intrinsic. Buffers must all be placed in ``on_chip`` or
-    ``dram``. Raises UnsoundSwitch for a double-buffered buffer that cannot alternate, and
-    ExecutionError for anything the NPU cannot run.
+    ``dram``. With ``loops=False`` every loop is walked: the straight-line program the folded
+    one stands for (its expansion, :func:`simulator.loops.expanded`, is the same). Raises
+    UnsoundSwitch for a double-buffered buffer that cannot alternate, and ExecutionError for
+    anything the NPU cannot run.
     """
-    emitter = _Emitter(lookup, on_chip, dram)
-    emitter.stmt(stmt, {}, None)
-    return Emitted(tuple(emitter.program), dict(emitter.calls))
+    sizes = {"inp": config.inp.rows, "wgt": config.wgt.rows, "acc": config.acc.rows,
+             "dram": max((p.base + p.nbytes for p in dram.values()), default=0)}
+    walked: set[int] = set()  # loops to walk, not fold: their samples did not reroll
+    while True:
+        emitter = _Emitter(lookup, on_chip, dram, stmt, walked, bank_rows(config), loops)
+        emitter.stmt(stmt, {}, None)
+        items = insert_tokens(coalesce(emitter.items, config), sizes)
+        try:
+            program = reroll(items)
+        except RerollFailed as failed:
+            walked.add(id(failed.loop))
+            continue
+        _check_tokens_balance(program)
+        return Emitted(tuple(program), dict(emitter.calls))
+
+
+def _check_tokens_balance(program: list[Instruction]) -> None:
+    """Every token pushed is popped, counting each loop's iterations: folding kept the
+    pairing of the straight-line tokens (a safety net; the simulator checks every access)."""
+    balance: Counter[tuple[int, int]] = Counter()
+    for node in placed(structure(program)):
+        deps, q = node.insn.deps, int(node.insn.queue)
+        times = math.prod(node.counts)
+        balance[(q, q - 1)] += deps.push_prev * times
+        balance[(q, q + 1)] += deps.push_next * times
+        balance[(q - 1, q)] -= deps.pop_prev * times
+        balance[(q + 1, q)] -= deps.pop_next * times
+    if any(balance.values()):
+        raise ExecutionError(f"internal error: folded NPU program pairs tokens unevenly "
+                             f"({dict(balance)})")
+
+
+@dataclass
+class _Facts:
+    """What a loop body does, as expressions over loop variables: the conditions deciding
+    what runs, the flat offsets of its on-chip and DRAM operands, and the variables and
+    ranges of the loops inside it."""
+
+    controls: list[Expr] = field(default_factory=list)
+    chip: list[Expr] = field(default_factory=list)
+    dram: list[tuple[Buffer, Expr]] = field(default_factory=list)
+    inner: dict[Var, Interval] = field(default_factory=dict)
+    supported: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How to emit a loop: ``collapse`` into one instruction, ``fold`` on samples, or walk."""
+
+    collapse: bool
+    fold: bool
 
 
 class _Emitter:
     def __init__(self, lookup, on_chip: Mapping[Buffer, OnChip],
-                 dram: Mapping[Buffer, InDram]) -> None:
+                 dram: Mapping[Buffer, InDram], stage: Stmt, walked: set[int],
+                 banks: dict[str, int], loops: bool) -> None:
         self.lookup = lookup
+        self.banks = banks
+        self.loops = loops
         self.on_chip = on_chip
         self.dram = dram
-        self.program: list[Instruction] = []
+        self.walked = walked
+        self.items: list[Instruction | Mark] = []
         self.calls: Counter[str] = Counter()
         self.sites: dict[int, _Site] = {}
         self.bindings: dict[int, tuple] = {}  # per realize: compiled bindings and predicate
@@ -94,15 +185,19 @@ class _Emitter:
         self.states = {b: _CopyState(rows_gen=[np.full(p.rows, -1, np.int64)
                                                 for _ in p.bases])
                        for b, p in on_chip.items()}
+        self.plans: dict[int, _Plan] = {}
+        self.ranges: dict[Var, Interval] = {}  # the loops around the current statement
+        self.subst: dict[Var, Expr] = {}  # block iterators -> loop variables, here
+        self.substs: dict[int, dict[Var, Expr]] = {}  # per realize: the subst inside it
+        self.hazards = _hazard_buffers(stage, self)
+        self.dry: list[_Call] | None = None  # calls evaluated without effect, when a list
+        self.last: _Call | None = None  # the last call emitted
 
     # -- statements ------------------------------------------------------------------------
 
     def stmt(self, stmt: Stmt, env: dict[Var, int], block: Block | None) -> None:
         if isinstance(stmt, For):
-            for value in range(stmt.extent):
-                env[stmt.var] = value
-                self.stmt(stmt.body, env, block)
-            del env[stmt.var]
+            self.loop(stmt, env, block)
         elif isinstance(stmt, SeqStmt):
             for child in stmt.stmts:
                 self.stmt(child, env, block)
@@ -138,10 +233,167 @@ class _Emitter:
             return
         inner = dict(env)
         inner.update({iv.var: v for iv, v in zip(block.iter_vars, values)})
+        saved = self.subst
+        inside = self.substs.get(id(realize))
+        if inside is None:
+            inside = self.substs[id(realize)] = {**saved, **{
+                iv.var: substitute(b, saved) for iv, b in zip(block.iter_vars, realize.bindings)}}
+        self.subst = inside
         if block.init is not None and all(
                 v == 0 for iv, v in zip(block.iter_vars, values) if iv.kind is IterKind.REDUCE):
             self.stmt(block.init, inner, block)
         self.stmt(block.body, inner, block)
+        self.subst = saved
+
+    # -- loops -------------------------------------------------------------------------------
+
+    def loop(self, loop: For, env: dict[Var, int], block: Block | None) -> None:
+        plan = self.plan(loop)
+        self.ranges[loop.var] = Interval(0, loop.extent - 1)
+        first = 0
+        if plan.collapse and self.dry is None:
+            first = self.collapse(loop, env, block)
+        if first < loop.extent:
+            if plan.fold and self.dry is None:
+                self.fold(loop, env, block, first)
+            else:
+                for value in range(first, loop.extent):
+                    env[loop.var] = value
+                    self.stmt(loop.body, env, block)
+        env.pop(loop.var, None)
+        del self.ranges[loop.var]
+
+    def plan(self, loop: For) -> _Plan:
+        """Whether ``loop`` may collapse or fold (see the module docs), from its body alone."""
+        plan = self.plans.get(id(loop))
+        if plan is not None:
+            return plan
+        if not self.loops:
+            plan = self.plans[id(loop)] = _Plan(collapse=False, fold=False)
+            return plan
+        facts = _Facts()
+        _collect(loop.body, self.subst, facts, self)
+        n, v = loop.extent, loop.var
+        whole = {**self.ranges, **facts.inner, v: Interval(0, n - 1)}
+        collapse = (facts.supported and not facts.inner and n > 1
+                    and all(_decided(c, whole, v) for c in facts.controls)
+                    and all(_affine(e, whole, v) for e in facts.chip)
+                    and all(_affine(e, whole, v) for _, e in facts.dram))
+        # The gap repeats the prefix's last period: from there to the suffix, nothing may
+        # depend on the loop's variable.
+        middle = {**whole, v: Interval(PREFIX - max(PERIODS), n - 1 - SUFFIX)}
+        fold = (facts.supported and n >= PREFIX + SUFFIX + 1 + max(PERIODS)
+                and id(loop) not in self.walked
+                and all(_decided(c, middle, v) for c in facts.controls)
+                and all(_decided(e, middle, v) for e in facts.chip)
+                and all(_affine(e, middle, v) and (b not in self.hazards
+                                                   or _decided(e, middle, v))
+                        for b, e in facts.dram))
+        plan = self.plans[id(loop)] = _Plan(collapse, fold)
+        return plan
+
+    def collapse(self, loop: For, env: dict[Var, int], block: Block | None) -> int:
+        """Emit ``loop`` as one instruction if its iterations continue each other; returns
+        the first iteration still to emit (the extent when collapsed, else 1: iteration 0
+        has been emitted as it is)."""
+        v, n = loop.var, loop.extent
+        mark = len(self.items)
+        env[v] = 0
+        self.stmt(loop.body, env, block)
+        first = self.last
+        if len(self.items) != mark + 1 or first is None or \
+                self.items[-1] is not first.insn:
+            return 1
+        env[v] = 1
+        self.dry = []
+        try:
+            self.stmt(loop.body, env, block)
+        finally:
+            second, self.dry = self.dry, None
+        if len(second) != 1 or second[0].site is not first.site:
+            return 1
+        whole = merged(first.insn, second[0].insn, n, self.banks)
+        if whole is None or not self.collapse_effects(first, second[0], n):
+            return 1
+        self.items[-1] = whole
+        self.calls[first.site.intrinsic.name] += n - 1
+        return n
+
+    def collapse_effects(self, first: _Call, second: _Call, n: int) -> bool:
+        """The copy bookkeeping of iterations 1..n-1 of a collapsing call, done for their
+        rows at once; False (and nothing done) where one operand's rows could meet another's
+        within the loop, so that row-by-row order would matter."""
+        spans = []
+        for a, b in zip(first.accesses, second.accesses):
+            step = b.rows.start - a.rows.start
+            lo = b.rows.start + min(0, step * (n - 2))
+            hi = b.rows.stop + max(0, step * (n - 2))
+            spans.append((a, slice(lo, hi)))
+        for x, (a, ra) in enumerate(spans):
+            for y, (b, rb) in enumerate(spans):
+                if x != y and a.buffer is b.buffer and (a.writes or b.writes) \
+                        and ra.start < rb.stop and rb.start < ra.stop:
+                    return False
+        for access, rows in spans:
+            if access.reads:
+                self.check_read(access.buffer, rows, first.site.queue)
+            if access.writes:
+                state = self.states[access.buffer]
+                state.rows_gen[state.copy][rows] = state.generation
+        return True
+
+    def fold(self, loop: For, env: dict[Var, int], block: Block | None, start: int) -> None:
+        """Emit iterations ``start``.. of ``loop`` on samples: PREFIX iterations, then (once
+        the state repeats with a period) a gap of whole periods, then the rest; marked for
+        :func:`reroll`, which numbers them from 0."""
+        n = loop.extent - start
+        record = Fold(loop, n)
+        self.items.append(Mark("open", record))
+        snapshots = []
+        for i in range(PREFIX):
+            self.iteration(record, loop, env, block, start, i)
+            snapshots.append((self.snapshot(), Counter(self.calls)))
+        period = next((p for p in PERIODS if snapshots[-1][0][0] == snapshots[-1 - p][0][0]),
+                      None)
+        gap = (n - PREFIX - SUFFIX) // period * period if period is not None else 0
+        if gap > 0:
+            self.skip(gap // period, snapshots[-1], snapshots[-1 - period])  # type: ignore
+            self.items.append(Mark("gap", record))
+        for i in range(PREFIX + gap, n):
+            self.iteration(record, loop, env, block, start, i)
+        self.items.append(Mark("close", record))
+
+    def iteration(self, record: Fold, loop: For, env: dict[Var, int], block: Block | None,
+                  start: int, i: int) -> None:
+        """Emit iteration ``start + i`` of ``loop``, marked as iteration i of ``record``."""
+        self.items.append(Mark("iter", record, i))
+        env[loop.var] = start + i
+        self.stmt(loop.body, env, block)
+
+    def snapshot(self) -> tuple[tuple, dict[Buffer, int]]:
+        """(The copy state relative to each buffer's generation, the generations): equal
+        relative states emit the same code for the same calls."""
+        relative = []
+        generations = {}
+        for buffer, state in self.states.items():
+            rows = [np.where(g < 0, np.iinfo(np.int64).min, g - state.generation).tobytes()
+                    for g in state.rows_gen]
+            relative.append((state.copy, frozenset(state.readers), tuple(rows)))
+            generations[buffer] = state.generation
+        return tuple(relative), generations
+
+    def skip(self, periods: int, last: tuple, before: tuple) -> None:
+        """Advance the state and call counts over ``periods`` periods, each repeating the one
+        between snapshots ``before`` and ``last``."""
+        (_, gens), calls = last
+        (_, gens_before), calls_before = before
+        for buffer, state in self.states.items():
+            shift = (gens[buffer] - gens_before[buffer]) * periods
+            state.generation += shift
+            for g in state.rows_gen:
+                g[g >= 0] += shift
+        for name, count in calls.items():
+            self.calls[name] += (count - calls_before.get(name, 0)) * periods
 
     # -- intrinsic calls ---------------------------------------------------------------------
 
@@ -203,10 +455,13 @@ class _Emitter:
                 values[name] = self.dram[buffer].base + flat * width
                 values[f"{name}.ld"] = arg.ld
                 values[f"{name}.ld_bytes"] = arg.ld * width
+        dry = self.dry is not None
         # Writes first pick their copy, then every on-chip operand gets its row address.
-        for operand, buffer, flat in accesses:
-            if _writes(operand, intrinsic):
-                self.begin_write(buffer, queue)
+        if not dry:
+            for operand, buffer, flat in accesses:
+                if _writes(operand, intrinsic):
+                    self.begin_write(buffer, queue)
+        rows_of = []
         for operand, buffer, flat in accesses:
             placed = self.on_chip[buffer]
             state = self.states[buffer]
@@ -216,15 +471,26 @@ class _Emitter:
             values[operand.name] = placed.row_of(flat, state.copy)
             first = flat // placed.row_elems
             rows = slice(first, first + max(operand.buffer.size // placed.row_elems, 1))
-            if _reads(operand, intrinsic):
+            access = _Access(buffer, rows, _reads(operand, intrinsic),
+                             _writes(operand, intrinsic))
+            rows_of.append(access)
+            if dry:
+                continue
+            if access.reads:
                 self.check_read(buffer, rows, queue)
-            if _writes(operand, intrinsic):
+            if access.writes:
                 state.rows_gen[state.copy][rows] = state.generation
         if site.template is not None:
-            self.program.append(site.template.make(values))
+            insn = site.template.make(values)
         else:
             line = intrinsic.render("npu", {k: str(v) for k, v in values.items()})
-            self.program.extend(assemble(line, f"<{intrinsic.name}>"))
+            (insn,) = assemble(line, f"<{intrinsic.name}>")
+        done = _Call(site, insn, tuple(rows_of))
+        if dry:
+            self.dry.append(done)  # type: ignore[union-attr]
+            return
+        self.items.append(insn)
+        self.last = done
         self.calls[intrinsic.name] += 1
 
     def begin_write(self, buffer: Buffer, queue: Queue) -> None:
@@ -247,6 +513,115 @@ class _Emitter:
 
 
 @dataclass(frozen=True, slots=True)
+class _Access:
+    """The rows of a buffer (in its own row numbering) one operand of a call touches."""
+
+    buffer: Buffer
+    rows: slice
+    reads: bool
+    writes: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One call as emitted: its site, its instruction, and the rows each on-chip operand
+    touches."""
+
+    site: _Site
+    insn: Instruction
+    accesses: tuple[_Access, ...]
+
+
+def _collect(stmt: Stmt, subst: dict[Var, Expr], facts: _Facts, emitter: _Emitter) -> None:
+    """Fill ``facts`` from ``stmt``, block iterators replaced by their bindings."""
+    if isinstance(stmt, For):
+        facts.inner[stmt.var] = Interval(0, stmt.extent - 1)
+        _collect(stmt.body, subst, facts, emitter)
+    elif isinstance(stmt, SeqStmt):
+        for child in stmt.stmts:
+            _collect(child, subst, facts, emitter)
+    elif isinstance(stmt, IfThenElse):
+        facts.controls.append(substitute(stmt.cond, subst))
+        _collect(stmt.then_case, subst, facts, emitter)
+        if stmt.else_case is not None:
+            _collect(stmt.else_case, subst, facts, emitter)
+    elif isinstance(stmt, BlockRealize):
+        block = stmt.block
+        inner = {**subst, **{iv.var: substitute(b, subst)
+                             for iv, b in zip(block.iter_vars, stmt.bindings)}}
+        facts.controls.append(substitute(stmt.predicate, subst))
+        if block.init is not None:
+            firsts = [eq(inner[iv.var], IntImm(0, inner[iv.var].dtype))
+                      for iv in block.iter_vars if iv.kind is IterKind.REDUCE]
+            cond = firsts[0]
+            for other in firsts[1:]:
+                cond = and_(cond, other)
+            facts.controls.append(cond)
+            _collect(block.init, inner, facts, emitter)
+        _collect(block.body, inner, facts, emitter)
+    elif isinstance(stmt, IntrinsicCall):
+        for arg in stmt.args:
+            if not isinstance(arg, BufferRegion):
+                continue
+            offset = substitute(_flat_offset(arg), subst)
+            if arg.buffer in emitter.on_chip:
+                facts.chip.append(offset)
+            else:
+                facts.dram.append((arg.buffer, offset))
+    else:
+        facts.supported = False
+
+
+def _hazard_buffers(stage: Stmt, emitter: _Emitter) -> set[Buffer]:
+    """The DRAM buffers the stage both reads and writes: a loop moving through one of them
+    may order its loads after earlier stores, so it is never folded."""
+    read: set[Buffer] = set()
+    written: set[Buffer] = set()
+
+    def visit(node) -> None:
+        if not isinstance(node, IntrinsicCall):
+            return
+        intrinsic = emitter.lookup(node.intrinsic)
+        for operand, arg in zip(intrinsic.operands, node.args):
+            if isinstance(arg, BufferRegion) and arg.buffer in emitter.dram:
+                if _reads(operand, intrinsic):
+                    read.add(arg.buffer)
+                if _writes(operand, intrinsic):
+                    written.add(arg.buffer)
+
+    post_order_visit(stage, visit)
+    return read & written
+
+
+def _flat_offset(region: BufferRegion) -> Expr:
+    """The region's first element as a flat offset into its buffer."""
+    flat: Expr = IntImm(0)
+    for r, stride in zip(region.ranges, region.buffer.effective_strides):
+        flat = flat + r.start * stride
+    return flat
+
+
+def _mentions(expr: Expr, var: Var) -> bool:
+    found = []
+    post_order_visit(expr, lambda node: found.append(node) if node is var else None)
+    return bool(found)
+
+
+def _decided(expr: Expr, ranges: dict[Var, Interval], var: Var) -> bool:
+    """True when ``expr`` takes no value from ``var`` over ``ranges``."""
+    return not _mentions(simplify(expr, ranges), var)
+
+
+def _affine(expr: Expr, ranges: dict[Var, Interval], var: Var) -> bool:
+    """True when ``expr`` is affine in ``var`` over ``ranges``: ``var`` appears only as a
+    term of its linear form, not inside a floordiv, a floormod or a select."""
+    if expr.dtype.is_bool or not expr.dtype.is_int:
+        return False
+    form = linearize(simplify(expr, ranges))
+    return not any(atom is not var and _mentions(atom, var) for atom, _ in form.terms)
+
+
+@dataclass(frozen=True, slots=True)
 class _Arg:
     """One argument of a call site: a scalar expression, or a region on chip or in DRAM
     with its buffer's strides (and, in DRAM, the leading stride of the operand's rows).
@@ -263,10 +638,7 @@ class _Arg:
     def make(operand: Operand, node: BufferRegion | Expr, kind: str,
              strides: tuple[int, ...] = (), ld: int = 0) -> _Arg:
         if isinstance(node, BufferRegion):
-            flat = IntImm(0)
-            for r, stride in zip(node.ranges, strides):
-                flat = flat + r.start * stride
-            return _Arg(operand, node, kind, strides, ld, compile_index(flat))
+            return _Arg(operand, node, kind, strides, ld, compile_index(_flat_offset(node)))
         return _Arg(operand, node, kind, strides, ld, compile_index(node))
 
 
@@ -341,3 +713,13 @@ def _leading_stride(region: BufferRegion, operand: Operand) -> int:
 
 def _extent(expr: Expr) -> int:
     return evaluate(expr, {})
+
+
+def written_dram(program: Sequence[Instruction]) -> list[tuple[int, int]]:
+    """The DRAM byte ranges [lo, hi) a program's stores may write, over all iterations."""
+    spans = []
+    for node in placed(structure(program)):
+        if isinstance(node.insn, Store):
+            (lo, _), (hi, _) = span(node, STEP_FIELDS[Store].index("dram"))
+            spans.append((lo, hi + (node.insn.rows - 1) * node.insn.stride + 1))
+    return spans

@@ -1,8 +1,10 @@
 """Where every buffer of an NPU program lives: scratchpad rows on chip, bytes in DRAM.
 
 On-chip buffers (scopes ``npu.inp``, ``npu.wgt``, ``npu.acc``) are stored row-major, one
-memory row per ``row_elems`` consecutive elements (R int8 for inp, C int8 for wgt, C int32
-for acc). Each buffer gets two copies when both fit, so that the emitter can alternate
+memory row per ``row_elems`` consecutive elements: a whole row (R int8 for inp, C int8 for
+wgt, C int32 for acc) when the buffer's last dimension is a multiple of it, else one buffer
+row per memory row, the rest of the memory row unused (the tiles of an intrinsic with
+k < R or n < C). Each buffer gets two copies when both fit, so that the emitter can alternate
 between them (double buffering); a copy never straddles a bank, since one instruction's
 rows must lie in one bank. DRAM buffers are laid out one after another, 64-byte aligned.
 """
@@ -23,7 +25,8 @@ DRAM_ALIGN = 64
 
 @dataclass(frozen=True, slots=True)
 class OnChip:
-    """An on-chip buffer: ``copies`` copies of ``rows`` rows, copy c at ``bases[c]``."""
+    """An on-chip buffer: ``copies`` copies of ``rows`` rows, copy c at ``bases[c]``, each
+    memory row holding ``row_elems`` consecutive elements of the buffer."""
 
     buffer: Buffer
     mem: Mem
@@ -72,13 +75,16 @@ def plan_on_chip(buffers: Iterable[Buffer], config: MachineConfig,
     plan: dict[Buffer, OnChip] = {}
     for mem, group in by_mem.items():
         width = row_elems(mem, config)
-        sizes = []
+        sizes, per_row = [], []
         for buffer in group:
-            if buffer.shape[-1] % width:
+            last = buffer.shape[-1] if buffer.shape else 1
+            if last % width and last > width:
                 raise ExecutionError(
                     f"buffer {buffer.name} in {buffer.scope} requires its last dimension to be "
-                    f"a multiple of the {width}-element memory row, got shape {buffer.shape}")
-            sizes.append(buffer.size // width)
+                    f"a multiple of the {width}-element memory row or at most one row, got "
+                    f"shape {buffer.shape}")
+            per_row.append(width if last % width == 0 else last)
+            sizes.append(buffer.size // per_row[-1])
         placed = _place(sizes, [1 if b in single else 2 for b in group], _memory(mem, config))
         if placed is None:
             placed = _place(sizes, [1] * len(group), _memory(mem, config))
@@ -88,8 +94,8 @@ def plan_on_chip(buffers: Iterable[Buffer], config: MachineConfig,
             raise ExecutionError(
                 f"the NPU's {mem.name.lower()} memory ({memory.rows} rows in {memory.banks} "
                 f"banks) cannot hold {need}; tile smaller")
-        for buffer, size, bases in zip(group, sizes, placed):
-            plan[buffer] = OnChip(buffer, mem, width, size, bases)
+        for buffer, elems, size, bases in zip(group, per_row, sizes, placed):
+            plan[buffer] = OnChip(buffer, mem, elems, size, bases)
     return plan
 
 

@@ -53,6 +53,12 @@ def split_stages(func: PrimFunc, lookup) -> list[Stage]:
     return stages
 
 
+def stage_calls(stage: Stage) -> list[IntrinsicCall]:
+    """The intrinsic calls of a stage, in program text order (each once, however often it
+    runs)."""
+    return _calls(stage.stmt)
+
+
 def host_function(func: PrimFunc, stage: Stage) -> PrimFunc:
     """A function running one host stage, its global buffers as parameters."""
     params = tuple(b for b in stage.buffers if b.scope not in SCOPE_MEMORY)

@@ -16,15 +16,30 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 
-from simulator.isa import (Deps, Finish, Gemm, Instruction, Load, Mem, Nop, Operand, Queue,
-                           Store, Vec)
+from simulator.isa import (
+    Deps,
+    Finish,
+    Gemm,
+    Instruction,
+    Load,
+    Mem,
+    Nop,
+    Operand,
+    Queue,
+    Store,
+    Vec,
+    VecOp,
+)
 
 DRAM_CHUNK = 64  # DRAM hazards are tracked per 64-byte chunk (conservative, and small)
 
 Access = tuple[str, int, int]  # (memory, first row or chunk, end)
+T = TypeVar("T")
+_INSTRUCTIONS = (Load, Store, Gemm, Vec, Nop, Finish)
 
 
 def accesses(insn: Instruction) -> tuple[list[Access], list[Access]]:
@@ -44,7 +59,7 @@ def accesses(insn: Instruction) -> tuple[list[Access], list[Access]]:
                  acc], [acc])
     if isinstance(insn, Vec):
         dst = ("acc", insn.dst, insn.dst + insn.rows)
-        reads = [dst]
+        reads = [] if insn.op is VecOp.FILL else [dst]
         if insn.mode is Operand.TILE:
             reads.append(("acc", insn.src, insn.src + insn.rows))
         elif insn.mode is Operand.ROW:
@@ -84,10 +99,12 @@ class _LastAccess:
             self.write[mem][queue, lo:hi] = index
 
 
-def insert_tokens(program: Sequence[Instruction], sizes: dict[str, int]) -> list[Instruction]:
+def insert_tokens(program: Sequence[Instruction | T], sizes: dict[str, int]
+                  ) -> list[Instruction | T]:
     """``program`` with dependency flags set (and NOPs added where the load and store queues
     must wait for each other), ending with FINISH. ``sizes`` gives the rows of inp/wgt/acc
-    and the DRAM bytes."""
+    and the DRAM bytes. Items that are not instructions (the emitter's loop marks) stay in
+    place and take part in no hazard."""
     sizes = dict(sizes)
     sizes["dram"] = sizes["dram"] // DRAM_CHUNK + 1
     out: list[Instruction] = []
@@ -104,6 +121,10 @@ def insert_tokens(program: Sequence[Instruction], sizes: dict[str, int]) -> list
         covered[(src_q, dst_q)] = src
 
     for insn in program:
+        if not isinstance(insn, _INSTRUCTIONS):
+            out.append(insn)
+            flags.append({})
+            continue
         reads, writes = accesses(insn)
         queue = int(insn.queue)
         latest = last.conflict(reads, writes, queue)

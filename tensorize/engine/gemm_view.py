@@ -47,7 +47,7 @@ def to_intrinsic_shape(sch: Schedule, match: Match) -> None:
     extents = {iv.var.name: iv.extent for iv in ivs}
     groups = _groups_with_units(match, ivs)
     outer = list(match.outer)
-    positions = _operand_positions(intrinsic)
+    positions = operand_positions(intrinsic)
     by_operand = {operand: buffer for buffer, operand in match.buffer_map.items()}
 
     for operand in intrinsic.operands:
@@ -101,7 +101,7 @@ def _groups_with_units(match: Match, ivs) -> list[tuple[str, ...]]:
     return [tuple(g) for g in groups]
 
 
-def _operand_positions(intrinsic: Intrinsic) -> dict[str, list[int]]:
+def operand_positions(intrinsic: Intrinsic) -> dict[str, list[int]]:
     """For each tensor operand, the positions (in the intrinsic's iterator order) of the
     iterators indexing its dimensions, in dimension order."""
     order = {iv.var: n for n, iv in enumerate(intrinsic.iter_vars)}

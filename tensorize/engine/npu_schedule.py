@@ -1,21 +1,29 @@
 """The NPU's schedule around its GEMM intrinsic: scratchpad-sized tiles, staged operands,
-data movement through the DMA intrinsics, and resets folded into the first GEMM of a tile.
+data movement through the DMA intrinsics, and the accumulator zeroed as the family declares.
 
-The block arrives in the intrinsic's shape (``gemm_view``): iterators ``(outer..., m, n, k)``
-with m, n, k multiples of the array size T. The loops become::
+The block arrives in the intrinsic's shape (``gemm_view``): iterators ``(outer...)`` then one
+per intrinsic iterator, padded to its extents. The intrinsic computes ``C[i, j] += A[i, k] *
+B[k, j]`` on tiles of ``ti x tj x tk`` (any iterator order; :func:`gemm_axes` finds them),
+which the machine executes when ``tk <= R`` and ``tj <= C`` (the array's rows and columns).
+The loops become::
 
-    for outer..., mo, no:               # one accumulator tile: tm rows x T columns
-        for ko:                         # one T-deep step of the reduction
-            load A[mo*tm : +tm, ko*T : +T] into npu.inp      (tm/T DMA calls)
-            load B[ko*T : +T, no*T : +T] into npu.wgt
-            for mt: gemm                (reset at ko == 0)
-        store the accumulator tile to C (tm/T DMA calls)
+    for outer..., mo, no:               # one accumulator tile: tm rows x tj columns
+        [zero the tile: fill intrinsic]     (only when the family has no resetting GEMM)
+        for ko:                         # one tk-deep step of the reduction
+            load A[mo*tm : +tm, ko*tk : +tk] into npu.inp   (load intrinsic's tiles)
+            load B[ko*tk : +tk, no*tj : +tj] into npu.wgt
+            for mt: gemm                (the resetting variant at ko == 0, if declared)
+        store the accumulator tile to C (store intrinsic's tiles)
 
-A reduction one tile deep (K <= T) calls only the resetting GEMM.
+The accumulator starts at zero in one of two ways, each as the family declares it: a
+variant of the GEMM with ``resets: true`` replaces the first step's call (``fold_init``; a
+reduction one step deep calls only it), or a ``fill`` intrinsic of the accumulator operand
+zeroes the tile before the reduction (``decompose_reduction``). A family with neither is
+refused with that reason.
 
 Each staged buffer is compacted to one tile, so the NPU backend can place two copies of it
 and overlap the next tile's transfers with the current tile's GEMMs. ``tm`` is the tallest
-multiple of T dividing m whose tiles fit a bank of the input and accumulator memories (tall
+multiple of ti dividing m whose tiles fit a bank of the input and accumulator memories (tall
 GEMMs preload their weights once per tm rows), unless given.
 """
 
@@ -25,40 +33,86 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from intrinsics import Intrinsic, Registry
+from intrinsics import Intrinsic, Operand, Registry
 from ir import Buffer, BufferLoad, BufferStore, IterKind, ScheduleError, Var
 from ir.visitor import post_order_visit
 from simulator import MachineConfig, load_machine
+from tensorize.engine.gemm_view import operand_positions
 from tensorize.match.result import Match
 from tensorize.schedule import Schedule, tree
+
+_PRIMITIVE = "npu schedule"
 
 
 @dataclass(frozen=True, slots=True)
 class NpuTiling:
-    """The tile of one accumulator pass: ``rows`` (tm) output rows by the array's columns."""
+    """The tile of one accumulator pass: ``rows`` (tm) output rows by one call's columns."""
 
     rows: int
 
 
-def tile_candidates(m: int, t: int, config: MachineConfig) -> list[int]:
-    """Every tm (multiple of t dividing m) whose tiles fit one bank of inp and acc."""
+@dataclass(frozen=True, slots=True)
+class GemmAxes:
+    """A GEMM intrinsic's M, N and K: their positions among its iterators, and their
+    extents (ti, tj, tk), the tile one call computes."""
+
+    positions: tuple[int, int, int]
+    extents: tuple[int, int, int]
+
+    def of(self, values: tuple[int, ...]) -> tuple[int, int, int]:
+        """``values`` given in the intrinsic's iterator order, as (m, n, k)."""
+        m, n, k = self.positions
+        return values[m], values[n], values[k]
+
+
+def gemm_axes(intrinsic: Intrinsic) -> GemmAxes:
+    """Where M, N and K are in ``intrinsic`` (``C[i, j] += A[i, k] * B[k, j]`` with any
+    iterator names and order): M and N index the output's rows and columns, K is the one
+    reduce iterator. ScheduleError when the intrinsic is not shaped so."""
+    reduce = [n for n, iv in enumerate(intrinsic.iter_vars) if iv.kind is IterKind.REDUCE]
+    output = operand_positions(intrinsic).get(intrinsic.output.name, [])
+    if len(intrinsic.iter_vars) != 3 or len(reduce) != 1 or len(output) != 2:
+        raise ScheduleError(_PRIMITIVE, f"{intrinsic.name} requires the shape of a GEMM, "
+                            "C[i, j] += A[i, k] * B[k, j] with one reduce iterator, got "
+                            f"{intrinsic.semantics_text!r}")
+    positions = (output[0], output[1], reduce[0])
+    extents = tuple(intrinsic.iter_vars[p].extent for p in positions)
+    return GemmAxes(positions, extents)  # type: ignore[arg-type]
+
+
+def check_executable(intrinsic: Intrinsic, config: MachineConfig) -> GemmAxes:
+    """The intrinsic's axes, once the machine ``config`` is known to run one call of it:
+    tk <= R (the array's rows hold one reduction step) and tj <= C (its columns)."""
+    axes = gemm_axes(intrinsic)
+    ti, tj, tk = axes.extents
+    array = config.array
+    if tk > array.rows or tj > array.cols:
+        raise ScheduleError(_PRIMITIVE, f"{intrinsic.name} computes {ti}x{tj}x{tk} tiles, which "
+                            f"requires k = {tk} <= the array's {array.rows} rows and n = {tj} <= "
+                            f"its {array.cols} columns (machine {config.name}); describe the "
+                            "family's GEMM for this machine")
+    return axes
+
+
+def tile_candidates(m: int, ti: int, config: MachineConfig) -> list[int]:
+    """Every tm (multiple of ti dividing m) whose tiles fit one bank of inp and acc."""
     limit = min(config.inp.bank_rows, config.acc.bank_rows)
-    return [tm for tm in range(t, m + 1, t) if m % tm == 0 and tm <= limit]
+    return [tm for tm in range(ti, m + 1, ti) if m % tm == 0 and tm <= limit]
 
 
-def choose_tiling(m: int, t: int, config: MachineConfig) -> NpuTiling:
+def choose_tiling(m: int, ti: int, config: MachineConfig) -> NpuTiling:
     """The tallest tile that fits (fewest weight preloads, fewest instructions)."""
-    candidates = tile_candidates(m, t, config)
-    return NpuTiling(max(candidates) if candidates else t)
+    candidates = tile_candidates(m, ti, config)
+    return NpuTiling(max(candidates) if candidates else ti)
 
 
 def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Registry,
              options: Mapping[str, Any]) -> None:
     """The engine's entry (see ``tensorize.engine``): tile by ``options["tiling"]`` or by
     :func:`choose_tiling` on ``options["config"]`` (default: the built-in machine)."""
-    t = match.intrinsic.iter_vars[0].extent
-    tiling = options.get("tiling") or choose_tiling(extents[0], t,
-                                                    options.get("config") or load_machine())
+    config = options.get("config") or load_machine()
+    axes = check_executable(match.intrinsic, config)
+    tiling = options.get("tiling") or choose_tiling(axes.of(extents)[0], axes.extents[0], config)
     schedule_npu(sch, match.block, match.intrinsic, registry, tiling)
 
 
@@ -66,20 +120,22 @@ def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
                  tiling: NpuTiling, fuse_epilogues: bool = True) -> None:
     """Tile, stage and tensorize the GEMM-shaped block (module docs); with
     ``fuse_epilogues``, also the elementwise blocks after it that the vector unit can do."""
-    t = intrinsic.iter_vars[0].extent
+    axes = gemm_axes(intrinsic)
+    ti, tj, tk = axes.extents
+    zero = _zeroing(intrinsic, registry)
     block = sch.get_block(block_name)
     loops = sch.get_loops(block)
-    lm, ln, lk = loops[-3:]
+    lm, ln, lk = axes.of(tuple(loops[-3:]))
     m = sch.get(lm).extent
-    tm = tiling.rows if m % tiling.rows == 0 else t
-    mo, mt, mi = sch.split(lm, [None, tm // t, t])
-    no, ni = sch.split(ln, [None, t])
-    ko, ki = sch.split(lk, [None, t])
+    tm = tiling.rows if tiling.rows % ti == 0 and m % tiling.rows == 0 else ti
+    mo, mt, mi = sch.split(lm, [None, tm // ti, ti])
+    no, ni = sch.split(ln, [None, tj])
+    ko, ki = sch.split(lk, [None, tk])
     sch.reorder(mo, no, ko, mt, mi, ni, ki)
 
-    a, b, c = _operand_buffers(sch, block_name, intrinsic)
+    a, b, c = _operand_buffers(sch, block_name, intrinsic, axes)
+    names = [o.name for o in _gemm_operands(intrinsic, axes)]
     scope = {o.name: o.scope for o in intrinsic.operands}
-    names = [o.name for o in intrinsic.operands]
     a_stage = sch.cache_read(block, a.name, scope[names[0]])
     sch.compute_at(a_stage, ko)
     b_stage = sch.cache_read(block, b.name, scope[names[1]])
@@ -92,21 +148,55 @@ def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     sch.compact_buffer(acc)
     store_stage, store_done = c_stage, False
     if fuse_epilogues:
-        store_stage, store_done = _fuse_epilogues(sch, c_stage, acc, no, registry, t)
+        store_stage, store_done = _fuse_epilogues(sch, c_stage, acc, scope[names[2]], no,
+                                                  registry)
 
-    _tensorize_gemm(sch, mi, block_name, intrinsic, registry)
+    if isinstance(zero, tuple):
+        _tensorize_fill(sch, block, ko, zero)
+        sch.tensorize(mi, intrinsic)
+    else:
+        _tensorize_gemm(sch, mi, block_name, intrinsic, zero)
 
     loads = {name: intrinsic.loads.get(name, ()) for name in names[:2]}
     stores = intrinsic.stores.get(names[2], ())
-    _tensorize_copy(sch, a_stage, loads[names[0]], registry, t)
-    _tensorize_copy(sch, b_stage, loads[names[1]], registry, t)
+    _tensorize_copy(sch, a_stage, loads[names[0]], registry)
+    _tensorize_copy(sch, b_stage, loads[names[1]], registry)
     if not store_done:
         dtype = sch.get(store_stage).block.writes[0].buffer.dtype
-        _tensorize_copy(sch, store_stage, stores, registry, t, dtype)
+        _tensorize_copy(sch, store_stage, stores, registry, dtype)
 
 
-def _fuse_epilogues(sch: Schedule, c_stage, acc: str, tile_loop, registry: Registry, t: int
-                    ) -> tuple[object, bool]:
+def _zeroing(intrinsic: Intrinsic, registry: Registry) -> Intrinsic | tuple[Intrinsic, ...]:
+    """How the family starts an accumulator tile: its resetting variant of ``intrinsic``, or
+    else the fill intrinsics it declares for the accumulator (ScheduleError with neither)."""
+    reset = _reset_variant(intrinsic, registry)
+    if reset is not None:
+        return reset
+    fills = tuple(registry.get(name) for name in intrinsic.fill.get(intrinsic.output.name, ()))
+    if fills:
+        return fills
+    raise ScheduleError(_PRIMITIVE, f"{intrinsic.name} accumulates, and its family declares "
+                        "neither a resetting variant (resets: true, same operands) nor a fill "
+                        f"intrinsic for {intrinsic.output.name} (fill: {{"
+                        f"{intrinsic.output.name}: NAME}}), so nothing can start an "
+                        "accumulator tile at zero; declare one of them")
+
+
+def _gemm_operands(intrinsic: Intrinsic, axes: GemmAxes
+                   ) -> tuple[Operand, Operand, Operand]:
+    """The operands (A, B, C): A indexed by (m, k), B by (k, n), C the output."""
+    positions = operand_positions(intrinsic)
+    m, n, k = axes.positions
+    by_axes = {tuple(positions.get(o.name, ())): o for o in intrinsic.operands}
+    try:
+        return by_axes[(m, k)], by_axes[(k, n)], intrinsic.output
+    except KeyError:
+        raise ScheduleError(_PRIMITIVE, f"{intrinsic.name} requires operands A[i, k] and "
+                            f"B[k, j] (row-major tiles), got {intrinsic.semantics_text!r}") from None
+
+
+def _fuse_epilogues(sch: Schedule, c_stage, acc: str, acc_scope: str, tile_loop,
+                    registry: Registry) -> tuple[object, bool]:
     """Move the elementwise blocks that consume the GEMM's result onto the accumulator tile,
     while the vector unit or a store intrinsic can do them: each is put under the tile loop,
     reads the tile on chip (the write-back is inlined into it), and then either is itself a
@@ -131,22 +221,22 @@ def _fuse_epilogues(sch: Schedule, c_stage, acc: str, tile_loop, registry: Regis
         try:
             sch.reverse_compute_at(epilogue, tile_loop)
             sch.compute_inline(stage)
-            if _tensorize_any(sch, epilogue, stores, t):
+            if _tensorize_any(sch, epilogue, stores):
                 return epilogue, True
             out = sch.get(epilogue).block.writes[0].buffer
             extra = [r.buffer.name for r in sch.get(epilogue).block.reads
                      if r.buffer.name != acc and r.buffer.scope == "global"]
             loads = []
             for name in extra:
-                load = sch.cache_read(epilogue, name, "npu.acc")
+                load = sch.cache_read(epilogue, name, acc_scope)
                 sch.compute_at(load, tile_loop)
                 sch.compact_buffer(sch.get(load).block.writes[0].buffer.name)
                 loads.append(load)
-            write_back = sch.cache_write(epilogue, out.name, "npu.acc")
+            write_back = sch.cache_write(epilogue, out.name, acc_scope)
             sch.reverse_compute_at(write_back, tile_loop)
             sch.compact_buffer(sch.get(epilogue).block.writes[0].buffer.name)
             sch.write_in_place(epilogue, acc)
-            if not _tensorize_any(sch, epilogue, vectors, t):
+            if not _tensorize_any(sch, epilogue, vectors):
                 raise ScheduleError("fuse epilogue", "no vector instruction computes it")
             for load in loads:
                 _tensorize_row_load(sch, load, registry)
@@ -178,21 +268,22 @@ def _elementwise_consumer(sch: Schedule, stage):
     return sch.get_block(readers[0])
 
 
-def _tensorize_any(sch: Schedule, block, candidates: list[Intrinsic], t: int) -> bool:
-    """Tile the block's rows by ``t`` and tensorize it with the first candidate that fits."""
-    loops = sch.get_loops(block)
-    rows = loops[-2]
-    saved_func, saved_steps = sch.func, list(sch.trace.steps)
-    if sch.get(rows).extent > t:
-        _, rows = sch.split(rows, [None, t])
+def _tensorize_any(sch: Schedule, block, candidates: list[Intrinsic]) -> bool:
+    """Tensorize a two-dimensional block (a copy, an elementwise epilogue) with the first
+    candidate that fits, its rows tiled by the candidate's rows."""
     for intrinsic in candidates:
+        saved_func, saved_steps = sch.func, list(sch.trace.steps)
+        rows = sch.get_loops(block)[-2]
+        tile = intrinsic.output.shape[0] if intrinsic.output.shape else 0
         try:
+            extent = sch.get(rows).extent
+            if tile and extent > tile and extent % tile == 0:
+                _, rows = sch.split(rows, [None, tile])
             sch.tensorize(rows, intrinsic)
             return True
         except ScheduleError:
-            continue
-    sch.func = saved_func
-    sch.trace.steps[:] = saved_steps
+            sch.func = saved_func
+            sch.trace.steps[:] = saved_steps
     return False
 
 
@@ -206,14 +297,16 @@ def _tensorize_row_load(sch: Schedule, load, registry: Registry) -> None:
     raise ScheduleError("fuse epilogue", "no intrinsic loads one accumulator row")
 
 
-def _operand_buffers(sch: Schedule, block_name: str, intrinsic: Intrinsic
+def _operand_buffers(sch: Schedule, block_name: str, intrinsic: Intrinsic, axes: GemmAxes
                      ) -> tuple[Buffer, Buffer, Buffer]:
     """The kernel buffers standing for the intrinsic's A, B and C: the store is C; a load
     indexed by (m, k) is A, by (k, n) is B."""
     block = sch.get(sch.get_block(block_name)).block
-    ivs = [iv.var for iv in block.iter_vars][-3:]
+    ivs = axes.of(tuple(iv.var for iv in block.iter_vars[-3:]))
     store = block.body
-    assert isinstance(store, BufferStore)
+    if not isinstance(store, BufferStore):
+        raise ScheduleError(_PRIMITIVE, f"block {block_name!r} requires one store as its "
+                            f"body, got a {type(store).__name__}")
     found: dict[tuple[int, ...], Buffer] = {}
 
     def visit(node: object) -> None:
@@ -227,25 +320,22 @@ def _operand_buffers(sch: Schedule, block_name: str, intrinsic: Intrinsic
 
 
 def _tensorize_gemm(sch: Schedule, tile_loop, block_name: str, intrinsic: Intrinsic,
-                    registry: Registry) -> None:
+                    reset: Intrinsic) -> None:
     """Replace the GEMM tile under ``tile_loop`` by ``intrinsic``, its first step by the
-    resetting variant (``fold_init``); or, when the whole reduction fits one tile, by the
-    resetting variant alone.
+    resetting variant ``reset`` (``fold_init``); or, when the whole reduction fits one tile,
+    by ``reset`` alone.
 
-    When the reduction is one tile deep (K <= T after padding), no reduce loop stays outside
+    When the reduction is one tile deep (K <= tk after padding), no reduce loop stays outside
     the tile, so ``blockize`` keeps the init inside it and the accumulating intrinsic is
     refused: every call then starts a new accumulator tile, which is what the resetting
     variant does. Raises the accumulating intrinsic's refusal, with the resetting variant's,
     when neither fits.
     """
-    reset = _reset_variant(intrinsic, registry)
     try:
         sch.tensorize(tile_loop, intrinsic)
     except ScheduleError as accumulating:
-        if reset is None:
-            raise
         try:
-            sch.tensorize(tile_loop, reset.name)
+            sch.tensorize(tile_loop, reset)
         except ScheduleError as resetting:
             reasons = [err.message.removeprefix("tensorize: ")
                        for err in (accumulating, resetting)]
@@ -253,8 +343,17 @@ def _tensorize_gemm(sch: Schedule, tile_loop, block_name: str, intrinsic: Intrin
                                 f"{reasons[0]}; {reasons[1]}",
                                 accumulating.nodes + resetting.nodes, accumulating.loc) from None
         return
-    if reset is not None:
-        sch.fold_init(sch.get_block(f"{block_name}_o"), reset)
+    sch.fold_init(sch.get_block(f"{block_name}_o"), reset)
+
+
+def _tensorize_fill(sch: Schedule, block, reduction_loop, fills: tuple[Intrinsic, ...]) -> None:
+    """Zero the accumulator tile before ``reduction_loop`` with one of ``fills``: the block's
+    init becomes a block of its own there (``decompose_reduction``), tensorized like a copy."""
+    init = sch.decompose_reduction(block, reduction_loop)
+    if not _tensorize_any(sch, init, list(fills)):
+        names = ", ".join(f.name for f in fills)
+        raise ScheduleError(_PRIMITIVE, f"the accumulator tile's init is not computed by the "
+                            f"declared fill intrinsic(s) {names}")
 
 
 def _reset_variant(intrinsic: Intrinsic, registry: Registry) -> Intrinsic | None:
@@ -270,16 +369,14 @@ def _reset_variant(intrinsic: Intrinsic, registry: Registry) -> Intrinsic | None
 
 
 def _tensorize_copy(sch: Schedule, stage, candidates: tuple[str, ...], registry: Registry,
-                    t: int, dtype=None) -> None:
-    """Split a staging copy into T-row tiles and replace each by the DMA intrinsic whose
-    operands fit (the int32 or narrowing store, by the destination's dtype)."""
-    loops = sch.get_loops(stage)
-    rows = loops[-2]
-    if sch.get(rows).extent > t:
-        _, rows = sch.split(rows, [None, t])
-    for name in candidates:
-        intrinsic = registry.get(name)
-        if dtype is None or intrinsic.output.dtype == dtype:
-            sch.tensorize(rows, intrinsic)
-            return
-    raise LookupError(f"no data-movement intrinsic among {', '.join(candidates)} fits")
+                    dtype=None) -> None:
+    """Replace a staging copy by tiles of the first data-movement intrinsic among
+    ``candidates`` that fits (the int32 or narrowing store, by the destination's dtype)."""
+    fitting = [registry.get(name) for name in candidates]
+    fitting = [i for i in fitting if dtype is None or i.output.dtype == dtype]
+    if not _tensorize_any(sch, stage, fitting):
+        block = sch.get(stage).block
+        raise ScheduleError(_PRIMITIVE, f"no data-movement intrinsic among "
+                            f"{', '.join(candidates) or '(none declared)'} copies block "
+                            f"{block.name!r} ({block.writes[0].buffer.name}, shape "
+                            f"{block.writes[0].buffer.shape})")

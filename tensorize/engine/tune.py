@@ -1,48 +1,136 @@
-"""Measured tile choice for the NPU: schedule the kernel with each candidate tile height,
-simulate its programs for time only, keep the fastest."""
+"""Tile choice for the NPU: rank every tile height by an analytical cost model, simulate only
+the best few (for time only), keep the fastest simulated.
+
+The model (:func:`model_cycles`) reads what the tensorized function executes (its calls,
+counted from the loop structure, no emission) and the machine's parameters, and follows the
+steady state of the NPU schedule (``npu_schedule``): per accumulator tile, ``S`` reduction
+steps, each loading a ``tm x tk`` input tile and a ``tk x tj`` weight tile into the second
+copy of double-buffered scratchpads while the array streams the current one. With ``c`` the
+array's cycles per step (``timing.stream_cycles`` plus any weight preload it cannot hide),
+``x`` the step's load bytes over the DRAM port, ``L`` the DRAM latency, ``d`` the array's
+drain and ``P`` the weight preload (weight-stationary), a buffer goes back to the loads only
+when the GEMM two steps earlier retires, so a step takes ``max(c, (c + d + L + x + P) / 2,
+x)``. A tile adds its vector instructions (``v``, sharing the compute queue) and its store,
+which holds the DRAM port while the next loads wait; the run adds the first step's loads
+before the first GEMM and the drain after the last::
+
+    cycles = tiles * (S * step + v + store) + (L + x + P) + (d + L)
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from intrinsics import Registry
+from intrinsics import Intrinsic, Registry
 from ir import PrimFunc
-from simulator import MachineConfig, simulate
+from simulator import MachineConfig, simulate, timing
 from targets import npu
 from tensorize.engine import Tensorized, auto_tensorize
-from tensorize.engine.npu_schedule import NpuTiling, tile_candidates
+from tensorize.engine.count import count_calls
+from tensorize.engine.npu_schedule import NpuTiling, gemm_axes, tile_candidates
+
+# How many of the model's best candidates are simulated.
+SIMULATED = 3
 
 
 @dataclass(frozen=True, slots=True)
 class Trial:
-    """One candidate tile and the simulated cycles of the NPU stages it gives."""
+    """One candidate tile: the model's cycles, and the simulated cycles of its NPU stages
+    when it was among the best the model ranked (None otherwise)."""
 
     tiling: NpuTiling
-    cycles: int
+    model: int
+    cycles: int | None = None
+
+    def describe(self) -> str:
+        """One line for the run's report."""
+        text = f"tile {self.tiling.rows} rows: model {self.model:,} cycles"
+        if self.cycles is None:
+            return text + " (not simulated)"
+        error = (self.model - self.cycles) / self.cycles if self.cycles else 0.0
+        return text + f", simulated {self.cycles:,} (model {100 * error:+.1f}%)"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The trial as plain data (the run's --json)."""
+        return {"rows": self.tiling.rows, "model_cycles": self.model,
+                "simulated_cycles": self.cycles}
 
 
 def tune_npu(func: PrimFunc, config: MachineConfig, registry: Registry,
-             intrinsic: str | None = None) -> tuple[Tensorized, list[Trial]]:
+             intrinsic: str | None = None, simulated: int = SIMULATED
+             ) -> tuple[Tensorized, list[Trial]]:
     """The fastest tensorization of ``func`` on the NPU ``config`` among the tile heights
-    that fit the first tensorized block, and every trial (ties go to the shorter tile)."""
+    that fit the first tensorized block: each is ranked by :func:`model_cycles`, the best
+    ``simulated`` are simulated, and the fastest simulated wins (ties go to the shorter
+    tile). Returns it and one trial per candidate, in tile order."""
     first = auto_tensorize(func, "npu", registry=registry, intrinsic=intrinsic, config=config)
     done = first.tensorized
     if not done:
         return first, []
-    t = registry.get(done[0].intrinsic).iter_vars[0].extent
-    trials: list[Trial] = []
-    best: tuple[int, Tensorized] | None = None
-    for rows in tile_candidates(done[0].extents[0], t, config):
+    axes = gemm_axes(registry.get(done[0].intrinsic))
+    m = axes.of(done[0].extents)[0]
+    candidates = []
+    for rows in tile_candidates(m, axes.extents[0], config):
         tiling = NpuTiling(rows)
-        candidate = auto_tensorize(func, "npu", registry=registry, intrinsic=intrinsic,
-                                   config=config, tiling=tiling)
-        cycles = simulated_cycles(candidate.func, config, registry)
-        trials.append(Trial(tiling, cycles))
-        if best is None or cycles < best[0]:
-            best = (cycles, candidate)
-    return (best[1] if best else first), trials
+        result = auto_tensorize(func, "npu", registry=registry, intrinsic=intrinsic,
+                                config=config, tiling=tiling)
+        candidates.append((tiling, result, model_cycles(result.func, rows, config, registry)))
+    ranked = sorted(candidates, key=lambda c: (c[2], c[0].rows))[:simulated]
+    measured = {c[0]: simulated_cycles(c[1].func, config, registry) for c in ranked}
+    trials = [Trial(tiling, model, measured.get(tiling)) for tiling, _, model in candidates]
+    if not measured:
+        return first, trials
+    best = min(ranked, key=lambda c: (measured[c[0]], c[0].rows))
+    return best[1], trials
+
+
+def model_cycles(func: PrimFunc, rows: int, config: MachineConfig, registry: Registry) -> int:
+    """The modelled cycles of ``func``'s NPU stages, tensorized with accumulator tiles of
+    ``rows`` rows (module docs). A function calling no NPU GEMM is modelled as 0."""
+    calls = {registry.get(name): n for name, n in count_calls(func).items()}
+    calls = {i: n for i, n in calls.items() if i.target == "npu"}
+    gemms = [i for i in calls if i.kind == "compute" and i.reduce_vars()]
+    if not gemms:
+        return 0
+    ti, tj, tk = gemm_axes(gemms[0]).extents
+    array, dram = config.array, config.dram
+    steps = sum(calls[g] for g in gemms) * ti / rows
+    depth = max(1.0, steps / _tiles(calls, rows, tj))
+    tiles = steps / depth
+    load_bytes = sum(n * _dram_bytes(i) for i, n in calls.items() if i.kind == "load")
+    store_bytes = sum(n * _dram_bytes(i) for i, n in calls.items() if i.kind == "store")
+    vector = sum(n * i.output.shape[0] * math.ceil(array.cols / config.vector.lanes)
+                 for i, n in calls.items() if i.kind in ("compute", "fill")
+                 and not i.reduce_vars() and i.output.shape)
+    stream = timing.stream_cycles(rows, tk, config)
+    preload = 0
+    if array.dataflow == "weight_stationary":
+        preload = timing.preload_cycles(config)
+        stream += max(0, preload - rows) if array.double_buffered_weights else 2 * preload - 1
+    drain = timing.drain_cycles(tk, config)
+    load = load_bytes / steps / dram.bytes_per_cycle
+    store = store_bytes / tiles / dram.bytes_per_cycle
+    step = max(stream, (stream + drain + dram.latency + load + preload) / 2, load)
+    tile = depth * step + vector / tiles + store
+    fill = dram.latency + load + preload
+    return round(tiles * tile + fill + drain + dram.latency)
+
+
+def _tiles(calls: dict[Intrinsic, int], rows: int, cols: int) -> float:
+    """Accumulator tiles (rows x cols) the stores drain."""
+    stored = sum(n * i.output.shape[0] * i.output.shape[-1]
+                 for i, n in calls.items() if i.kind == "store")
+    return max(1.0, stored / (rows * cols))
+
+
+def _dram_bytes(intrinsic: Intrinsic) -> int:
+    """Bytes one call of a DMA intrinsic moves: its DRAM-side operand's tile."""
+    side = next((o for o in intrinsic.operands if o.scope == "global"), intrinsic.output)
+    return side.nbytes
 
 
 def simulated_cycles(func: PrimFunc, config: MachineConfig, registry: Registry) -> int:

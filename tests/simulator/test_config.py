@@ -59,7 +59,8 @@ def test_yaml_with_other_sections_loads(tmp_path):
     assert config.acc.bank_rows == 128
 
 
-@pytest.mark.parametrize(("old", "new", "line", "fragment"), [
+# (text in GOOD, its replacement, the line reported, a fragment of the message)
+BAD_FIELDS = [
     ("    rows: 8\n", "    rows: -4\n", 5,
      "machine.array.rows requires an integer in [1, 65535], got -4"),
     ("    cols: 8\n", "    cols: true\n", 6, "machine.array.cols requires an integer"),
@@ -82,7 +83,10 @@ def test_yaml_with_other_sections_loads(tmp_path):
     ("    latency: 2\n", "    latency: 2\n    speed: 3\n", 10,
      "machine.array has no field 'speed' (fields: rows, cols, dataflow"),
     ("  name: test\n", "  name: test\n  colour: blue\n", 3, "machine has no field 'colour'"),
-])
+]
+
+
+@pytest.mark.parametrize(("old", "new", "line", "fragment"), BAD_FIELDS)
 def test_bad_field_is_reported_at_its_line(tmp_path, old, new, line, fragment):
     assert old in GOOD
     path = write(tmp_path, GOOD.replace(old, new))

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import ir
+from intrinsics import default_registry
 from ir import script as T
 from ir.errors import ExecutionError
-from intrinsics import default_registry
 from simulator import Gemm, Load, Store, load_machine, simulate
 from targets import host, npu
 from tests.targets.npu.kernels import tiled_gemm

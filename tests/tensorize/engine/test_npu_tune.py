@@ -1,0 +1,37 @@
+"""The NPU tile search ranks every tile height by the analytical model and simulates only the
+best few; the model follows the simulator closely on the built-in machine."""
+
+from __future__ import annotations
+
+import ir
+from intrinsics import default_registry
+from ir import te
+from simulator import load_machine
+from tensorize.engine.tune import model_cycles, simulated_cycles, tune_npu
+
+
+def gemm(m: int, n: int, k: int) -> ir.PrimFunc:
+    A = te.placeholder((m, k), "int8", "A")
+    B = te.placeholder((k, n), "int8", "B")
+    rk = te.reduce_axis(k, "k")
+    C = te.compute((m, n), lambda i, j: te.sum(
+        ir.cast("int32", A[i, rk]) * ir.cast("int32", B[rk, j]), axis=rk), "C")
+    return te.create_prim_func([A, B, C], "gemm")
+
+
+def test_only_the_models_best_are_simulated_and_the_fastest_wins():
+    config, registry = load_machine(), default_registry()
+    result, trials = tune_npu(gemm(128, 32, 128), config, registry, simulated=2)
+    assert [t.tiling.rows for t in trials] == [16, 32, 64, 128]
+    simulated = [t for t in trials if t.cycles is not None]
+    assert len(simulated) == 2
+    assert max(t.model for t in simulated) <= min(t.model for t in trials if t.cycles is None)
+    assert simulated_cycles(result.func, config, registry) == min(t.cycles for t in simulated)
+    for trial in simulated:
+        assert abs(trial.model - trial.cycles) <= 0.05 * trial.cycles
+        assert f"model {trial.model:,} cycles, simulated {trial.cycles:,}" in trial.describe()
+
+
+def test_a_function_without_an_npu_gemm_is_modelled_as_nothing():
+    func = gemm(16, 16, 16)
+    assert model_cycles(func, 16, load_machine(), default_registry()) == 0
