@@ -1,17 +1,16 @@
-"""Depthwise 3x3 convolution: on the host, or on the NPU as grouped GEMMs of diagonal weight
-tiles. The tensorizer leaves a depthwise layer on the host (no GEMM intrinsic matches it: its
-channel indexes input, weight and output alike); written in diagonal form, it runs on the NPU
-exactly, and this measures what that costs.
+"""Depthwise 3x3 convolution: on the host, or on the NPU as the tensorizer runs it, grouped
+GEMMs of diagonal weight tiles.
 
-The diagonal form: with T the array's columns, G = C / T groups, and
-D[g, rh, rw, ci, co] = W[rh, rw, g*T + co] if ci == co else 0,
+A depthwise layer matches no GEMM intrinsic (its channel indexes input, weight and output
+alike); the NPU schedule first rewrites it (``diagonalize``): with T the GEMM's columns,
+G = C / T groups, and D[g, rh, rw, ci, co] = W[rh, rw, g*T + co] if ci == co else 0,
 
-    O[g, 0, h, w, co] = sum over rh, rw, ci of P[0, h + rh, w + rw, g*T + ci] * D[g, rh, rw, ci, co]
+    O[0, h, w, g*T + co] = sum over rh, rw, ci of P[0, h + rh, w + rw, g*T + ci] * D[g, rh, rw, ci, co]
 
 a GEMM per group with K = 9 T, of which one term in T is not zero. For each layer, prints the
 host's time (the reference executor's LLVM JIT, best of 5 runs) and, for the NPU, the host
-stages the tensorized diagonal form keeps (building D, packing the input windows, unpacking
-the output; best of 5 each), the simulated NPU time on the built-in machine, its MAC
+stages the tensorized layer keeps (building D, packing the input windows, unpacking the
+output; best of 5 each), the simulated NPU time on the built-in machine, its MAC
 utilisation and the share of those MACs that are not zero, and whether the result is exact.
 Figures, not assertions.
 
@@ -50,21 +49,6 @@ def depthwise(size: int, channels: int) -> ir.PrimFunc:
     return te.create_prim_func([I, W, O], "depthwise")
 
 
-def diagonal(size: int, channels: int, tile: int) -> ir.PrimFunc:
-    """The same layer as ``channels / tile`` grouped GEMMs of diagonal weight tiles (module
-    docs); the output is (groups, 1, size, size, tile)."""
-    groups = channels // tile
-    I = te.placeholder((1, size + 2, size + 2, channels), "int8", "I")
-    W = te.placeholder((3, 3, channels), "int8", "W")
-    D = te.compute((groups, 3, 3, tile, tile), lambda g, a, b, ci, co: te.if_then_else(
-        ir.eq(ci, co), W[a, b, g * tile + co], ir.const(0, "int8")), "D")
-    rh, rw, rc = te.reduce_axis(3, "rh"), te.reduce_axis(3, "rw"), te.reduce_axis(tile, "rc")
-    O = te.compute((groups, 1, size, size, tile), lambda g, n, h, w, co: te.sum(
-        _i32(I[n, h + rh, w + rw, g * tile + rc]) * _i32(D[g, rh, rw, rc, co]),
-        axis=[rh, rw, rc]), "O")
-    return te.create_prim_func([I, W, O], "depthwise_diagonal")
-
-
 def best_of(runs: int, call, *args) -> float:
     """The shortest of ``runs`` timed calls of ``call(*args)``, in seconds."""
     best = float("inf")
@@ -81,17 +65,17 @@ def main() -> None:
     tile = config.array.cols
     rng = np.random.default_rng(0)
     print(f"{'layer (3x3 depthwise)':<24}{'host':>9}{'NPU':>9}{'packing':>9}{'NPU+pack':>9}"
-          f"{'MAC util':>9}{'non-zero':>9}{'DRAM x':>8}  exact")
+          f"{'cycles':>9}{'MAC util':>9}{'non-zero':>9}{'DRAM x':>8}  exact")
     for size, channels in LAYERS:
         I = rng.integers(-128, 128, (1, size + 2, size + 2, channels)).astype(np.int8)
         W = rng.integers(-128, 128, (3, 3, channels)).astype(np.int8)
         compiled = host.compile(depthwise(size, channels))
         want = np.zeros((1, size, size, channels), np.int32)
         host_s = best_of(5, compiled, I, W, want)
-        result = auto_tensorize(diagonal(size, channels, tile), "npu", registry=registry,
-                                config=config)
+        result = auto_tensorize(depthwise(size, channels), "npu", registry=registry,
+                                config=config, intrinsic="npu_gemm")
         run = npu.run(result.func, {"I": I, "W": W}, config, registry.get)
-        got = run.outputs["O"].transpose(1, 2, 3, 0, 4).reshape(want.shape)
+        got = run.outputs["O"]
         packing_s = 0.0
         for stage in npu.split_stages(result.func, registry.get):
             if not stage.on_npu:
@@ -104,7 +88,7 @@ def main() -> None:
         peak = run.cycles * config.array.rows * config.array.cols
         label = f"{size}x{size}x{channels}"
         print(f"{label:<24}{host_s * 1e3:>7.2f}ms{npu_s * 1e3:>7.2f}ms{packing_s * 1e3:>7.2f}ms"
-              f"{(npu_s + packing_s) * 1e3:>7.2f}ms{100 * run.macs / peak:>8.1f}%"
+              f"{(npu_s + packing_s) * 1e3:>7.2f}ms{run.cycles:>9}{100 * run.macs / peak:>8.1f}%"
               f"{100 / tile:>8.1f}%{run.dram_bytes / tensors:>7.1f}x  {np.array_equal(got, want)}")
 
 

@@ -22,4 +22,8 @@ def gemm_int8(A: T.Buffer((256, 256), "int8"), B: T.Buffer((256, 256), "int8"),
 
 def reference(A, B):
     """C = A @ B, exact in int32."""
-    return A.astype(np.int32) @ B.astype(np.int32)
+    # numpy's integer matmul has no BLAS path (3 s at 1024^3); float64's takes 0.04 s and is
+    # exact here: every product is below 2**15 in magnitude, so every partial sum of K of
+    # them is an integer below 2**53 while K < 2**38. The int64 step wraps to int32 as the
+    # kernel's int32 accumulator does.
+    return (A.astype(np.float64) @ B.astype(np.float64)).astype(np.int64).astype(np.int32)

@@ -14,7 +14,9 @@ Why an LLVM JIT (llvmlite's IR builder, then MCJIT at -O3) rather than the alter
   expression's own dtype and wraps where numpy's does; floor division, the 16-bit floats and
   float-to-integer conversion are spelled out where LLVM differs (:mod:`.exprs`,
   :mod:`.numerics`).
-- Speed. A Python interpreter of the IR runs a 256^3 GEMM's 16.7 million iterations in
+- Speed. A reduction written with its reduce loops innermost runs with the innermost spatial
+  loop moved inside them, so LLVM vectorises it (:mod:`.interchange`; exact for every dtype).
+  A Python interpreter of the IR runs a 256^3 GEMM's 16.7 million iterations in
   minutes; emitting C needs a compiler on the machine. LLVM compiles a kernel in tens of
   milliseconds and runs it at native speed.
 
@@ -35,6 +37,7 @@ import numpy as np
 from ir.function import PrimFunc
 from targets.host.codegen import Generated, generate
 from targets.host.executable import CompiledFunction, gather_inputs
+from targets.host.interchange import sink_spatial_loops
 from targets.host.jit import compile_module
 from targets.host.prepare import LowerIntrinsic, lower_intrinsics, storage, written_params
 
@@ -59,7 +62,7 @@ def compile(func: PrimFunc, lower_intrinsic: LowerIntrinsic | None = None) -> Co
         _CACHE.move_to_end(key)
         return cached[2]
     lowered = lower_intrinsics(func, lower_intrinsic)
-    generated = _generate(lowered)
+    generated = _generate(sink_spatial_loops(lowered))
     code = compile_module(str(generated.module), generated.symbol)
     compiled = CompiledFunction(func, generated, code, written_params(lowered))
     _CACHE[key] = (func, lower_intrinsic, compiled)
@@ -85,7 +88,7 @@ def run(func: PrimFunc, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
 
 def emit_llvm(func: PrimFunc, lower_intrinsic: LowerIntrinsic | None = None) -> str:
     """The LLVM IR the host backend generates for ``func``, before optimization."""
-    return str(_generate(lower_intrinsics(func, lower_intrinsic)).module)
+    return str(_generate(sink_spatial_loops(lower_intrinsics(func, lower_intrinsic))).module)
 
 
 def _generate(func: PrimFunc) -> Generated:

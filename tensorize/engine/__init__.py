@@ -35,9 +35,9 @@ from tensorize.schedule import Schedule, tree
 # How many mappings of one block the engine tries before it reports the first refusal.
 MAPPINGS_TRIED = 8
 
-__all__ = ["ESTIMATES", "SCHEDULES", "BlockOutcome", "IntrinsicChoiceError", "Tensorized",
-           "auto_tensorize", "candidate_intrinsics", "count_calls", "named_intrinsic",
-           "target_features"]
+__all__ = ["ESTIMATES", "RESHAPES", "SCHEDULES", "BlockOutcome", "IntrinsicChoiceError",
+           "Tensorized", "auto_tensorize", "candidate_intrinsics", "count_calls",
+           "named_intrinsic", "target_features"]
 
 # A target's schedule, by the kind of target its descriptions make it
 # (``Registry.target_kind``): ``schedule(sch, match, extents, registry, options)``, where
@@ -48,6 +48,18 @@ SCHEDULES: Mapping[str, Callable[..., None]] = {
     "cpu": cpu_schedule.schedule,
     "npu": npu_schedule.schedule,
     "cuda": cuda_schedule.schedule,
+}
+
+# What a kind does to a block no intrinsic matches, to bring it into a form one does
+# (``reshape(sch, block, candidates, options) -> bool``, True when it rewrote the block; the
+# block keeps its name): the NPU writes a depthwise reduction as grouped GEMMs with diagonal
+# weight tiles. The block is matched again; if it still fits nothing, or every rewrite is
+# refused, the reshaping is undone and the block reported as it was. A reshape trades host
+# work (packing) and wasted MACs for the intrinsic, which does not pay by default (the
+# depthwise figures in docs/npu_backend.md), so it is tried only when the caller names the
+# intrinsic.
+RESHAPES: Mapping[str, Callable[..., bool]] = {
+    "npu": npu_schedule.reshape,
 }
 
 # What a mapping costs once a kind's schedule has run, where the intrinsic call count alone
@@ -156,28 +168,31 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = N
     """Tensorize every block of ``func`` that an intrinsic of ``target`` can compute.
 
     ``intrinsic`` restricts the search to one compute intrinsic of ``target`` (by name;
-    IntrinsicChoiceError when ``target`` has no such intrinsic). ``features`` selects the
-    target features (``"+neon,+dotprod,+i8mm"``; default: the target's own), and with them
-    the intrinsics tried. For the NPU, ``config`` is the machine (default: the built-in one)
-    and ``tiling`` overrides the chosen tile.
+    IntrinsicChoiceError when ``target`` has no such intrinsic), and lets the target reshape
+    a block no intrinsic matches (:data:`RESHAPES`: the NPU's depthwise reduction).
+    ``features`` selects the target features (``"+neon,+dotprod,+i8mm"``; default: the
+    target's own), and with them the intrinsics tried. For the NPU, ``config`` is the
+    machine (default: the built-in one) and ``tiling`` overrides the chosen tile.
     """
     start = time.perf_counter()
     registry = registry or default_registry()
     features = features if features is not None else target_features(target, registry)
     candidates = candidate_intrinsics(registry, target, intrinsic, features)
     sch = Schedule(func)
-    estimate = ESTIMATES.get(registry.target_kind(target))
+    kind = registry.target_kind(target)
+    estimate, reshape = ESTIMATES.get(kind), RESHAPES.get(kind)
     outcomes: list[BlockOutcome] = []
     explain: list[str] = []
     for block in tree.block_names(func):
-        results = {i.name: match_block(sch.func, block, i, registry)
-                   if block in tree.block_names(sch.func) else None for i in candidates}
+        results, matches = _matches(sch, block, candidates, registry, estimate)
         explain.extend(format_result(r) for r in results.values() if r is not None)
-        matches = sorted((m for r in results.values() if isinstance(r, list) for m in r),
-                         key=lambda m: (_outer_reduction(sch.func, m),
-                                        estimate(sch.func, m, registry) if estimate else 0.0,
-                                        m.cost))
+        saved_func, saved_steps = sch.func, list(sch.trace.steps)
+        if (not matches and reshape and intrinsic is not None
+                and reshape(sch, block, candidates, {"config": config})):
+            matches = _matches(sch, block, candidates, registry, estimate)[1]
         if not matches:
+            sch.func = saved_func
+            sch.trace.steps[:] = saved_steps
             reasons = [r.reason for r in results.values() if isinstance(r, Mismatch)]
             outcomes.append(BlockOutcome(block, None, "", reasons[0] if reasons else
                                          f"no {target} intrinsic to try"))
@@ -191,9 +206,26 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = N
             refusals.append(outcome)
         else:
             outcome = refusals[0]
+            sch.func = saved_func
+            sch.trace.steps[:] = saved_steps
         outcomes.append(outcome)
     return Tensorized(func, sch, target, tuple(_fused(sch.func, outcomes)), tuple(explain),
                       time.perf_counter() - start)
+
+
+def _matches(sch: Schedule, block: str, candidates: list[Intrinsic], registry: Registry,
+             estimate: Callable[[PrimFunc, Match, Registry], float] | None
+             ) -> tuple[dict[str, list[Match] | Mismatch | None], list[Match]]:
+    """Each candidate's result for ``block`` (None when the block is gone), and every
+    mapping found, in the order they are tried."""
+    present = block in tree.block_names(sch.func)
+    results = {i.name: match_block(sch.func, block, i, registry) if present else None
+               for i in candidates}
+    matches = sorted((m for r in results.values() if isinstance(r, list) for m in r),
+                     key=lambda m: (_outer_reduction(sch.func, m),
+                                    estimate(sch.func, m, registry) if estimate else 0.0,
+                                    m.cost))
+    return results, matches
 
 
 def _outer_reduction(func: PrimFunc, match: Match) -> bool:

@@ -15,6 +15,10 @@ The loops become::
             for mt: gemm                (the resetting variant at ko == 0, if declared)
         store the accumulator tile to C (store intrinsic's tiles)
 
+A depthwise reduction (the channel indexes input, weight and output alike) matches no GEMM;
+when the caller names the GEMM, :func:`reshape` first writes it as grouped GEMMs with
+diagonal weight tiles (``diagonalize``), which then take the path above.
+
 The accumulator starts at zero in one of two ways, each as the family declares it: a
 variant of the GEMM with ``resets: true`` replaces the first step's call (``fold_init``; a
 reduction one step deep calls only it), or a ``fill`` intrinsic of the accumulator operand
@@ -114,6 +118,29 @@ def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Re
     axes = check_executable(match.intrinsic, config)
     tiling = options.get("tiling") or choose_tiling(axes.of(extents)[0], axes.extents[0], config)
     schedule_npu(sch, match.block, match.intrinsic, registry, tiling)
+
+
+def reshape(sch: Schedule, block_name: str, candidates: list[Intrinsic],
+            options: Mapping[str, Any]) -> bool:
+    """The engine's hook for a block no GEMM matches (see ``tensorize.engine``): a depthwise
+    reduction becomes grouped GEMMs over tiles of ``tj`` channels with diagonal weight tiles
+    (``diagonalize``; tj the columns of the widest GEMM among ``candidates`` that the
+    machine runs, else of the next). False, with ``sch`` unchanged, when the block is not
+    depthwise, no such tj divides its channels, or no candidate runs."""
+    config = options.get("config") or load_machine()
+    widths = set()
+    for intrinsic in candidates:
+        try:
+            widths.add(check_executable(intrinsic, config).extents[1])
+        except ScheduleError:
+            continue
+    for tile in sorted(widths, reverse=True):
+        try:
+            sch.diagonalize(sch.get_block(block_name), tile)
+        except ScheduleError:
+            continue
+        return True
+    return False
 
 
 def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry: Registry,
