@@ -18,8 +18,9 @@ from ir import dtypes
 
 ROLES = ("input", "output", "accumulator")
 # How code of a CPU target can run here: in this process through LLVM's JIT on a host of its
-# architecture, or under the in-process AArch64 emulator.
-ENGINES = ("native", "unicorn")
+# architecture, under the in-process AArch64 emulator, or as a static AArch64 executable under
+# qemu-user in a child process.
+ENGINES = ("native", "unicorn", "qemu-user")
 DETECTORS = ("llvm", "cpuinfo")
 KINDS = ("compute", "load", "store", "fill")
 ITER_KINDS = ("spatial", "reduce")
@@ -444,7 +445,7 @@ CPU = Record("a CPU target", (
     Field("register_tile", REGISTER_TILE, True, "the register tiles the schedule may use"),
     Field("k_unroll", Int(1), False, "k steps per micro-kernel iteration (default 1)"),
     Field("run", ListOf(Choice(ENGINES), 1), True, "how its code runs here, in order of "
-          "preference: native, unicorn"),
+          "preference: native, unicorn, qemu-user"),
     Field("emulators", MapOf(EMULATOR, key=Choice(ENGINES), what="engine"), False,
           "emulator -> what it executes"),
     Field("macs", MapOf(Int(1), what="mnemonic"), False, "assembly mnemonic -> "

@@ -3,8 +3,9 @@ section (AArch64 with NEON dot products, x86-64 with AVX-512 VNNI, any a vendor 
 
 Tensorized IR becomes LLVM IR (llvmlite) for the target's triple, CPU and features, compiled
 to assembly or an ELF object, and run here by the first engine of the target's ``run`` list
-that can: natively through LLVM's JIT (timed), or AArch64 code under an in-process emulator
-(instructions counted). ``docs/cpu_targets.md`` explains how to describe a target.
+that can: natively through LLVM's JIT (timed), AArch64 code under an in-process emulator
+(instructions counted), or under qemu-user in a child process (i8mm, which that emulator
+lacks). ``docs/cpu_targets.md`` explains how to describe a target.
 
 - :func:`emit` turns a function (tensorized for the target by ``tensorize.engine``, or
   plain) into a :class:`CpuKernel`: LLVM IR, symbol, buffer (argument) order, features.

@@ -4,7 +4,10 @@
   compiled with, through llvmlite's JIT (MCJIT) and ctypes, timed over several runs;
 - ``unicorn``: AArch64 code under the in-process emulator (:mod:`targets.arm.unicorn`), when
   it executes every feature the kernel was compiled with; it counts the instructions
-  executed, and those the target's ``macs`` table names.
+  executed, and those the target's ``macs`` table names;
+- ``qemu-user``: AArch64 code as a static executable under ``qemu-aarch64-static`` in a
+  child process (:mod:`targets.arm.qemu`), when it is installed and executes every feature
+  the kernel was compiled with (i8mm, which unicorn does not); nothing is counted or timed.
 
 A kernel no engine can run is refused with every engine's reason, never run: a feature the
 host lacks would fault (SIGILL) or, under an emulator, stop with an undefined instruction.
@@ -113,6 +116,20 @@ def _unicorn_refusal(kernel: CpuKernel) -> str | None:
     return None
 
 
+def _qemu_refusal(kernel: CpuKernel) -> str | None:
+    from targets.arm.qemu import QEMU, qemu_binary
+
+    if kernel.cpu.arch != "aarch64":
+        return f"qemu-user runs aarch64 code only here, got {kernel.cpu.arch}"
+    missing = sorted(_needed(kernel) - kernel.cpu.emulated.get("qemu-user", frozenset()))
+    if missing:
+        return f"qemu-user does not execute {', '.join(missing)} instructions"
+    if qemu_binary() is None:
+        return (f"qemu-user is not installed (none of {', '.join(QEMU)} on PATH; Debian: "
+                "apt-get install qemu-user-static)")
+    return None
+
+
 def _arrays(kernel: CpuKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]
             ) -> list[np.ndarray]:
     if not isinstance(inputs, Mapping):
@@ -170,6 +187,16 @@ def _run_unicorn(kernel: CpuKernel, arrays: list[np.ndarray], runs: int) -> CpuR
     return CpuRun(outputs, "unicorn", result.instructions, counted)
 
 
+def _run_qemu(kernel: CpuKernel, arrays: list[np.ndarray], runs: int) -> CpuRun:
+    from targets.arm.qemu import run_qemu
+
+    results, status = run_qemu(compile(kernel, "obj"), kernel.symbol,  # type: ignore[arg-type]
+                               arrays, kernel.cpu.alignment)
+    _check_status(kernel, status)
+    outputs = {b.name: a for b, a in zip(kernel.buffers, results) if b.name in kernel.outputs}
+    return CpuRun(outputs, "qemu-user")
+
+
 def _check_status(kernel: CpuKernel, raw: bytes) -> None:
     site, dim, index = struct.unpack("<qqq", raw)
     if site:
@@ -179,6 +206,6 @@ def _check_status(kernel: CpuKernel, raw: bytes) -> None:
 
 
 _REFUSALS: dict[str, Callable[[CpuKernel], str | None]] = {
-    "native": _native_refusal, "unicorn": _unicorn_refusal}
+    "native": _native_refusal, "unicorn": _unicorn_refusal, "qemu-user": _qemu_refusal}
 _RUNNERS: dict[str, Callable[[CpuKernel, list[np.ndarray], int], CpuRun]] = {
-    "native": _run_native, "unicorn": _run_unicorn}
+    "native": _run_native, "unicorn": _run_unicorn, "qemu-user": _run_qemu}

@@ -1,7 +1,7 @@
 """The steps of ``tensorize run`` for a CPU target (any family with a ``cpu:`` section):
 emit LLVM IR for it, compile it to assembly, and run it here with the first engine of the
-target's ``run`` list that can: natively (timed: best and median of several runs) or under
-the in-process AArch64 emulator (instructions counted).
+target's ``run`` list that can: natively (timed: best and median of several runs), under
+the in-process AArch64 emulator (instructions counted) or under qemu-user (i8mm).
 
 A run this host cannot make (a feature the host lacks, an instruction the emulator does not
 execute) is refused, with every engine's reason, and fails the run: code that was not run is

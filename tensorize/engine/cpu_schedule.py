@@ -6,8 +6,10 @@ count, the tiles to try, the k unroll) comes from the target's ``cpu:`` descript
 The block arrives in the intrinsic's shape (``gemm_view``): iterators ``(outer..., i, k)`` for
 the dot products (``C[i] += A[k] * B[i, k]``: i runs along the output's columns, ``L`` lanes
 of a vector, the rows are the innermost outer iterator m), padded to the intrinsic's extents.
-With a register tile of ``mr`` rows by ``nr`` columns (``nr / L`` vectors), the loops
-become (AArch64's names; L = 4)::
+With a register tile of ``mr`` rows by ``nr`` columns (``nr / L`` vectors), the rows and
+columns padded up to whole tiles where the tile does not divide them (edge tiles compute on
+zeros; only the valid part of the output is copied back), the loops become (AArch64's names;
+L = 4)::
 
     A_pack[.., m // mr, k // 4, m % mr, k % 4] <- A      # packing stages (part of the kernel)
     B_pack[n // nr, k // 4, n % nr, k % 4] <- B
@@ -25,18 +27,20 @@ generator keeps each vector-sized piece in an SSA value, so the ``mr * nr / L`` 
 stay in vector registers across the k loop. An input whose intrinsic operand lives in memory
 (``global``: x86's row of A, which VPDPBUSD takes broadcast from memory) is not staged: the
 instruction reads it from the packed buffer. Every step is a schedule primitive, so the trace
-replays it. Other intrinsic shapes (the 2x2x8 matrix multiplies) get the generic schedule
-with packed operands.
+replays it. The matrix multiplies (``C[i, j] += A[i, k] * B[j, k]``, SMMLA's 2x2x8) get
+the same blocking with one ``ti x tj`` tile per accumulator register
+(:func:`schedule_matrix`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from intrinsics import CpuTarget, Intrinsic, Registry
-from ir import BufferLoad, BufferStore, IterKind, PrimFunc, ScheduleError, Var
+from ir import BufferLoad, BufferStore, IntImm, IterKind, PrimFunc, ScheduleError, Select, Var
 from ir.visitor import post_order_visit
 from tensorize.match.result import Match
 from tensorize.schedule import Schedule, tree
@@ -54,73 +58,112 @@ class CpuTiling:
     def registers(self, cpu: CpuTarget, intrinsic: Intrinsic) -> int:
         """Vector registers live in the k loop: the accumulators, one B panel per vector,
         and the A rows: packed into whole registers when A is staged into them, else one
-        register its broadcast lands in."""
+        register its broadcast lands in. For the matrix multiplies a row is one A operand
+        (two rows of the output) and a vector one B operand (two columns)."""
         a = intrinsic.inputs[0]
         rows = 1 if a.scope != cpu.register_scope else \
             -(-self.rows * a.nbytes // cpu.vector_bytes)
         return self.rows * self.vectors + self.vectors + rows
 
 
-def choose_tiling(rows: int, column_vectors: int, cpu: CpuTarget, intrinsic: Intrinsic
-                  ) -> CpuTiling:
-    """The largest register tile of the target's ``register_tile`` choices (most
-    accumulators, then most rows) whose sides divide ``rows`` and ``column_vectors`` and that
-    fits the registers the target leaves the micro-kernel; ScheduleError when none does."""
-    tiles = [CpuTiling(r, v) for r in cpu.tile_rows for v in cpu.tile_vectors
-             if rows % r == 0 and column_vectors % v == 0]
-    fitting = [t for t in tiles if t.registers(cpu, intrinsic) <= cpu.usable_registers]
+def choose_tiling(rows: int, column_vectors: int, steps: int, cpu: CpuTarget,
+                  intrinsic: Intrinsic) -> CpuTiling:
+    """The register tile of the target's ``register_tile`` choices that fits the registers
+    the target leaves the micro-kernel and costs the fewest instructions (:func:`_tile_cost`)
+    over ``rows`` by ``column_vectors`` and ``steps`` k steps; sides need not divide the
+    extents (edge tiles compute on zero padding, and only the valid part is stored). Among
+    equal costs, the one with the most accumulators, then most rows. ScheduleError when none
+    fits."""
+    fitting = [CpuTiling(r, v) for r in cpu.tile_rows for v in cpu.tile_vectors
+               if CpuTiling(r, v).registers(cpu, intrinsic) <= cpu.usable_registers]
     if not fitting:
         raise ScheduleError("cpu schedule", f"no register tile of target {cpu.target} "
                             f"(rows {list(cpu.tile_rows)}, vectors {list(cpu.tile_vectors)}) "
-                            f"divides {rows} rows by {column_vectors} column vectors and fits "
-                            f"its {cpu.usable_registers} registers")
-    return max(fitting, key=lambda t: (t.rows * t.vectors, t.rows))
+                            f"fits its {cpu.usable_registers} registers")
+    return min(fitting, key=lambda t: (
+        _tile_cost(t, rows, column_vectors, steps, cpu, intrinsic), -t.rows * t.vectors,
+        -t.rows))
+
+
+def _tile_cost(tiling: CpuTiling, rows: int, column_vectors: int, steps: int, cpu: CpuTarget,
+               intrinsic: Intrinsic) -> int:
+    """Instructions the micro-kernel executes with ``tiling``: at every k step of every
+    tile, its calls, its B panel loads and, when A is staged in registers, one load per
+    register of its rows (an A in memory is the instruction's own memory operand), over the
+    extents padded up to whole tiles; plus, when the tile does not divide them, the copy of
+    the padded output back into the valid part (one instruction an element)."""
+    a = intrinsic.inputs[0]
+    a_loads = 0 if a.scope != cpu.register_scope else \
+        -(-tiling.rows * a.nbytes // cpu.vector_bytes)
+    tiles = -(-rows // tiling.rows) * -(-column_vectors // tiling.vectors)
+    per_step = tiling.rows * tiling.vectors + tiling.vectors + a_loads
+    edges = rows % tiling.rows or column_vectors % tiling.vectors
+    elements = math.prod(intrinsic.output.shape)
+    return tiles * per_step * steps + (rows * column_vectors * elements if edges else 0)
 
 
 def estimate(func: PrimFunc, match: Match, registry: Registry) -> float:
-    """The instructions the micro-kernel would execute for ``match``: its calls and the loads
-    that feed them. A register tile of r rows by v vectors shares each k step's v B panels
-    and its rows of A among r * v calls; one call per register tile (the matrix multiplies)
-    loads both inputs for every call. So a 16-MAC dot product in an 8 x 2 tile (20
-    instructions per 16 calls) beats a 32-MAC matrix multiply without blocking (3 per call):
-    turning a feature on does not make the kernel slower. Infinite when no tile fits."""
+    """The instructions the micro-kernel would execute for ``match`` (:func:`_tile_cost`):
+    its calls and the loads that feed them. A register tile of r rows by v vectors shares
+    each k step's v B panels and its rows of A among r * v calls. The matrix multiplies
+    count as one call per tile that loads both inputs (3 instructions per call), so a 16-MAC
+    dot product in an 8 x 2 tile (20 instructions per 16 calls) is kept over them: turning
+    a feature on does not make the kernel slower. Infinite when no tile fits."""
     intrinsic = match.intrinsic
-    if len(intrinsic.iter_vars) != 2:
-        return float(match.calls * (1 + len(intrinsic.inputs)))
     cpu = registry.cpu(intrinsic.target)
+    if len(intrinsic.iter_vars) != 2:
+        # The matrix multiplies are register-blocked too (schedule_matrix), but their
+        # packing into 8-deep k groups and their lane-by-lane stores of 2 x 2 tiles cost
+        # more than calls and loads show (measured: bench/bench_arm.py), so they are
+        # estimated at one call per tile that loads both inputs, plus the copy back of an
+        # output padded to the register tile: a dot product that fits is kept, and turning
+        # i8mm on does not make a kernel slower.
+        rows, vectors, steps = (match.padded_extents[iv.var.name] // iv.extent
+                                for iv in intrinsic.iter_vars)
+        try:
+            tiling = choose_tiling(rows, vectors, steps, cpu, intrinsic)
+        except ScheduleError:
+            return float("inf")
+        edges = rows % tiling.rows or vectors % tiling.vectors
+        copy = rows * vectors * math.prod(intrinsic.output.shape) if edges else 0
+        return float(match.calls * (1 + len(intrinsic.inputs)) + copy)
     extents = {iv.var.name: iv.extent
                for iv in tree.find_block(func, match.block).node.block.iter_vars}
     rows = next((extents[n] for n in reversed(match.outer) if extents[n] > 1), 1)
-    lanes = intrinsic.iter_vars[0]
+    lanes, depth = intrinsic.iter_vars
     vectors = match.padded_extents[lanes.var.name] // lanes.extent
+    steps = match.padded_extents[depth.var.name] // depth.extent
     try:
-        tiling = choose_tiling(rows, vectors, cpu, intrinsic)
+        tiling = choose_tiling(rows, vectors, steps, cpu, intrinsic)
     except ScheduleError:
         return float("inf")
-    a = intrinsic.inputs[0]
-    a_loads = tiling.rows if a.scope != cpu.register_scope else \
-        -(-tiling.rows * a.nbytes // cpu.vector_bytes)
-    calls_per_step = tiling.rows * tiling.vectors
-    return match.calls * (calls_per_step + tiling.vectors + a_loads) / calls_per_step
+    # The calls outside the rows and columns (batch, other outer iterators) repeat the tile.
+    repeats = match.calls / (rows * vectors * steps)
+    return repeats * _tile_cost(tiling, rows, vectors, steps, cpu, intrinsic)
 
 
 def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Registry,
              options: Mapping[str, Any]) -> None:
     """The engine's entry (see ``tensorize.engine``): the register-blocked schedule for the
-    dot products (``options["tiling"]`` when it is a :class:`CpuTiling`), the packed
-    generic one for the other intrinsics. The target is the intrinsic's."""
+    dot products or the matrix multiplies, with ``options["tiling"]`` when it is a
+    :class:`CpuTiling`. The target is the intrinsic's."""
     intrinsic = match.intrinsic
     cpu = registry.cpu(intrinsic.target)
-    if len(intrinsic.iter_vars) != 2:
-        schedule_packed(sch, match.block, intrinsic, registry, cpu)
-        return
     block = sch.get_block(match.block)
     ivs = sch.get(block).block.iter_vars
-    rows = next((iv.extent for iv in reversed(ivs[:-2]) if iv.extent > 1), 1)
+    units = [e // t for e, t in zip(extents[-len(intrinsic.extents):], intrinsic.extents)]
+    if len(units) == 3:
+        rows, vectors, steps = units
+    else:
+        rows = next((iv.extent for iv in reversed(ivs[:-2]) if iv.extent > 1), 1)
+        vectors, steps = units
     tiling = options.get("tiling")
     if not isinstance(tiling, CpuTiling):
-        tiling = choose_tiling(rows, extents[-2] // intrinsic.extents[0], cpu, intrinsic)
-    schedule_cpu(sch, match.block, intrinsic, registry, cpu, tiling)
+        tiling = choose_tiling(rows, vectors, steps, cpu, intrinsic)
+    if len(units) == 3:
+        schedule_matrix(sch, match.block, intrinsic, registry, cpu, tiling)
+    else:
+        schedule_cpu(sch, match.block, intrinsic, registry, cpu, tiling)
 
 
 def schedule_cpu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry: Registry,
@@ -139,6 +182,7 @@ def schedule_cpu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     ti, tk = intrinsic.extents
     names = [iv.var.name for iv in ivs]
     row = next((p for p in range(len(ivs) - 3, -1, -1) if ivs[p].extent > 1), None)
+    _pad_to_tile(sch, block_name, row, tiling.rows, tiling.vectors * ti)
     factors = {names[-2]: tiling.vectors * ti, names[-1]: tk}
     if row is not None:
         factors[names[row]] = tiling.rows
@@ -160,14 +204,106 @@ def schedule_cpu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
         unrolled = [ni_u]
     _stage_and_tensorize(sch, block_name, intrinsic, registry, cpu, packed, operands, layouts,
                          (ni_o, ko, ni_t))
+    _unroll_and_pack(sch, cpu, unrolled, ko, packed, factors)
+
+
+def schedule_matrix(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry: Registry,
+                    cpu: CpuTarget, tiling: CpuTiling) -> None:
+    """The register-blocked schedule of a matrix multiply ``C[i, j] += A[i, k] * B[j, k]``
+    of ``ti x tj x tk`` (SMMLA's 2 x 2 x 8): ``tiling.rows`` A operands (``rows * ti``
+    output rows) by ``tiling.vectors`` B operands (``vectors * tj`` columns) of
+    accumulators, each register one ``ti x tj`` tile, loops ``(outer.., mo, no, ko, mu, nu,
+    ii, jj, kk)``; the inputs packed so that each operand is 16 contiguous bytes, staged into
+    registers at every k step, the accumulators kept in registers across the k loop.
+
+    Raises ScheduleError when a primitive refuses a step, or when the block reduces over a
+    loop outside the tile.
+    """
+    block = sch.get_block(block_name)
+    ivs = sch.get(block).block.iter_vars
+    if any(iv.kind is IterKind.REDUCE for iv in ivs[:-3]):
+        raise ScheduleError("cpu schedule", f"block {block_name} reduces over a loop outside "
+                            "the register tile; its accumulators would leave the registers")
+    ti, tj, tk = intrinsic.extents
+    names = [iv.var.name for iv in ivs]
+    _pad_to_tile(sch, block_name, len(names) - 3, tiling.rows * ti, tiling.vectors * tj)
+    factors = {names[-3]: tiling.rows * ti, names[-2]: tiling.vectors * tj, names[-1]: tk}
+    operands = _operand_buffers(sch, block_name, intrinsic)
+    packed = {op.name: _pack(sch, block_name, operands[op.name]) for op in intrinsic.inputs}
+    layouts = {op: _tiled_layout(sch, block_name, buffer, factors)
+               for op, buffer in packed.items()}
+    loops = sch.get_loops(sch.get_block(block_name))[-len(names):]
+    mo, mu, mt = sch.split(loops[-3], [None, tiling.rows, ti])
+    no, nu, nt = sch.split(loops[-2], [None, tiling.vectors, tj])
+    ko, kt = sch.split(loops[-1], [None, tk])
+    sch.reorder(*loops[:-3], mo, no, ko, mu, nu, mt, nt, kt)
+    # Each accumulator register holds one ti x tj tile: the register buffer is laid out by
+    # tiles, so a tile is one register's piece.
+    _stage_and_tensorize(sch, block_name, intrinsic, registry, cpu, packed, operands, layouts,
+                         (no, ko, mt), (ti, tj))
+    _unroll_and_pack(sch, cpu, [mu, nu], ko, packed, factors)
+
+
+def _unroll_and_pack(sch: Schedule, cpu: CpuTarget, unrolled: list[Any], ko: Any,
+                     packed: dict[str, str], factors: dict[str, int]) -> None:
+    """Unroll the register tile's loops and ``k_unroll`` k steps, and walk each packing
+    stage in its packed layout's order."""
     for loop in unrolled:
         sch.unroll(loop)
     if cpu.k_unroll > 1 and sch.get(ko).extent % cpu.k_unroll == 0:
         # Several k steps per iteration: the loop's counter, pointer steps and branch are
-        # then spread over more dot products.
+        # then spread over more calls.
         sch.unroll(sch.split(ko, [None, cpu.k_unroll])[1])
     for buffer in packed.values():
         _tile_packing(sch, buffer, factors)
+
+
+def _pad_to_tile(sch: Schedule, block_name: str, row: int | None, rows: int, columns: int
+                 ) -> None:
+    """Pad the block's row iterator (position ``row``) to a multiple of ``rows`` and its
+    column iterator to one of ``columns``: the edge tiles then compute on zeros, and only the
+    valid part of the output is copied back. A copy the block's inputs or output already went
+    through (the padding to the intrinsic's extents) is merged into the new one, so the data
+    still moves once each way."""
+    block = sch.get_block(block_name)
+    ivs = sch.get(block).block.iter_vars
+    padding = [1] * len(ivs)
+    padding[-2] = columns
+    if row is not None:
+        padding[row] = rows
+    before = set(tree.block_names(sch.func))
+    sch.pad_einsum(block, padding)
+    for name in sorted(set(tree.block_names(sch.func)) - before):
+        if name.endswith("_unpad"):
+            written = sch.get(sch.get_block(name)).block.writes[0].buffer.name
+            if _copies_of(sch, written, reads=True):
+                sch.compute_inline(sch.get_block(name))
+            continue
+        _inline_copies_into(sch, sch.get(sch.get_block(name)).block.writes[0].buffer.name)
+
+
+def _inline_copies_into(sch: Schedule, buffer: str) -> None:
+    """Inline the chain of copies (reindex, padding) that the copy filling ``buffer`` reads
+    from, so the data moves once; a copy that ``compute_inline`` refuses (one whose layout
+    fuses dimensions) stays a stage of its own."""
+    target = _copies_of(sch, buffer, reads=False)
+    while target is not None and (source := _copies_of(
+            sch, sch.get(sch.get_block(target)).block.reads[0].buffer.name, reads=False)):
+        try:
+            sch.compute_inline(sch.get_block(source))
+        except ScheduleError:
+            return
+
+
+def _copies_of(sch: Schedule, buffer: str, reads: bool) -> str | None:
+    """The one block that copies from (``reads``) or into ``buffer``, an intermediate, when
+    it is the only block to do so and only copies; else None."""
+    if any(p.name == buffer for p in sch.func.params):
+        return None
+    found = [b for b in tree.block_names(sch.func) if any(
+        r.buffer.name == buffer for r in (sch.get(sch.get_block(b)).block.reads if reads
+                                          else sch.get(sch.get_block(b)).block.writes))]
+    return found[0] if len(found) == 1 and _is_copy(sch, found[0]) else None
 
 
 def _tiled_layout(sch: Schedule, block_name: str, buffer: str, factors: dict[str, int]
@@ -217,12 +353,15 @@ def _tile_packing(sch: Schedule, buffer: str, factors: dict[str, int]) -> None:
 def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
                          registry: Registry, cpu: CpuTarget, packed: dict[str, str],
                          operands: dict[str, str], layouts: dict[str, str | None],
-                         loops: tuple[Any, Any, Any]) -> None:
+                         loops: tuple[Any, Any, Any],
+                         accumulator_tiles: tuple[int, int] | None = None) -> None:
     """Stage the packed inputs whose operands live in registers into them at every k step,
     the accumulator tile in registers across the k loop (zeroed before it, stored after it),
     and tensorize. The packed buffers take their tiled ``layouts`` once their register stages
     are placed (the stages' regions are then plain affine windows). ``loops`` are the
-    innermost output-tile loop, the k loop and the intrinsic tile's first loop."""
+    innermost output-tile loop, the k loop and the intrinsic tile's first loop;
+    ``accumulator_tiles`` ``(ti, tj)``, when given, lays the accumulator registers out by
+    tiles of that shape, one a register."""
     tile_loop, ko, first = loops
     block = sch.get_block(block_name)
     stages = {}
@@ -237,7 +376,15 @@ def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
     sch.reverse_compute_at(c_store, tile_loop)
     for stage in stages.values():
         sch.compact_buffer(_written(sch, stage))
-    sch.compact_buffer(sch.get(c_store).block.reads[0].buffer.name)
+    registers = sch.get(c_store).block.reads[0].buffer
+    sch.compact_buffer(registers.name)
+    if accumulator_tiles is not None:
+        # Its last two dimensions by ti x tj tiles, each tile's elements last.
+        ti, tj = accumulator_tiles
+        lead = [f"d{n}" for n in range(len(registers.shape) - 2)]
+        sch.transform_layout(c_store, registers.name, f"lambda {', '.join([*lead, 'i', 'j'])}: "
+                             f"({', '.join([*lead, f'i // {ti}', f'j // {tj}'])}, i % {ti}, "
+                             f"j % {tj})")
     for op, layout in layouts.items():
         if layout is not None:
             sch.transform_layout(stages.get(op, block), packed[op], layout)
@@ -249,26 +396,6 @@ def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
     sch.tensorize(first, intrinsic)
 
 
-def schedule_packed(sch: Schedule, block_name: str, intrinsic: Intrinsic,
-                    registry: Registry, cpu: CpuTarget) -> None:
-    """One intrinsic tile at a time (the 2x2x8 matrix multiplies): loops ``(outer.., io, jo,
-    ko, ii, jj, ki)``, inputs packed so that each tile is one contiguous register, the
-    accumulator tile in registers across the k loop."""
-    block = sch.get_block(block_name)
-    names = [iv.var.name for iv in sch.get(block).block.iter_vars]
-    count = len(intrinsic.iter_vars)
-    factors = dict(zip(names[-count:], intrinsic.extents))
-    operands = _operand_buffers(sch, block_name, intrinsic)
-    packed = {op.name: _pack(sch, block_name, operands[op.name]) for op in intrinsic.inputs}
-    layouts = {op: _tiled_layout(sch, block_name, buffer, factors)
-               for op, buffer in packed.items()}
-    loops = sch.get_loops(sch.get_block(block_name))[-count:]
-    parts = [sch.split(loop, [None, e]) for loop, e in zip(loops, intrinsic.extents)]
-    sch.reorder(*(p[0] for p in parts), *(p[1] for p in parts))
-    _stage_and_tensorize(sch, block_name, intrinsic, registry, cpu, packed, operands, layouts,
-                         (parts[-2][0], parts[-1][0], parts[0][1]))
-
-
 def _pack(sch: Schedule, block_name: str, buffer: str) -> str:
     """The packing stage of an input: a copy indexed by the block's own (tiled) iterators,
     so that each register tile is contiguous (``reindex``), unless the block already reads
@@ -276,6 +403,7 @@ def _pack(sch: Schedule, block_name: str, buffer: str) -> str:
     padding) is inlined into it, so the data moves once. Returns the packed buffer's name."""
     if _index_vars(sch, block_name, buffer) is not None and \
             not any(p.name == buffer for p in sch.func.params):
+        _inline_copies_into(sch, buffer)
         return buffer
     packing = sch.reindex(sch.get_block(block_name), buffer)
     producers = [b for b in tree.block_names(sch.func)
@@ -287,10 +415,15 @@ def _pack(sch: Schedule, block_name: str, buffer: str) -> str:
 
 
 def _is_copy(sch: Schedule, block_name: str) -> bool:
-    """True for a block that only moves elements (a reindex), not one that computes."""
+    """True for a block that only moves elements (a reindex, or a padding copy: an element
+    where it is in bounds, else a constant), not one that computes."""
     block = sch.get(sch.get_block(block_name)).block
-    return isinstance(block.body, BufferStore) and isinstance(block.body.value, BufferLoad) \
-        and block.init is None
+    if not isinstance(block.body, BufferStore) or block.init is not None:
+        return False
+    value = block.body.value
+    while isinstance(value, Select) and isinstance(value.false_value, IntImm):
+        value = value.true_value
+    return isinstance(value, BufferLoad)
 
 
 def _index_vars(sch: Schedule, block_name: str, buffer: str) -> list[str] | None:
@@ -343,7 +476,10 @@ def _loads(registry: Registry, intrinsic: Intrinsic, operand: str) -> list[Intri
     op = intrinsic.operand(operand)
     fits = [i for i in registry.for_target(intrinsic.target) if i.kind == "load"
             and i.operands[0].dtype == op.dtype and i.operands[0].scope == op.scope]
-    return sorted(fits, key=lambda i: -len(i.operands[0].shape))
+    # Among tiles of one rank, those whose rows are as long as the operand's come first (a
+    # 2 x 8 tile for SMMLA's 2 x 8 operand, not a 4 x 4 one of the same 16 bytes).
+    return sorted(fits, key=lambda i: (-len(i.operands[0].shape),
+                                       i.operands[0].shape[-1] != op.shape[-1]))
 
 
 def _written(sch: Schedule, stage: Any) -> str:

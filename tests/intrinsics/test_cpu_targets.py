@@ -19,8 +19,9 @@ def test_the_arm_description_holds_what_the_code_generator_needs(registry: Regis
         "aarch64-unknown-linux-gnu", "generic", "+neon,+dotprod")
     # The register scope's capacity (512 bytes) over 16-byte vectors, less 3 left to LLVM.
     assert (arm.registers, arm.usable_registers, arm.vector_bytes) == (32, 29, 16)
-    assert arm.engines == ("native", "unicorn")
+    assert arm.engines == ("native", "unicorn", "qemu-user")
     assert arm.emulated["unicorn"] == {"neon", "dotprod"}
+    assert arm.emulated["qemu-user"] == {"neon", "dotprod", "i8mm"}
     assert arm.macs["sdot"] == 16 and arm.macs["smmla"] == 32
 
 

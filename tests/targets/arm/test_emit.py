@@ -69,14 +69,24 @@ def test_object_is_elf_for_aarch64() -> None:
     assert int.from_bytes(obj[18:20], "little") == 183  # EM_AARCH64
 
 
-def test_turning_i8mm_on_keeps_the_cheaper_blocked_dot_product() -> None:
-    # By estimate: 8 x 2 SDOT tiles take 20 instructions per 16 calls of 16 MACs; SMMLA one
-    # tile at a time takes 3 per call of 32 MACs.
+def test_turning_i8mm_on_keeps_the_dot_product() -> None:
+    # By estimate: 8 x 2 SDOT tiles take 20 instructions per 16 calls of 16 MACs; SMMLA
+    # counts 3 per call of 32 MACs (its packing and 2 x 2 stores cost more than its loads).
     with_i8mm = tensorized("gemm_int8", "+neon,+dotprod,+i8mm")
     assert [b.intrinsic for b in with_i8mm.tensorized] == ["arm_sdot_lane"]
     # Where only i8mm fits (u8 x s8), it is used.
     mixed = tensorized("gemm_u8s8", "+neon,+dotprod,+i8mm")
     assert [b.intrinsic for b in mixed.tensorized] == ["arm_usmmla"]
+
+
+def test_the_matrix_multiply_is_register_blocked() -> None:
+    smmla = tensorized("gemm_int8", "+neon,+dotprod,+i8mm", "arm_smmla")
+    asm = cpu.compile(cpu.emit(smmla.func, "arm", "+neon,+dotprod,+i8mm"), "asm")
+    calls = [line.split() for line in asm.splitlines() if line.startswith("\tsmmla\t")]
+    # A 4 x 4 tile of 2 x 2 accumulators (8 rows by 8 columns): 16 registers accumulate,
+    # the k loop's body (unrolled by LLVM here) whole tiles of 16.
+    assert len({ops[1] for ops in calls}) == 16
+    assert len(calls) % 16 == 0
 
 
 def test_s8u8_swaps_the_operands_onto_usmmla() -> None:

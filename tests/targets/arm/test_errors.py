@@ -21,13 +21,15 @@ def test_i8mm_intrinsic_requires_the_feature() -> None:
         cpu.emit(func, "arm")
 
 
-def test_i8mm_kernel_compiles_but_is_not_run_under_the_emulator() -> None:
+def test_i8mm_kernel_without_qemu_is_refused_with_each_engines_reason(monkeypatch) -> None:
+    monkeypatch.setattr("targets.arm.qemu.shutil.which", lambda name: None)
     features = "+neon,+dotprod,+i8mm"
     k = cpu.emit(tensorized("gemm_int8", intrinsic="arm_smmla").func, "arm", features)
     assert "smmla" in cpu.compile(k, "asm")
     engine, reason = cpu.engine_for(k)
     if engine is None:
         assert "unicorn: the emulator (unicorn) does not execute i8mm" in reason
+        assert "qemu-user: qemu-user is not installed" in reason
         with pytest.raises(cpu.CpuRunError, match="does not execute i8mm"):
             cpu.run(k, {})
 

@@ -64,7 +64,8 @@ def test_u8s8_gemm_uses_vpdpbusd_in_a_register_tile() -> None:
         ("(", "-")) for line in loop)
 
 
-@pytest.mark.parametrize("shape", [(64, 64, 64), (17, 33, 65), (100, 37, 50), (1, 16, 4)])
+@pytest.mark.parametrize("shape", [(64, 64, 64), (15, 16, 17), (16, 31, 33), (17, 33, 65),
+                                   (31, 17, 15), (33, 15, 16), (100, 37, 50), (1, 16, 4)])
 def test_gemm_runs_natively_and_exactly(shape) -> None:
     m, n, k = shape
     func = u8s8_gemm(m, n, k)

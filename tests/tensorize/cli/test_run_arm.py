@@ -7,6 +7,7 @@ import platform
 
 import pytest
 
+from targets.arm.qemu import qemu_binary
 from tensorize.cli import main
 from tests.tensorize.cli.test_run_cmd import SMALL_GEMM
 
@@ -48,7 +49,8 @@ def test_emit_code_writes_the_assembly(gemm, tmp_path):
 
 @pytest.mark.skipif(platform.machine().lower() in ("aarch64", "arm64"),
                     reason="an AArch64 host may run i8mm natively")
-def test_i8mm_code_is_emitted_and_a_run_that_cannot_happen_fails_with_the_reason(gemm, capsys):
+def test_i8mm_code_without_qemu_fails_the_run_with_the_reason(gemm, capsys, monkeypatch):
+    monkeypatch.setattr("targets.arm.qemu.shutil.which", lambda name: None)
     assert main(["run", gemm, "--target", "arm", "--quiet", "--features",
                  "+neon,+dotprod,+i8mm"]) == 1
     out = capsys.readouterr().out
@@ -56,8 +58,20 @@ def test_i8mm_code_is_emitted_and_a_run_that_cannot_happen_fails_with_the_reason
     # SMMLA one tile at a time, so i8mm does not make the kernel slower.
     assert "ok   tensorize   C: arm_sdot_lane" in out
     assert "skip run         not run: native: this host is x86_64, the code is aarch64; " \
-        "unicorn: the emulator (unicorn) does not execute i8mm instructions" in out
+        "unicorn: the emulator (unicorn) does not execute i8mm instructions; qemu-user: " \
+        "qemu-user is not installed" in out
     assert "ok   run" not in out
+
+
+@pytest.mark.skipif(qemu_binary() is None, reason="qemu-user (qemu-aarch64-static) is not "
+                    "installed: apt-get install qemu-user-static")
+def test_i8mm_code_runs_under_qemu_user_exactly(gemm, capsys):
+    assert main(["run", gemm, "--target", "arm", "--quiet", "--features",
+                 "+neon,+dotprod,+i8mm", "--intrinsic", "arm_smmla"]) == 0
+    out = capsys.readouterr().out
+    assert "ok   tensorize   C: arm_smmla" in out
+    assert "ok   run         C on qemu-user" in out
+    assert "all 800 elements equal (exact)" in out
 
 
 def test_features_on_another_target_is_a_usage_error(gemm, capsys):
