@@ -334,7 +334,10 @@ class _KernelEmitter:
         frag_info: dict[Buffer, dict] = {}
         self._walk_plan(stmt, _Scope(), tile_widths, frag_info)
         block_level = _outside_warps(stmt, self.registry)
-        for buffer in {b for b, _ in _accesses(stmt, self.registry) if b.scope == "shared"}:
+        # Sorted by name: a set of buffers iterates in hash order, which changes from one
+        # process to the next, and the declarations' order changes nvcc's register allocation.
+        shared = {b for b, _ in _accesses(stmt, self.registry) if b.scope == "shared"}
+        for buffer in sorted(shared, key=lambda b: b.name):
             self.shared[buffer] = shared_layout(buffer, tile_widths.get(buffer))
             if buffer not in block_level and self.dims:
                 # Only warps touch it (an epilogue's staging tile): one copy per warp, each

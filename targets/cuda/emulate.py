@@ -6,8 +6,11 @@ The headers emulate the thread model (blocks in turn; a block's threads as corou
 switch at barriers) and the warp matrix API (each lane holds whole tiles), and check shared
 memory: a race between threads (an access after another thread's write, or a write after
 its read, with no barrier between) is reported with the buffer, the element and both
-threads, and so is a read of an element no thread of the block wrote. See the header's
-comment and ``docs/cuda_backend.md`` for what a run proves.
+threads, and so is a read of an element no thread of the block wrote; an access outside a
+shared array, or a copy or WMMA operation outside a global buffer, is reported with the
+buffer, the element and the thread. Asynchronous copies land at their thread's wait, or, with
+``copies="at_issue"``, when issued. See the header's comment and ``docs/cuda_backend.md`` for
+what a run proves.
 
 The builds go to a temporary directory made on the first build and removed when the process
 exits.
@@ -20,6 +23,7 @@ import ctypes
 import functools
 import hashlib
 import shutil
+import string
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -30,7 +34,12 @@ import numpy as np
 from targets.cuda.cexpr import ctype
 from targets.cuda.emit import CudaKernel
 
-__all__ = ["EmulationError", "emulate"]
+__all__ = ["COPY_MODES", "EmulationError", "emulate"]
+
+# When an asynchronous copy lands: at its thread's wait (a stage read before the wait is
+# stale), or at its issue (a stage still being read when the prefetch overwrites it is
+# spoilt). Each catches by its numbers a misplaced barrier or wait that the other misses.
+COPY_MODES = ("at_wait", "at_issue")
 
 HEADERS = Path(__file__).resolve().parent / "emulation"
 _COMPILED: dict[str, ctypes.CDLL] = {}
@@ -39,8 +48,8 @@ ALIGNMENT = 256
 
 class EmulationError(RuntimeError):
     """The emulated kernel failed: a compile error, a misaligned or non-uniform WMMA
-    operation, threads that diverge at a barrier, a race on shared memory, or a read of
-    shared memory nothing wrote."""
+    operation, threads that diverge at a barrier, a race on shared memory, a read of
+    shared memory nothing wrote, or an access outside a buffer."""
 
 
 @functools.cache
@@ -51,16 +60,31 @@ def _build_dir() -> Path:
     return path
 
 
+def _c_string(text: str) -> str:
+    """``text`` as a C string literal: letters, digits, ``_`` and spaces as they are, every
+    other byte as a three-digit octal escape (which cannot run into the next character, nor
+    form a trigraph or end a comment)."""
+    safe = {ord(c) for c in string.ascii_letters + string.digits + "_ "}
+    return '"' + "".join(chr(b) if b in safe else f"\\{b:03o}" for b in text.encode()) + '"'
+
+
 def _launcher(kernel: CudaKernel) -> str:
-    """C entry points, one per launch: ``tz_launch_<kernel>(void** args, int reverse)``."""
+    """C entry points, one per launch:
+    ``tz_launch_<kernel>(void** args, int reverse, int at_issue)``; each declares the
+    global buffers for the bounds checks."""
     lines = ['extern "C" const char* tz_error() { return tz::error_text; }']
+    declare = "".join(
+        f"  tz_global_declare(args[{n}], {max(int(np.prod(b.shape)), 1) * b.dtype.numpy.itemsize}"
+        f", {b.dtype.numpy.itemsize}, {_c_string(b.name)});\n"
+        for n, b in enumerate(kernel.buffers))
     for launch in kernel.launches:
         casts = ", ".join(f"({ctype(b.dtype)}*)args[{n}]" for n, b in enumerate(kernel.buffers))
         grid = "tz_dim3{%d, %d, %d}" % launch.grid
         block = "tz_dim3{%d, %d, %d}" % launch.block
-        lines.append(f'extern "C" int tz_launch_{launch.kernel}(void** args, int reverse) {{\n'
+        lines.append(f'extern "C" int tz_launch_{launch.kernel}(void** args, int reverse, '
+                     f"int at_issue) {{\n  tz::global_buffers.clear();\n{declare}"
                      f"  return tz::launch([&] {{ {launch.kernel}({casts}); }}, {grid}, "
-                     f"{block}, reverse);\n}}")
+                     f"{block}, reverse, at_issue);\n}}")
     return "\n".join(lines) + "\n"
 
 
@@ -93,14 +117,19 @@ def _aligned(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 
 def emulate(kernel: CudaKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray], *,
-            reverse: bool = False) -> dict[str, np.ndarray]:
+            reverse: bool = False, copies: str = "at_wait") -> dict[str, np.ndarray]:
     """Run ``kernel`` under the host emulation and return the parameters it writes, by name.
 
     ``inputs`` maps parameter names to arrays (or lists them in parameter order); others
     start as zeros, as do the intermediates. ``reverse`` runs each block's threads in
-    decreasing order between barriers. Raises EmulationError when the build or a run fails,
-    naming the race or the uninitialised read for a missing barrier.
+    decreasing order between barriers. ``copies`` (one of COPY_MODES) says when an
+    asynchronous copy lands: at its thread's wait, or at its issue. Raises EmulationError
+    when the build or a run fails, naming the race or the uninitialised read for a missing
+    barrier, and the buffer, element and thread of an out-of-bounds access.
     """
+    if copies not in COPY_MODES:
+        raise ValueError(f"emulate: argument 'copies': expected one of "
+                         f"{', '.join(COPY_MODES)}, got {copies!r}")
     if not isinstance(inputs, Mapping):
         inputs = {b.name: a for b, a in zip(kernel.buffers, inputs)}
     arrays = []
@@ -118,7 +147,7 @@ def emulate(kernel: CudaKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.n
     args = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
     for launch in kernel.launches:
         entry = getattr(library, f"tz_launch_{launch.kernel}")
-        if entry(args, int(reverse)) != 0:
+        if entry(args, int(reverse), int(copies == "at_issue")) != 0:
             raise EmulationError(f"{launch.kernel}: {library.tz_error().decode()}")
     by_name = {b.name: a for b, a in zip(kernel.buffers, arrays)}
     return {name: by_name[name].copy() for name in kernel.outputs}

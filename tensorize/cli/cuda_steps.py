@@ -1,6 +1,8 @@
 """The ``--target cuda`` steps of ``tensorize run``: emit the CUDA C++, compile it with nvcc
-for each architecture, run it under the host emulation of the warp matrix API, and run it on
-a GPU where pycuda finds one.
+for each architecture (with what ptxas says of each kernel's registers, shared memory and
+spills, and the occupancy they allow), run it under the host emulation of the warp matrix API
+(asynchronous copies landing at their wait, and again at their issue), and run it on a GPU
+where pycuda finds one.
 
 Each step reports through the run's report; a step whose tool is missing here (nvcc, a host
 C++ compiler, pycuda and a driver) is reported as skipped with the reason, never as passed.
@@ -15,6 +17,9 @@ import numpy as np
 
 from ir import PrimFunc
 from targets import cuda
+from targets.cuda.compile import KernelResources, SassMix, cuobjdump_path, resource_usage, sass_mix
+from targets.cuda.emulate import COPY_MODES
+from targets.cuda.occupancy import occupancy
 
 # The architectures every emitted kernel is compiled for: Ampere (cp.async) and Hopper.
 ARCHITECTURES = ("sm_80", "sm_90")
@@ -51,6 +56,7 @@ def _compile(kernel: cuda.CudaKernel, report: Any) -> None:
     if cuda.nvcc_path() is None:
         report.skip("compile", "nvcc not found (install the CUDA toolkit or set NVCC)")
         return
+    disassemble = cuobjdump_path() is not None
     for arch in ARCHITECTURES:
         start = time.perf_counter()
         try:
@@ -61,26 +67,91 @@ def _compile(kernel: cuda.CudaKernel, report: Any) -> None:
         mma = ptx.count("mma.sync") + ptx.count("wmma.mma")
         report.step("compile", True, f"nvcc -arch={arch}: {time.perf_counter() - start:.1f} s, "
                                      f"{mma} tensor-core instruction(s) in the PTX")
+        _ptxas(kernel, arch, report, disassemble)
+    if not disassemble:
+        report.skip("sass", "cuobjdump not found (the CUDA toolkit's, or the "
+                            "nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels)")
+
+
+def _ptxas(kernel: cuda.CudaKernel, arch: str, report: Any, disassemble: bool) -> None:
+    """One line per kernel: what ptxas says of its resources, and the occupancy they allow;
+    then, when ``disassemble``, one with its SASS instruction mix."""
+    try:
+        resources = resource_usage(kernel, arch)
+        mixes = {m.kernel: m for m in sass_mix(kernel, arch)} if disassemble else {}
+    except cuda.CompileError as err:
+        report.step("ptxas", False, str(err).splitlines()[0])
+        return
+    threads = {l.kernel: l.block[0] * l.block[1] * l.block[2] for l in kernel.launches}
+    order = list(threads)
+    for r in sorted(resources, key=lambda r: order.index(r.kernel)):
+        line, data = _resources(r, threads[r.kernel])
+        report.step("ptxas", True, line)
+        if r.kernel in mixes:
+            data["sass"] = _sass(mixes[r.kernel], arch, report)
+        report.data["cuda"].setdefault("ptxas", []).append(data)
+
+
+def _sass(mix: SassMix, arch: str, report: Any) -> dict[str, Any]:
+    """The report line and the JSON record of one kernel's SASS mix (kernels without an MMA
+    get no line)."""
+    if mix.mma:
+        where = "its k loop" if mix.scope == "k loop" else "the kernel (no loop holds an MMA)"
+        report.step("sass", True, f"{mix.kernel} {arch}: {mix.mma} MMA and {mix.other} other "
+                                  f"instructions in {where}: {mix.other_per_mma:.1f} per MMA")
+    return {"mma": mix.mma, "other": mix.other, "scope": mix.scope}
+
+
+def _resources(r: KernelResources, threads: int) -> tuple[str, dict[str, Any]]:
+    """The report line and the JSON record of one kernel on one architecture."""
+    o = occupancy(r.arch, r.registers, r.shared_bytes, threads)
+    spills = r.spill_stores + r.spill_loads
+    line = (f"{r.kernel} {r.arch}: {r.registers} registers, {r.shared_bytes} B shared, "
+            f"{spills} spill bytes, {r.stack_frame} B stack; {threads} threads per block, "
+            f"occupancy {o.warps} warps of {o.max_warps} ({o.fraction:.0%}) limited by "
+            f"{o.limited_by}")
+    data = {"kernel": r.kernel, "arch": r.arch, "registers": r.registers,
+            "shared_bytes": r.shared_bytes, "spill_stores": r.spill_stores,
+            "spill_loads": r.spill_loads, "stack_frame": r.stack_frame,
+            "threads_per_block": threads, "blocks_per_sm": o.blocks, "warps_per_sm": o.warps,
+            "occupancy": o.fraction, "limited_by": o.limited_by}
+    return line, data
 
 
 def _emulate(kernel: cuda.CudaKernel, inputs: dict[str, np.ndarray],
              reference: dict[str, np.ndarray], report: Any, compare: Any
              ) -> dict[str, np.ndarray] | None:
+    """Runs the emulation with asynchronous copies landing at their wait and, when the
+    kernel issues any, again landing at their issue; returns the first run's outputs."""
+    modes = COPY_MODES if "tz_cp_async16(&" in kernel.source else COPY_MODES[:1]
+    try:
+        results = [_emulate_once(kernel, inputs, reference, report, compare, mode)
+                   for mode in modes]
+    except cuda.EmulationError as err:  # no host compiler: nothing can run
+        report.skip("emulate", str(err))
+        return None
+    return results[0]
+
+
+def _emulate_once(kernel: cuda.CudaKernel, inputs: dict[str, np.ndarray],
+                  reference: dict[str, np.ndarray], report: Any, compare: Any, copies: str
+                  ) -> dict[str, np.ndarray] | None:
     start = time.perf_counter()
     try:
-        outputs = cuda.emulate(kernel, inputs)
+        outputs = cuda.emulate(kernel, inputs, copies=copies)
     except cuda.EmulationError as err:
         if "no host C++ compiler" in str(err):
-            report.skip("emulate", str(err))
-        else:
-            report.step("emulate", False, str(err).splitlines()[0])
+            raise
+        report.step("emulate", False, f"copies landing {copies.replace('_', ' ')}: "
+                                      f"{str(err).splitlines()[0]}")
         return None
     seconds = time.perf_counter() - start
     for name, expected in reference.items():
         ok, detail = compare(outputs[name], expected)
         report.step("emulate", ok, f"{name}: the CUDA source on the host's emulation of WMMA "
-                                   f"and the thread model ({seconds:.1f} s) against the "
-                                   f"reference executor: {detail}")
+                                   f"and the thread model, asynchronous copies landing "
+                                   f"{copies.replace('_', ' ')} ({seconds:.1f} s), against "
+                                   f"the reference executor: {detail}")
     return outputs
 
 

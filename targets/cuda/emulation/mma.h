@@ -6,8 +6,9 @@
 // reaches __syncthreads() (or __syncwarp(), or its end), in increasing or decreasing thread
 // order, and releases a barrier once every thread of the block (of the warp) waits at it.
 // A thread that finishes while others wait at a barrier is reported as barrier divergence.
-// Asynchronous copies (cp.async) are performed when their thread waits for them, not when
-// issued; a thread ending with copies it never waited for is reported.
+// Asynchronous copies (cp.async) land when their thread waits for them, or, in the other mode
+// a run can choose (copies_at_issue), when issued: a stage overwritten early or late shows
+// in one of the two. A thread ending with copies it never waited for is reported.
 // __shared__ variables are function statics: one copy, shared by the block's threads.
 //
 // Shared memory is checked. The emitted source declares each shared array
@@ -23,6 +24,11 @@
 // no agent of the block has written is an uninitialised read (a block's shared memory starts
 // undefined). Other failures are reported first, then the first race, then the first
 // uninitialised read.
+//
+// Bounds. The launcher declares the global buffers (tz_global_declare); an access through
+// tz_shared_load/tz_shared_store outside its array, and a copy or wmma operation whose bytes
+// run past the end of the buffer they start in (or start in none), is reported with the
+// buffer, the element and the thread. Plain global loads and stores are not checked.
 //
 // Fragments. Every lane holds the whole tile, row-major, and every lane performs each wmma
 // operation on its own copy; the hardware's distribution of elements over lanes is not
@@ -83,6 +89,7 @@ inline std::vector<std::vector<Collective>> warp_logs;
 inline char error_text[1024] = "";
 inline char race_text[1024] = "";
 inline char uninitialised_text[1024] = "";
+inline bool copies_at_issue = false;
 
 inline void fail(const char* format, ...) {
   if (error_text[0]) return;
@@ -177,6 +184,14 @@ inline void in_flight_race(const SharedArray& array, size_t byte, const char* ha
        describe(by, who, sizeof who), describe(issuer, whom, sizeof whom));
 }
 
+// A global buffer of the launch, by name, for the bounds checks.
+struct GlobalBuffer {
+  const char* base;
+  size_t bytes, element;
+  const char* name;
+};
+inline std::vector<GlobalBuffer> global_buffers;
+
 inline SharedArray* shared_array(const void* pointer) {
   const char* p = static_cast<const char*>(pointer);
   for (auto& array : shared_arrays)
@@ -185,6 +200,33 @@ inline SharedArray* shared_array(const void* pointer) {
 }
 
 enum Mode { READ, WRITE, ISSUE, LAND };
+
+// Fails unless the `bytes` bytes at `pointer` lie in one shared array or global buffer: the
+// one holding the first byte, else (a pointer past an end) the one starting closest below
+// it ("what" says how: "read", "written").
+inline void check_bounds(const void* pointer, size_t bytes, const char* what) {
+  struct Region {
+    const char *base = nullptr, *name = nullptr, *space = nullptr;
+    size_t bytes = 0, element = 1;
+  };
+  const char* p = static_cast<const char*>(pointer);
+  Region found, below;
+  auto consider = [&](const Region& r) {
+    if (r.base <= p && p < r.base + r.bytes) found = r;
+    if (r.base <= p && (!below.base || r.base > below.base)) below = r;
+  };
+  for (auto& a : shared_arrays) consider({a.base, a.name, "shared", a.bytes, a.element});
+  for (auto& g : global_buffers) consider({g.base, g.name, "global", g.bytes, g.element});
+  const Region& r = found.base ? found : below;
+  if (!r.base) {
+    fail("%zu bytes %s at %p: below every shared array and global buffer", bytes, what, p);
+  } else if (p + bytes > r.base + r.bytes) {
+    size_t first = size_t(p - r.base) / r.element;
+    size_t last = (size_t(p - r.base) + bytes - 1) / r.element;
+    fail("%s %s[%zu..%zu] out of bounds: %s outside its %zu elements", r.space, r.name, first,
+         last, what, r.bytes / r.element);
+  }
+}
 
 // Checks and records an access of `bytes` bytes at `pointer` (nothing when it is not shared
 // memory): a READ or WRITE by the current thread (or its warp, when `collective`), the ISSUE
@@ -263,6 +305,9 @@ inline void collective(const char* kind, const void* pointer, unsigned ldm, size
   }
 }
 
+// Applies one asynchronous copy: at its issue or at its thread's wait, as the run chose.
+inline void land(const AsyncCopy& copy) { std::memcpy(copy.dst, copy.src, 16); }
+
 inline void entry() {
   (*kernel_body)();
   size_t pending = current->issued.size() + current->committed.size();
@@ -271,7 +316,9 @@ inline void entry() {
 }
 
 // Runs one launch; returns 0, or 1 with error_text set.
-inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block, int reverse) {
+inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block, int reverse,
+                  int at_issue) {
+  copies_at_issue = at_issue;
   grid_dim = grid;
   block_dim = block;
   kernel_body = &body;
@@ -357,31 +404,60 @@ template <class T, size_t N> inline void tz_shared_declare(T (&array)[N], const 
   tz::shared_arrays.push_back({base, sizeof array, sizeof(T), name,
                                std::vector<tz::ByteState>(sizeof array)});
 }
+// A global buffer of the launch, by name, for the bounds checks.
+inline void tz_global_declare(const void* base, size_t bytes, size_t element, const char* name) {
+  tz::global_buffers.push_back({static_cast<const char*>(base), bytes, element, name});
+}
+namespace tz {
+// Element i of the shared array at a, or, when i is outside it, a reported failure and a
+// scratch element (so the run goes on without touching other memory).
+template <class T> inline T* shared_element(T* a, int i, const char* what) {
+  static T scratch;
+  SharedArray* array = shared_array(a);
+  size_t count = array ? (array->base + array->bytes - reinterpret_cast<const char*>(a)) /
+                         sizeof(T) : 0;
+  if (array && i >= 0 && size_t(i) < count) return a + i;
+  fail("shared %s[%d] out of bounds: %s outside its %zu elements",
+       array ? array->name : "(undeclared)", i, what, count);
+  return &scratch;
+}
+}  // namespace tz
 template <class T> inline T tz_shared_load(const T* a, int i) {
-  tz::touch(a + i, sizeof(T), tz::READ);
-  return a[i];
+  const T* p = tz::shared_element(const_cast<T*>(a), i, "read");
+  tz::touch(p, sizeof(T), tz::READ);
+  return *p;
 }
 template <class T> inline T& tz_shared_store(T* a, int i) {
-  tz::touch(a + i, sizeof(T), tz::WRITE);
-  return a[i];
+  T* p = tz::shared_element(a, i, "written");
+  tz::touch(p, sizeof(T), tz::WRITE);
+  return *p;
 }
 
 // A 16-byte vector copy: both addresses must be 16-byte aligned, as uint4 accesses require.
 inline void tz_copy16(void* dst, const void* src) {
   if (reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16)
     tz::fail("16-byte copy from %p to %p: an address is not 16-byte aligned", src, dst);
+  tz::check_bounds(src, 16, "read");
+  tz::check_bounds(dst, 16, "written");
+  if (tz::error_text[0]) return;
   tz::touch(src, 16, tz::READ);
   tz::touch(dst, 16, tz::WRITE);
   std::memcpy(dst, src, 16);
 }
 
-// cp.async: a copy lands only when its thread waits for its committed group, so code that
-// reads a stage before the wait (or without a barrier after it) reads stale data here.
+// cp.async: a copy lands when its thread waits for its committed group (code that reads a
+// stage before the wait reads stale data), or, with copies_at_issue, at once (code that
+// overwrites a stage other warps still read spoils their data). Either way its bytes are in
+// flight until the wait.
 inline void tz_cp_async16(void* dst, const void* src) {
   if (reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16)
     tz::fail("cp.async from %p to %p: an address is not 16-byte aligned", src, dst);
+  tz::check_bounds(src, 16, "read");
+  tz::check_bounds(dst, 16, "written");
+  if (tz::error_text[0]) return;
   tz::touch(dst, 16, tz::ISSUE);
   tz::current->issued.push_back({dst, src});
+  if (tz::copies_at_issue) tz::land(tz::current->issued.back());
 }
 inline void tz_cp_async_commit() {
   auto& t = *tz::current;
@@ -391,7 +467,7 @@ inline void tz_cp_async_commit() {
 inline void tz_cp_async_wait_all() {
   for (auto& copy : tz::current->committed) {
     tz::touch(copy.dst, 16, tz::LAND);
-    std::memcpy(copy.dst, copy.src, 16);
+    if (!tz::copies_at_issue) tz::land(copy);
   }
   tz::current->committed.clear();
 }
@@ -434,10 +510,15 @@ struct fragment {
 
 // The shared bytes of a tile that the current warp reads or writes collectively: `lines`
 // runs (rows, or columns when column-major) of `length` elements, `ldm` elements apart.
+// Returns false (the failure reported) when the tile runs outside the buffer it starts in.
 template <class P>
-inline void tz_touch_tile(const P* p, unsigned ldm, int lines, int length, tz::Mode mode) {
+inline bool tz_touch_tile(const P* p, unsigned ldm, int lines, int length, tz::Mode mode) {
+  tz::check_bounds(p, ((lines - 1) * ldm + length) * sizeof(P),
+                   mode == tz::READ ? "read" : "written");
+  if (tz::error_text[0]) return false;
   for (int line = 0; line < lines; ++line)
     tz::touch(p + line * ldm, length * sizeof(P), mode, true);
+  return true;
 }
 
 template <class Use, int M, int N, int K, class T, class Layout, class P>
@@ -445,7 +526,9 @@ inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const P* p, u
   tz::collective("load_matrix_sync", p, ldm, sizeof(P), &f);
   using F = fragment<Use, M, N, K, T, Layout>;
   bool columns = std::is_same<Layout, col_major>::value;
-  tz_touch_tile(p, ldm, columns ? F::cols : F::rows, columns ? F::rows : F::cols, tz::READ);
+  if (!tz_touch_tile(p, ldm, columns ? F::cols : F::rows, columns ? F::rows : F::cols,
+                     tz::READ))
+    return;
   for (int i = 0; i < F::rows; ++i)
     for (int j = 0; j < F::cols; ++j)
       f.x[i * F::cols + j] = std::is_same<Layout, col_major>::value ? p[i + j * ldm]
@@ -457,7 +540,7 @@ inline void load_matrix_sync(fragment<accumulator, M, N, K, T>& f, const P* p, u
                              layout_t layout) {
   tz::collective("load_matrix_sync", p, ldm, sizeof(P), &f);
   bool columns = layout == mem_col_major;
-  tz_touch_tile(p, ldm, columns ? N : M, columns ? M : N, tz::READ);
+  if (!tz_touch_tile(p, ldm, columns ? N : M, columns ? M : N, tz::READ)) return;
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j)
       f.x[i * N + j] = layout == mem_col_major ? p[i + j * ldm] : p[i * ldm + j];
@@ -468,7 +551,7 @@ inline void store_matrix_sync(P* p, const fragment<accumulator, M, N, K, T>& f, 
                               layout_t layout) {
   tz::collective("store_matrix_sync", p, ldm, sizeof(P), &f);
   bool columns = layout == mem_col_major;
-  tz_touch_tile(p, ldm, columns ? N : M, columns ? M : N, tz::WRITE);
+  if (!tz_touch_tile(p, ldm, columns ? N : M, columns ? M : N, tz::WRITE)) return;
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j)
       (layout == mem_col_major ? p[i + j * ldm] : p[i * ldm + j]) = f.x[i * N + j];
