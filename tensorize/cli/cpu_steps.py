@@ -1,7 +1,9 @@
 """The steps of ``tensorize run`` for a CPU target (any family with a ``cpu:`` section):
-emit LLVM IR for it, compile it to assembly, and run it here with the first engine of the
-target's ``run`` list that can: natively (timed: best and median of several runs), under
-the in-process AArch64 emulator (instructions counted) or under qemu-user (i8mm).
+tensorize with the register tiles the tile cache holds (or, with --tune, measure the best few
+candidates and cache the winners: ``tensorize.engine.cpu_tune``), emit LLVM IR for it,
+compile it to assembly, and run it here with the first engine of the target's ``run`` list
+that can: natively (timed: best and median of several runs), under the in-process AArch64
+emulator (instructions counted) or under qemu-user (i8mm).
 
 A run this host cannot make (a feature the host lacks, an instruction the emulator does not
 execute) is refused, with every engine's reason, and fails the run: code that was not run is
@@ -18,6 +20,8 @@ import numpy as np
 
 from ir import PrimFunc
 from targets import cpu
+from tensorize.engine import Tensorized, auto_tensorize
+from tensorize.engine.cpu_tune import TileCache, tune_cpu
 
 # Timed native runs; the first one's outputs are the ones checked.
 RUNS = 10
@@ -71,3 +75,25 @@ def run_cpu(func: PrimFunc, target: str, features: str, registry: Any,
         report.step("run", ok, f"{name} on {run.engine} ({detail}) against the reference "
                                f"executor: {text}")
     return run.outputs
+
+
+def tensorize_cpu(func: PrimFunc, target: str, features: str, registry: Any,
+                  intrinsic: str | None, tune: bool, report: Any
+                  ) -> tuple[Tensorized, dict[str, str]]:
+    """Tensorize ``func`` for CPU target ``target`` with the register tiles the tile cache
+    holds for its blocks (else the estimate's), or, with ``tune``, with those that measured
+    best (one ``tune`` line per candidate), which the cache then keeps. Returns the result
+    and, per block whose tile came from the cache or the tuner, the words saying so."""
+    cache = TileCache(target, features, registry)
+    if not tune:
+        result = auto_tensorize(func, target, registry=registry, intrinsic=intrinsic,
+                                features=features, tiling=cache.choose)
+        return result, {block: f"tile from cache: {t.rows} x {t.vectors}"
+                        for block, t in cache.hits.items()}
+    result, trials, chosen = tune_cpu(func, target, features, registry, intrinsic,
+                                      cache=cache)
+    for trial in trials:
+        report.step("tune", True, trial.describe())
+    report.data["tune"] = [trial.to_dict() for trial in trials]
+    return result, {block: f"tile {t.rows} x {t.vectors} measured best, cached in {cache.path}"
+                    for block, t in chosen.items()}

@@ -101,6 +101,7 @@ examples:
   tensorize run KERNEL.py --target arm --emit code            # AArch64 assembly with sdot
   tensorize run KERNEL.py --target arm --features +i8mm       # also smmla/usdot
   tensorize run KERNEL.py --target x86                        # AVX-512 VNNI, run natively
+  tensorize run KERNEL.py --target x86 --tune                 # time register tiles, cache
   tensorize run KERNEL.py --target mine --intrinsics-dir DIR  # a target you describe
   tensorize run KERNEL.py --target cuda --emit code -o k.cu   # the CUDA C++ and its launches
 """
@@ -144,7 +145,10 @@ def register(subparsers: Any) -> None:
                         help="write what --emit selects to FILE instead of the terminal")
     parser.add_argument("--tune", action="store_true",
                         help="NPU: rank every tile height that fits by the cost model, simulate "
-                             "the best few, keep the fastest")
+                             "the best few, keep the fastest; a CPU target: rank the register "
+                             "tiles that fit by the estimate, run the best few, keep the one "
+                             "that executes the fewest instructions (emulated) or runs fastest "
+                             "(native), and cache it for later runs")
     parser.add_argument("--machine", metavar="FILE.yaml",
                         help="NPU: the machine to run on, a YAML file with a machine: section "
                              "(and, optionally, its own NPU family of intrinsics, which then "
@@ -242,6 +246,10 @@ def handle(args: argparse.Namespace) -> int:
     else:
         registry = default_registry(args.intrinsics_dir)
     kind = _target_kind(args.target, args.features, registry)
+    if args.tune and kind not in ("npu", "cpu"):
+        cpus = ", ".join(t for t in registry.targets if registry.target_kind(t) == "cpu")
+        raise UsageError(f"--tune requires --target npu or a CPU target ({cpus}), got "
+                         f"--target {args.target}")
     features = _features(args.features, args.target, registry) if kind == "cpu" else None
     if args.intrinsic:
         _check_named_intrinsic(args.intrinsic, args.target, features, registry)
@@ -279,8 +287,8 @@ def handle(args: argparse.Namespace) -> int:
 
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse options that conflict or do not apply to the target, before any work."""
-    if args.target != "npu" and (args.tune or args.trace or args.machine):
-        raise UsageError("--tune, --trace and --machine apply to --target npu only")
+    if args.target != "npu" and (args.trace or args.machine):
+        raise UsageError("--trace and --machine apply to --target npu only")
     if args.target == "host":
         needs_intrinsics = {"--intrinsic": args.intrinsic, "--explain": args.explain,
                             "--emit": args.emit, "--require-tensorized": args.require_tensorized,
@@ -428,7 +436,13 @@ def _run_host(func: PrimFunc, inputs: dict[str, np.ndarray], report: _Report
 
 def _tensorize(func: PrimFunc, args: argparse.Namespace, features: str | None,
                registry: Registry, report: _Report, machine: Any = None) -> Tensorized:
-    if args.tune:
+    tiles: dict[str, str] = {}
+    if features is not None:
+        from tensorize.cli.cpu_steps import tensorize_cpu
+
+        result, tiles = tensorize_cpu(func, args.target, features, registry, args.intrinsic,
+                                      args.tune, report)
+    elif args.tune:
         from simulator import load_machine
         from tensorize.engine.tune import tune_npu
 
@@ -444,8 +458,9 @@ def _tensorize(func: PrimFunc, args: argparse.Namespace, features: str | None,
     fails = not result.tensorized and not args.allow_fallback
     for outcome in result.blocks:
         if outcome.intrinsic is not None:
+            tile = f"  ({tiles[outcome.block]})" if outcome.block in tiles else ""
             report.step("tensorize", True, f"{outcome.block}: {outcome.intrinsic}  "
-                                           f"{outcome.mapping}")
+                                           f"{outcome.mapping}{tile}")
         else:
             ok = not fails and not (strict and outcome.block in reductions)
             report.step("tensorize", ok,

@@ -163,8 +163,8 @@ def target_features(target: str, registry: Registry | None = None) -> str | None
 
 def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = None,
                    intrinsic: str | None = None, config: MachineConfig | None = None,
-                   tiling: NpuTiling | None = None, features: str | None = None
-                   ) -> Tensorized:
+                   tiling: NpuTiling | cpu_schedule.CpuTiling | cpu_schedule.TileChoice | None
+                   = None, features: str | None = None) -> Tensorized:
     """Tensorize every block of ``func`` that an intrinsic of ``target`` can compute.
 
     ``intrinsic`` restricts the search to one compute intrinsic of ``target`` (by name;
@@ -172,7 +172,9 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = N
     a block no intrinsic matches (:data:`RESHAPES`: the NPU's depthwise reduction).
     ``features`` selects the target features (``"+neon,+dotprod,+i8mm"``; default: the
     target's own), and with them the intrinsics tried. For the NPU, ``config`` is the
-    machine (default: the built-in one) and ``tiling`` overrides the chosen tile.
+    machine (default: the built-in one) and ``tiling`` overrides the chosen tile; for a CPU
+    target, ``tiling`` is a register tile or a choice of one per block
+    (``cpu_schedule.TileChoice``).
     """
     start = time.perf_counter()
     registry = registry or default_registry()
@@ -256,7 +258,9 @@ def _fused(func: PrimFunc, outcomes: list[BlockOutcome]) -> list[BlockOutcome]:
 
 
 def _rewrite(sch: Schedule, match: Match, target: str, registry: Registry,
-             config: MachineConfig | None, tiling: NpuTiling | None) -> BlockOutcome:
+             config: MachineConfig | None,
+             tiling: NpuTiling | cpu_schedule.CpuTiling | cpu_schedule.TileChoice | None
+             ) -> BlockOutcome:
     """Apply one match; on a refusal, restore the schedule and report why."""
     saved_func, saved_steps = sch.func, list(sch.trace.steps)
     mapping = format_result([match]).split("  ", 1)[1].rsplit("  (", 1)[0]

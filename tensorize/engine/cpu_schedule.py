@@ -35,7 +35,7 @@ the same blocking with one ``ti x tj`` tile per accumulator register
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +45,8 @@ from ir.visitor import post_order_visit
 from tensorize.match.result import Match
 from tensorize.schedule import Schedule, tree
 
-__all__ = ["CpuTiling", "choose_tiling", "estimate", "schedule"]
+__all__ = ["CpuTiling", "TileChoice", "choose_tiling", "estimate", "fitting_tilings", "schedule",
+           "tile_cost"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,27 +67,39 @@ class CpuTiling:
         return self.rows * self.vectors + self.vectors + rows
 
 
+# A caller's choice of register tile for one block: ``choice(block, intrinsic, units)``, with
+# ``units`` the block's ``(rows, column vectors, k steps)`` in the intrinsic's units (for a
+# matrix multiply: A operands, B operands, k steps); None leaves it to :func:`choose_tiling`.
+TileChoice = Callable[[str, Intrinsic, tuple[int, int, int]], "CpuTiling | None"]
+
+
+def fitting_tilings(cpu: CpuTarget, intrinsic: Intrinsic) -> list[CpuTiling]:
+    """The target's ``register_tile`` choices that fit the registers it leaves the
+    micro-kernel, in the description's order."""
+    return [CpuTiling(r, v) for r in cpu.tile_rows for v in cpu.tile_vectors
+            if CpuTiling(r, v).registers(cpu, intrinsic) <= cpu.usable_registers]
+
+
 def choose_tiling(rows: int, column_vectors: int, steps: int, cpu: CpuTarget,
                   intrinsic: Intrinsic) -> CpuTiling:
     """The register tile of the target's ``register_tile`` choices that fits the registers
-    the target leaves the micro-kernel and costs the fewest instructions (:func:`_tile_cost`)
+    the target leaves the micro-kernel and costs the fewest instructions (:func:`tile_cost`)
     over ``rows`` by ``column_vectors`` and ``steps`` k steps; sides need not divide the
     extents (edge tiles compute on zero padding, and only the valid part is stored). Among
     equal costs, the one with the most accumulators, then most rows. ScheduleError when none
     fits."""
-    fitting = [CpuTiling(r, v) for r in cpu.tile_rows for v in cpu.tile_vectors
-               if CpuTiling(r, v).registers(cpu, intrinsic) <= cpu.usable_registers]
+    fitting = fitting_tilings(cpu, intrinsic)
     if not fitting:
         raise ScheduleError("cpu schedule", f"no register tile of target {cpu.target} "
                             f"(rows {list(cpu.tile_rows)}, vectors {list(cpu.tile_vectors)}) "
                             f"fits its {cpu.usable_registers} registers")
     return min(fitting, key=lambda t: (
-        _tile_cost(t, rows, column_vectors, steps, cpu, intrinsic), -t.rows * t.vectors,
+        tile_cost(t, rows, column_vectors, steps, cpu, intrinsic), -t.rows * t.vectors,
         -t.rows))
 
 
-def _tile_cost(tiling: CpuTiling, rows: int, column_vectors: int, steps: int, cpu: CpuTarget,
-               intrinsic: Intrinsic) -> int:
+def tile_cost(tiling: CpuTiling, rows: int, column_vectors: int, steps: int, cpu: CpuTarget,
+              intrinsic: Intrinsic) -> int:
     """Instructions the micro-kernel executes with ``tiling``: at every k step of every
     tile, its calls, its B panel loads and, when A is staged in registers, one load per
     register of its rows (an A in memory is the instruction's own memory operand), over the
@@ -103,7 +116,7 @@ def _tile_cost(tiling: CpuTiling, rows: int, column_vectors: int, steps: int, cp
 
 
 def estimate(func: PrimFunc, match: Match, registry: Registry) -> float:
-    """The instructions the micro-kernel would execute for ``match`` (:func:`_tile_cost`):
+    """The instructions the micro-kernel would execute for ``match`` (:func:`tile_cost`):
     its calls and the loads that feed them. A register tile of r rows by v vectors shares
     each k step's v B panels and its rows of A among r * v calls. The matrix multiplies
     count as one call per tile that loads both inputs (3 instructions per call), so a 16-MAC
@@ -139,14 +152,16 @@ def estimate(func: PrimFunc, match: Match, registry: Registry) -> float:
         return float("inf")
     # The calls outside the rows and columns (batch, other outer iterators) repeat the tile.
     repeats = match.calls / (rows * vectors * steps)
-    return repeats * _tile_cost(tiling, rows, vectors, steps, cpu, intrinsic)
+    return repeats * tile_cost(tiling, rows, vectors, steps, cpu, intrinsic)
 
 
 def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Registry,
              options: Mapping[str, Any]) -> None:
     """The engine's entry (see ``tensorize.engine``): the register-blocked schedule for the
     dot products or the matrix multiplies, with ``options["tiling"]`` when it is a
-    :class:`CpuTiling`. The target is the intrinsic's."""
+    :class:`CpuTiling`, or what it gives for the block when it is a :class:`TileChoice`
+    (the tuner's and the tile cache's way in); else :func:`choose_tiling`'s. The target is
+    the intrinsic's."""
     intrinsic = match.intrinsic
     cpu = registry.cpu(intrinsic.target)
     block = sch.get_block(match.block)
@@ -158,6 +173,8 @@ def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Re
         rows = next((iv.extent for iv in reversed(ivs[:-2]) if iv.extent > 1), 1)
         vectors, steps = units
     tiling = options.get("tiling")
+    if callable(tiling):
+        tiling = tiling(match.block, intrinsic, (rows, vectors, steps))
     if not isinstance(tiling, CpuTiling):
         tiling = choose_tiling(rows, vectors, steps, cpu, intrinsic)
     if len(units) == 3:

@@ -1,0 +1,255 @@
+"""Register tiles for CPU targets chosen by measurement, and remembered on disk.
+
+:func:`tune_cpu` ranks every register tile of the target's ``register_tile`` choices that fits
+the registers by the schedule's estimate (``cpu_schedule.tile_cost``), tensorizes, emits and
+runs the best few (:data:`MEASURED`) and keeps the one that measured best: the fewest
+instructions executed under the emulator (AArch64 under unicorn), or the shortest best time
+of several native runs (x86). Blocks are tuned one after another, each with the tiles
+already chosen for the others.
+
+:class:`TileCache` keeps the winners per target, one JSON file under the user's cache
+directory (``$TENSORIZE_CACHE_DIR``, else ``$XDG_CACHE_HOME/tensorize`` or
+``~/.cache/tensorize``; the file is ``cpu_tiles/TARGET.json``), keyed by intrinsic, shape
+(rows, column vectors and k steps in the intrinsic's units), dtypes and features. The file
+records the tool's version and a hash of the target's description files: when either
+differs, every entry is stale and ignored. It is written atomically; an unreadable or
+malformed file is ignored with a :class:`TileCacheWarning`, never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from intrinsics import Intrinsic, Registry
+from ir import PrimFunc
+from targets import cpu
+from tensorize import __version__
+from tensorize.engine import Tensorized, auto_tensorize
+from tensorize.engine.cpu_schedule import CpuTiling, TileChoice, fitting_tilings, tile_cost
+
+__all__ = ["MEASURED", "TileCache", "TileCacheWarning", "TileTrial", "cache_root", "tune_cpu"]
+
+# How many of the estimate's best tiles are measured, per block.
+MEASURED = 4
+# Native runs per measured tile; the best one's time is its figure.
+RUNS = 10
+
+Units = tuple[int, int, int]
+
+
+class TileCacheWarning(UserWarning):
+    """The tile cache file could not be read or does not hold what it should: it is
+    ignored (and replaced by the next tuned run)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TileTrial:
+    """One candidate tile of one block: the estimate's instructions, and what it measured
+    when it was among the best the estimate ranked: instructions executed under an
+    emulator, or the best of several native runs' seconds (both None: not measured)."""
+
+    block: str
+    tiling: CpuTiling
+    estimate: int
+    instructions: int | None = None
+    seconds: float | None = None
+
+    @property
+    def measured(self) -> float | None:
+        """The figure the tuner compares (lower is better), None when not measured."""
+        return self.instructions if self.instructions is not None else self.seconds
+
+    def describe(self) -> str:
+        """One line for the run's report."""
+        text = (f"{self.block}: tile {self.tiling.rows} x {self.tiling.vectors}: estimate "
+                f"{self.estimate:,} instructions")
+        if self.instructions is not None:
+            return text + f", measured {self.instructions:,} instructions executed"
+        if self.seconds is not None:
+            return text + f", measured best {self.seconds * 1e3:.4f} ms of {RUNS} runs"
+        return text + " (not measured)"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The trial as plain data (the run's --json)."""
+        return {"block": self.block, "rows": self.tiling.rows, "vectors": self.tiling.vectors,
+                "estimate": self.estimate, "instructions": self.instructions,
+                "seconds": self.seconds}
+
+
+def cache_root() -> Path:
+    """Where tensorize keeps what it caches: ``$TENSORIZE_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/tensorize``, else ``~/.cache/tensorize``."""
+    override = os.environ.get("TENSORIZE_CACHE_DIR")
+    if override:
+        return Path(override).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "tensorize"
+
+
+class TileCache:
+    """The register tiles measured best for one CPU target and its features (module docs).
+
+    ``hits`` names the blocks :meth:`choose` answered from the file."""
+
+    def __init__(self, target: str, features: str, registry: Registry,
+                 root: Path | None = None) -> None:
+        self.target = target
+        self.features = features
+        self.path = (root or cache_root()) / "cpu_tiles" / f"{target}.json"
+        self.stamp = {"version": __version__, "description": description_hash(target, registry)}
+        self.entries: dict[str, dict[str, int]] = self._load()
+        self.hits: dict[str, CpuTiling] = {}
+
+    def key(self, intrinsic: Intrinsic, units: Units) -> str:
+        """The entry of a block tensorized with ``intrinsic`` over ``units``."""
+        dtypes = ",".join(o.dtype.name for o in intrinsic.operands)
+        return f"{intrinsic.name} {'x'.join(map(str, units))} {dtypes} {self.features}"
+
+    def get(self, intrinsic: Intrinsic, units: Units) -> CpuTiling | None:
+        """The tile stored for ``intrinsic`` over ``units``, None when there is none."""
+        entry = self.entries.get(self.key(intrinsic, units))
+        return None if entry is None else CpuTiling(entry["rows"], entry["vectors"])
+
+    def choose(self, block: str, intrinsic: Intrinsic, units: Units) -> CpuTiling | None:
+        """A ``cpu_schedule.TileChoice``: the stored tile, noted in ``hits``."""
+        tiling = self.get(intrinsic, units)
+        if tiling is not None:
+            self.hits[block] = tiling
+        return tiling
+
+    def put(self, intrinsic: Intrinsic, units: Units, tiling: CpuTiling) -> None:
+        """Store ``tiling`` for ``intrinsic`` over ``units`` (:meth:`save` writes it)."""
+        self.entries[self.key(intrinsic, units)] = {"rows": tiling.rows,
+                                                    "vectors": tiling.vectors}
+
+    def save(self) -> None:
+        """Write the file atomically: a reader sees the old file or the new, never part."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({**self.stamp, "tiles": self.entries}, indent=1, sort_keys=True)
+        handle, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
+        try:
+            with os.fdopen(handle, "w") as out:
+                out.write(text + "\n")
+            os.replace(temporary, self.path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+
+    def _load(self) -> dict[str, dict[str, int]]:
+        """The file's entries; none when it is absent or stale, and none with a warning when
+        it cannot be read or is malformed."""
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            return self._ignored(f"it cannot be read ({err})")
+        if not isinstance(data, dict) or not isinstance(data.get("tiles"), dict):
+            return self._ignored("it is not an object with a 'tiles' object")
+        if any(data.get(name) != value for name, value in self.stamp.items()):
+            return {}
+        tiles = data["tiles"]
+        if not all(isinstance(e, dict) and set(e) == {"rows", "vectors"}
+                   and all(type(n) is int and n > 0 for n in e.values())
+                   for e in tiles.values()):
+            return self._ignored("an entry is not {rows, vectors} of positive integers")
+        return tiles
+
+    def _ignored(self, why: str) -> dict[str, dict[str, int]]:
+        warnings.warn(f"tile cache {self.path} is ignored: {why}", TileCacheWarning,
+                      stacklevel=3)
+        return {}
+
+
+def description_hash(target: str, registry: Registry) -> str:
+    """SHA-256 of the files of every family of ``target``, in path order: an edit to any of
+    them changes it."""
+    digest = hashlib.sha256()
+    for path in sorted(str(f.path) for f in registry.families if f.target == target):
+        digest.update(path.encode() + b"\0" + Path(path).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def tune_cpu(func: PrimFunc, target: str, features: str, registry: Registry,
+             intrinsic: str | None = None, measured: int = MEASURED,
+             cache: TileCache | None = None
+             ) -> tuple[Tensorized, list[TileTrial], dict[str, CpuTiling]]:
+    """The tensorization of ``func`` for CPU target ``target`` whose register tiles measured
+    best (module docs), one trial per candidate tile of each tensorized block (in the
+    estimate's order), and the tile kept for each block measured. With ``cache``, the kept
+    tiles are stored in it and saved. A kernel no engine here can run is not measured: the
+    estimate's choice stands."""
+    shapes: dict[str, tuple[Intrinsic, Units]] = {}
+
+    def record(block: str, used: Intrinsic, units: Units) -> None:
+        shapes[block] = (used, units)
+
+    best = auto_tensorize(func, target, registry=registry, intrinsic=intrinsic,
+                          features=features, tiling=record)
+    description = registry.cpu(target)
+    chosen: dict[str, CpuTiling] = {}
+    trials: list[TileTrial] = []
+    for outcome in best.tensorized:
+        if outcome.block not in shapes:
+            continue
+        block_intrinsic, units = shapes[outcome.block]
+        ranked = sorted(fitting_tilings(description, block_intrinsic), key=lambda t: (
+            tile_cost(t, *units, description, block_intrinsic), -t.rows * t.vectors, -t.rows))
+        results: dict[CpuTiling, Tensorized] = {}
+        block_trials = []
+        for rank, tiling in enumerate(ranked):
+            estimate = tile_cost(tiling, *units, description, block_intrinsic)
+            if rank >= measured:
+                block_trials.append(TileTrial(outcome.block, tiling, estimate))
+                continue
+            result = auto_tensorize(func, target, registry=registry, intrinsic=intrinsic,
+                                    features=features,
+                                    tiling=_given({**chosen, outcome.block: tiling}))
+            if outcome not in result.tensorized:
+                # The schedule refused the tile, and the block went another way: that is
+                # not this tile's figure.
+                block_trials.append(TileTrial(outcome.block, tiling, estimate))
+                continue
+            instructions, seconds = _measure(result, target, features, registry)
+            block_trials.append(TileTrial(outcome.block, tiling, estimate, instructions,
+                                          seconds))
+            results[tiling] = result
+        trials.extend(block_trials)
+        done = [t for t in block_trials if t.measured is not None]
+        if not done:
+            continue
+        winner = min(done, key=lambda t: t.measured or 0.0).tiling
+        chosen[outcome.block] = winner
+        best = results[winner]
+        if cache is not None:
+            cache.put(block_intrinsic, units, winner)
+    if cache is not None and chosen:
+        cache.save()
+    return best, trials, chosen
+
+
+def _given(tiles: dict[str, CpuTiling]) -> TileChoice:
+    """The tile choice that gives each block of ``tiles`` its tile, and leaves the others
+    to the estimate."""
+    return lambda block, intrinsic, units: tiles.get(block)
+
+
+def _measure(result: Tensorized, target: str, features: str, registry: Registry
+             ) -> tuple[int | None, float | None]:
+    """Instructions executed under an emulator, or the best native run's seconds, of
+    ``result``'s code on zero inputs (neither depends on the values); (None, None) when no
+    engine here runs it or the engine neither counts nor times."""
+    kernel = cpu.emit(result.func, target, features, registry)
+    if cpu.engine_for(kernel)[0] is None:
+        return None, None
+    run = cpu.run(kernel, {}, RUNS)
+    if run.instructions is not None:
+        return run.instructions, None
+    return None, (run.best if run.seconds else None)

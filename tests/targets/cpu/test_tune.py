@@ -1,0 +1,118 @@
+"""Register tiles chosen by measurement (``tensorize run --target arm --tune``) and the tile
+cache on disk: reused by later runs, ignored when corrupt, invalidated by an edited
+description."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import warnings
+
+import pytest
+
+from intrinsics import load_registry
+from intrinsics.registry import BUILTIN_DIR
+from tensorize.cli import main
+from tensorize.engine import cpu_tune
+from tensorize.engine.cpu_schedule import CpuTiling
+from tensorize.engine.cpu_tune import TileCache, TileCacheWarning
+from tests.tensorize.cli.test_run_cmd import SMALL_GEMM
+
+TUNE_LINE = re.compile(r"^ok   tune        C: tile (\d+) x (\d+): estimate [\d,]+ instructions"
+                       r"(?:, measured ([\d,]+) instructions executed| \(not measured\))$",
+                       re.MULTILINE)
+EXECUTED = re.compile(r"^ok   run         C on unicorn \(.*?, (\d+) instructions executed",
+                      re.MULTILINE)
+
+
+@pytest.fixture
+def gemm(tmp_path, monkeypatch):
+    """The 40 x 20 x 24 int8 GEMM's file, with the tile cache under ``tmp_path/cache``."""
+    monkeypatch.setenv("TENSORIZE_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "gemm.py"
+    path.write_text(SMALL_GEMM)
+    return str(path)
+
+
+def _tune(gemm: str, capsys) -> tuple[str, dict[tuple[int, int], int]]:
+    assert main(["run", gemm, "--target", "arm", "--quiet", "--tune"]) == 0
+    out = capsys.readouterr().out
+    measured = {(int(r), int(v)): int(n.replace(",", ""))
+                for r, v, n in TUNE_LINE.findall(out) if n}
+    return out, measured
+
+
+def test_tune_keeps_the_tile_that_executed_fewest_instructions(gemm, capsys):
+    out, measured = _tune(gemm, capsys)
+    assert len(TUNE_LINE.findall(out)) == out.count("ok   tune ")
+    assert len(measured) == cpu_tune.MEASURED
+    (rows, vectors), fewest = min(measured.items(), key=lambda item: item[1])
+    assert f"(tile {rows} x {vectors} measured best, cached in " in out
+    # The run that is checked is the kept tile's code: it executes what the tuner measured.
+    assert int(EXECUTED.search(out).group(1)) == fewest
+    assert "all 800 elements equal (exact)" in out
+
+
+def test_a_later_run_takes_the_tile_from_the_cache_without_measuring(gemm, capsys, tmp_path,
+                                                                     monkeypatch):
+    out, measured = _tune(gemm, capsys)
+    assert (tmp_path / "cache" / "cpu_tiles" / "arm.json").is_file()
+    (rows, vectors), fewest = min(measured.items(), key=lambda item: item[1])
+
+    def measure(*args):
+        raise AssertionError("a run without --tune measured a tile")
+
+    monkeypatch.setattr(cpu_tune, "_measure", measure)
+    assert main(["run", gemm, "--target", "arm", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "ok   tune " not in out
+    assert f"(tile from cache: {rows} x {vectors})" in out
+    assert int(EXECUTED.search(out).group(1)) == fewest
+
+
+def test_a_corrupt_cache_file_is_ignored_with_a_warning(gemm, capsys, tmp_path):
+    path = tmp_path / "cache" / "cpu_tiles" / "arm.json"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"tiles": {"arm_sdot_lane')
+    with pytest.warns(TileCacheWarning, match=r"arm\.json is ignored: it cannot be read"):
+        assert main(["run", gemm, "--target", "arm", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "tile from cache" not in out
+    assert "all 800 elements equal (exact)" in out
+
+
+def test_a_malformed_entry_is_ignored_with_a_warning(tmp_path):
+    registry = load_registry([BUILTIN_DIR / "arm.yaml"])
+    cache = TileCache("arm", "+neon,+dotprod", registry, tmp_path)
+    cache.put(registry.get("arm_sdot_lane"), (40, 6, 6), CpuTiling(8, 2))
+    cache.save()
+    cache.path.write_text(cache.path.read_text().replace('"rows": 8', '"rows": -8'))
+    with pytest.warns(TileCacheWarning, match="not {rows, vectors} of positive integers"):
+        assert TileCache("arm", "+neon,+dotprod", registry, tmp_path).entries == {}
+
+
+def test_an_edited_description_invalidates_the_cache(tmp_path):
+    family = tmp_path / "families" / "arm.yaml"
+    family.parent.mkdir()
+    shutil.copy(BUILTIN_DIR / "arm.yaml", family)
+    sdot, units, tiling = "arm_sdot_lane", (40, 6, 6), CpuTiling(4, 3)
+    registry = load_registry([family])
+    cache = TileCache("arm", "+neon,+dotprod", registry, tmp_path)
+    cache.put(registry.get(sdot), units, tiling)
+    cache.save()
+    assert TileCache("arm", "+neon,+dotprod", registry, tmp_path).get(
+        registry.get(sdot), units) == tiling
+    # Another feature set is another entry.
+    assert TileCache("arm", "+neon,+dotprod,+i8mm", registry, tmp_path).get(
+        registry.get(sdot), units) is None
+    family.write_text(family.read_text() + "# edited\n")
+    edited = load_registry([family])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stale = TileCache("arm", "+neon,+dotprod", edited, tmp_path)
+    assert stale.get(edited.get(sdot), units) is None
+
+
+def test_tune_on_the_host_is_refused(gemm, capsys):
+    assert main(["run", gemm, "--tune", "--quiet"]) == 2
+    assert "--tune requires --target npu or a CPU target" in capsys.readouterr().err
