@@ -18,7 +18,7 @@ from __future__ import annotations
 import difflib
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from intrinsics import Intrinsic, Registry, default_registry, feature_names
 from ir import BlockRealize, IterKind, PrimFunc, ScheduleError, TensorizeError
@@ -240,8 +240,10 @@ def _outer_reduction(func: PrimFunc, match: Match) -> bool:
 
 
 def _fused(func: PrimFunc, outcomes: list[BlockOutcome]) -> list[BlockOutcome]:
-    """Blocks a target schedule tensorized while scheduling another (an epilogue folded
-    onto the accumulator tile) are reported with the intrinsic they now use."""
+    """Each block is reported with the intrinsic its tile really calls: one a target
+    schedule tensorized while scheduling another (an epilogue folded onto the accumulator
+    tile), or a tile that took the family's resetting variant instead of the matched one (a
+    reduction one tile deep)."""
     called = {}
     for stmt, _ in tree.walk_stmts(func):
         if isinstance(stmt, BlockRealize):
@@ -253,6 +255,8 @@ def _fused(func: PrimFunc, outcomes: list[BlockOutcome]) -> list[BlockOutcome]:
         name = called.get(f"{outcome.block}_o")
         if outcome.intrinsic is None and name is not None:
             outcome = BlockOutcome(outcome.block, name, "fused onto the accumulator tile")
+        elif name is not None and name != outcome.intrinsic:
+            outcome = replace(outcome, intrinsic=name)
         result.append(outcome)
     return result
 
