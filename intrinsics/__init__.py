@@ -35,11 +35,11 @@ from intrinsics.registry import (
     load_registry,
     search_dirs,
 )
-from intrinsics.selfcheck import Checker, CheckResult, SemanticsChecker, self_check
+from intrinsics.selfcheck import Checker, CheckResult, self_check
 
 __all__ = [
     "CPU_BACKEND", "ENV_VAR", "CheckResult", "Checker", "Cost", "CpuTarget", "Family",
-    "Intrinsic", "Operand", "Registry", "Scope", "SemanticsChecker", "StrideRule",
+    "Intrinsic", "Operand", "Registry", "Scope", "StrideRule",
     "check_family", "check_registry", "default_registry", "feature_names", "load_family", "load_registry", "lower_call", "lowerer",
     "search_dirs", "self_check",
 ]

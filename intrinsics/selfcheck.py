@@ -1,12 +1,13 @@
 """The self-check: does each intrinsic compute what its description says?
 
 A :class:`Checker` runs one kind of evidence for one intrinsic and returns a
-:class:`CheckResult`. :class:`SemanticsChecker` runs the intrinsic's ``desc_func()`` on random
-inputs with the reference executor (``targets.host``) and compares the output with the
-independent numpy model of :mod:`intrinsics.oracle`: exactly for integers, within a tolerance
-scaled by the dtype's epsilon and the reduction length for floats. A backend checker (the
-emitted instruction run on an emulator, the simulator or a GPU) is another Checker passed to
-:func:`self_check` beside it.
+:class:`CheckResult`; :func:`self_check` runs the checkers it is given. The checkers that need a
+backend live with their backend and are passed in from above, so this package never imports
+``targets``: ``targets.host.selfcheck.SemanticsChecker`` runs the intrinsic's ``desc_func()``
+on random inputs with the reference executor and compares the output with the independent
+numpy model of :mod:`intrinsics.oracle` (exactly for integers, within a tolerance scaled by the
+dtype's epsilon and the reduction length for floats); ``targets.npu.selfcheck`` runs NPU
+instructions on the simulator. :func:`random_inputs` and :func:`compare` are shared by them.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from typing import Protocol
 import ml_dtypes
 import numpy as np
 
-import ir
 from intrinsics.checks import accumulated_term
 from intrinsics.model import Intrinsic, Operand
-from intrinsics.oracle import UnsupportedSemantics, einsum_subscripts, numpy_model
+from intrinsics.oracle import einsum_subscripts, numpy_model
 
 OK = "ok"
 MISMATCH = "mismatch"
@@ -77,53 +77,14 @@ class Checker(Protocol):
         ...
 
 
-class SemanticsChecker:
-    """The semantics run by the reference executor vs. the independent numpy model."""
-
-    name = "semantics"
-
-    def __init__(self, trials: int = 1) -> None:
-        self.trials = trials
-
-    def applies(self, intrinsic: Intrinsic) -> bool:
-        return intrinsic.kind == "compute"
-
-    def check(self, intrinsic: Intrinsic, rng: np.random.Generator) -> CheckResult:
-        try:
-            from targets import host
-        except ImportError as err:
-            return CheckResult(intrinsic.name, self.name, SKIPPED,
-                               detail=f"the reference executor is unavailable ({err})")
-        worst = CheckResult(intrinsic.name, self.name, OK)
-        func = intrinsic.desc_func()
-        for _ in range(self.trials):
-            inputs = random_inputs(intrinsic, rng)
-            try:
-                want = numpy_model(intrinsic, inputs)
-            except UnsupportedSemantics as err:
-                return CheckResult(intrinsic.name, self.name, SKIPPED, detail=str(err))
-            try:
-                results = host.run(func, inputs)
-            except ir.TensorizeError as err:
-                return CheckResult(intrinsic.name, self.name, ERROR,
-                                   detail=f"the reference executor failed: {err.message}")
-            got = np.asarray(results[intrinsic.output.name])
-            result = compare(intrinsic, got, want, inputs, self.name)
-            if result.failed:
-                return result
-            if result.max_error >= worst.max_error:
-                worst = result
-        return worst
-
-
-def self_check(intrinsics: Iterable[Intrinsic], checkers: Sequence[Checker] | None = None,
+def self_check(intrinsics: Iterable[Intrinsic], checkers: Sequence[Checker],
                seed: int = 0) -> list[CheckResult]:
     """Every applicable checker's result for every intrinsic, in order.
 
     Inputs are random but reproducible: each intrinsic draws from a generator seeded by
     ``seed`` and its name.
     """
-    active: Sequence[Checker] = checkers if checkers is not None else (SemanticsChecker(),)
+    active = checkers
     results = []
     for intrinsic in intrinsics:
         for checker in active:

@@ -30,10 +30,10 @@ from intrinsics import (
 )
 from intrinsics.registry import BUILTIN_DIR, SUFFIXES, check_across, family_files
 from intrinsics.source import Findings
-from intrinsics.selfcheck import SemanticsChecker
 from ir.errors import IntrinsicSpecError, SourceLoc, render_error
 from simulator import load_machine
 from tensorize.cli.registry_args import add_registry_arguments
+from targets.host.selfcheck import SemanticsChecker
 from targets.npu.selfcheck import SimulatorChecker
 
 EXIT_OK = 0
