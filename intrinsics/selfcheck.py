@@ -84,10 +84,9 @@ def self_check(intrinsics: Iterable[Intrinsic], checkers: Sequence[Checker],
     Inputs are random but reproducible: each intrinsic draws from a generator seeded by
     ``seed`` and its name.
     """
-    active = checkers
     results = []
     for intrinsic in intrinsics:
-        for checker in active:
+        for checker in checkers:
             if not checker.applies(intrinsic):
                 continue
             rng = np.random.default_rng([seed, zlib.crc32(intrinsic.name.encode())])

@@ -11,6 +11,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+# Python ends a line at \n, \r\n or \r only; str.splitlines also splits at \f, \x1c, \u2028...
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
 
 @dataclass(frozen=True, slots=True)
 class SourceLoc:
@@ -34,8 +37,7 @@ class SourceLoc:
             text = Path(self.file).read_bytes().decode(errors="replace")
         except OSError:
             return None
-        # Lines as Python numbers them: str.splitlines would also split at \f or \u2028.
-        lines = re.split(r"\r\n|\r|\n", text)
+        lines = LINE_BREAK.split(text)  # lines as Python numbers them
         if 1 <= self.line <= len(lines):
             return lines[self.line - 1]
         return None

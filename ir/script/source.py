@@ -10,13 +10,12 @@ from __future__ import annotations
 import ast
 import codecs
 import io
-import re
 import tokenize
 import warnings
 from dataclasses import dataclass
 from functools import cached_property
 
-from ir.errors import KernelError, SourceLoc
+from ir.errors import LINE_BREAK, KernelError, SourceLoc
 
 #: How deeply one expression may nest, counting every operator, call and subscript on the way
 #: down: a sum ``a0 + a1 + ... + a1999`` of 2000 terms nests 2000 levels. The IR's own walkers
@@ -33,8 +32,6 @@ MAX_OPERAND_NESTING = 100
 #: simplification) recurses on them, and no sensible index comes near.
 MAX_INDEX_DEPTH = 100
 _SPLIT_HINT = "split it with a temporary buffer"
-# Python ends a line at \n, \r\n or \r only; str.splitlines also splits at \f, \x1c, \u2028...
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 # Operator and context nodes: shared singletons in an AST, and no level of nesting.
 _MARKERS = (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
 # Tokens between logical lines: a logical line starts at the first token that is none of them.
@@ -43,7 +40,7 @@ _LAYOUT_TOKENS = (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDEN
 
 def physical_lines(text: str) -> list[str]:
     """The lines of ``text`` as Python numbers them (a final line break starts no line)."""
-    lines = _LINE_BREAK.split(text)
+    lines = LINE_BREAK.split(text)
     if lines and lines[-1] == "":
         lines.pop()
     return lines

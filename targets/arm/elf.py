@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from targets.cpu.errors import CpuRunError
 
-__all__ = ["Image", "load_object"]
+__all__ = ["Image", "buffer_addresses", "load_object"]
 
 _SHT_SYMTAB, _SHT_RELA, _SHT_NOBITS = 2, 4, 8
 _SHF_ALLOC = 2
@@ -46,6 +46,17 @@ class _Section:
     link: int
     info: int
     align: int
+
+
+def buffer_addresses(arrays: list, alignment: int, at: int) -> list[int]:
+    """Where a runner places a kernel's buffers: the address of each array, laid out from
+    ``at`` each at a multiple of ``alignment``, and, last, of the status word."""
+    found = []
+    for array in arrays:
+        found.append(at)
+        at += -(-max(array.nbytes, 1) // alignment) * alignment
+    found.append(at)
+    return found
 
 
 def load_object(obj: bytes, base: int) -> Image:

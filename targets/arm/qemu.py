@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from targets.arm.elf import load_object
+from targets.arm.elf import buffer_addresses, load_object
 from targets.cpu.errors import CpuRunError
 
 __all__ = ["QEMU", "qemu_binary", "run_qemu"]
@@ -84,7 +84,7 @@ def build_executable(obj: bytes, symbol: str, arrays: list[np.ndarray], alignmen
     stub_size = len(_stub(symbol, image.symbols[symbol], stub_at, [0] * (len(arrays) + 1),
                           0, 0))
     data_at = _round(stub_at + stub_size, max(alignment, 16))
-    offsets = _offsets(arrays, alignment, data_at)
+    offsets = buffer_addresses(arrays, alignment, data_at)
     size = offsets[-1] + 24 - data_at
     stub = _stub(symbol, image.symbols[symbol], stub_at, offsets, data_at, size)
     body = bytearray(image.data)
@@ -96,17 +96,6 @@ def build_executable(obj: bytes, symbol: str, arrays: list[np.ndarray], alignmen
         body.extend(np.ascontiguousarray(array).tobytes())
     body.extend(b"\0" * (offsets[-1] + 24 - code_at - len(body)))
     return _elf(bytes(body), stub_at), offsets
-
-
-def _offsets(arrays: list[np.ndarray], alignment: int, at: int) -> list[int]:
-    """The address of each array, laid out from ``at`` each at a multiple of ``alignment``,
-    and, last, of the status word."""
-    found = []
-    for array in arrays:
-        found.append(at)
-        at += _round(max(array.nbytes, 1), alignment)
-    found.append(at)
-    return found
 
 
 def _stub(symbol: str, kernel_at: int, at: int, arguments: list[int], region: int,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from targets.arm.elf import load_object
+from targets.arm.elf import buffer_addresses, load_object
 from targets.cpu.errors import CpuRunError
 
 __all__ = ["Emulated", "emulate"]
@@ -54,11 +54,7 @@ def emulate(obj: bytes, symbol: str, arrays: list[np.ndarray], alignment: int) -
     uc.mem_write(_CODE, image.data)
     uc.mem_map(_STOP, _PAGE)
     uc.mem_map(_STACK, _STACK_SIZE)
-    addresses, at = [], _DATA
-    for array in arrays:
-        addresses.append(at)
-        at += -(-max(array.nbytes, 1) // alignment) * alignment
-    status = at
+    *addresses, status = buffer_addresses(arrays, alignment, _DATA)
     uc.mem_map(_DATA, _round(status + 24 - _DATA))
     for address, array in zip(addresses, arrays):
         uc.mem_write(address, np.ascontiguousarray(array).tobytes())

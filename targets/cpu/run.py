@@ -170,8 +170,7 @@ def _run_native(kernel: CpuKernel, arrays: list[np.ndarray], runs: int) -> CpuRu
         seconds.append(time.perf_counter() - start_time)
         if index == 0:
             _check_status(kernel, status.tobytes())
-            outputs = {b.name: a.copy() for b, a in zip(kernel.buffers, arrays)
-                       if b.name in kernel.outputs}
+            outputs = {name: a.copy() for name, a in _outputs(kernel, arrays).items()}
     return CpuRun(outputs, "native", seconds=tuple(seconds))
 
 
@@ -181,10 +180,8 @@ def _run_unicorn(kernel: CpuKernel, arrays: list[np.ndarray], runs: int) -> CpuR
     result = emulate(compile(kernel, "obj"), kernel.symbol, arrays,  # type: ignore[arg-type]
                      kernel.cpu.alignment)
     _check_status(kernel, result.status)
-    outputs = {b.name: a for b, a in zip(kernel.buffers, result.arrays)
-               if b.name in kernel.outputs}
     counted = {m: n for m, n in result.counted.items() if m in kernel.cpu.macs}
-    return CpuRun(outputs, "unicorn", result.instructions, counted)
+    return CpuRun(_outputs(kernel, result.arrays), "unicorn", result.instructions, counted)
 
 
 def _run_qemu(kernel: CpuKernel, arrays: list[np.ndarray], runs: int) -> CpuRun:
@@ -193,8 +190,12 @@ def _run_qemu(kernel: CpuKernel, arrays: list[np.ndarray], runs: int) -> CpuRun:
     results, status = run_qemu(compile(kernel, "obj"), kernel.symbol,  # type: ignore[arg-type]
                                arrays, kernel.cpu.alignment)
     _check_status(kernel, status)
-    outputs = {b.name: a for b, a in zip(kernel.buffers, results) if b.name in kernel.outputs}
-    return CpuRun(outputs, "qemu-user")
+    return CpuRun(_outputs(kernel, results), "qemu-user")
+
+
+def _outputs(kernel: CpuKernel, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """The kernel's outputs among ``arrays`` (one per buffer, in order), by name."""
+    return {b.name: a for b, a in zip(kernel.buffers, arrays) if b.name in kernel.outputs}
 
 
 def _check_status(kernel: CpuKernel, raw: bytes) -> None:

@@ -236,8 +236,7 @@ class _Emitter:
         saved = self.subst
         inside = self.substs.get(id(realize))
         if inside is None:
-            inside = self.substs[id(realize)] = {**saved, **{
-                iv.var: substitute(b, saved) for iv, b in zip(block.iter_vars, realize.bindings)}}
+            inside = self.substs[id(realize)] = _inside(realize, saved)
         self.subst = inside
         if block.init is not None and all(
                 v == 0 for iv, v in zip(block.iter_vars, values) if iv.kind is IterKind.REDUCE):
@@ -421,10 +420,9 @@ class _Emitter:
                         f"rows contiguous in {buffer.name} ({row_elems} elements apart), got "
                         f"{_leading_stride(arg, operand)}; lay the buffer out one tile row "
                         "per memory row")
-                args.append(_Arg.make(operand, arg, "chip", buffer.effective_strides))
+                args.append(_Arg.make(operand, arg, "chip"))
             elif buffer in self.dram:
-                args.append(_Arg.make(operand, arg, "dram", buffer.effective_strides,
-                                      _leading_stride(arg, operand)))
+                args.append(_Arg.make(operand, arg, "dram", _leading_stride(arg, operand)))
             else:
                 raise ExecutionError(f"{where}: buffer {buffer.name} (scope {buffer.scope}) "
                                      "has no place in the NPU's memories")
@@ -547,8 +545,7 @@ def _collect(stmt: Stmt, subst: dict[Var, Expr], facts: _Facts, emitter: _Emitte
             _collect(stmt.else_case, subst, facts, emitter)
     elif isinstance(stmt, BlockRealize):
         block = stmt.block
-        inner = {**subst, **{iv.var: substitute(b, subst)
-                             for iv, b in zip(block.iter_vars, stmt.bindings)}}
+        inner = _inside(stmt, subst)
         facts.controls.append(substitute(stmt.predicate, subst))
         if block.init is not None:
             firsts = [eq(inner[iv.var], IntImm(0, inner[iv.var].dtype))
@@ -570,6 +567,12 @@ def _collect(stmt: Stmt, subst: dict[Var, Expr], facts: _Facts, emitter: _Emitte
                 facts.dram.append((arg.buffer, offset))
     else:
         facts.supported = False
+
+
+def _inside(realize: BlockRealize, subst: dict[Var, Expr]) -> dict[Var, Expr]:
+    """``subst`` inside ``realize``: its block's iterators replaced by their bindings."""
+    return {**subst, **{iv.var: substitute(b, subst)
+                        for iv, b in zip(realize.block.iter_vars, realize.bindings)}}
 
 
 def _hazard_buffers(stage: Stmt, emitter: _Emitter) -> set[Buffer]:
@@ -624,22 +627,20 @@ def _affine(expr: Expr, ranges: dict[Var, Interval], var: Var) -> bool:
 @dataclass(frozen=True, slots=True)
 class _Arg:
     """One argument of a call site: a scalar expression, or a region on chip or in DRAM
-    with its buffer's strides (and, in DRAM, the leading stride of the operand's rows).
-    ``offset`` computes the region's first element (or the scalar) from the loop values."""
+    (and, in DRAM, the leading stride of the operand's rows). ``offset`` computes the
+    region's first element (or the scalar) from the loop values."""
 
     operand: Operand
     node: BufferRegion | Expr
     kind: str
-    strides: tuple[int, ...] = ()
     ld: int = 0
     offset: Callable[[Mapping[Var, int]], int] | None = None
 
     @staticmethod
-    def make(operand: Operand, node: BufferRegion | Expr, kind: str,
-             strides: tuple[int, ...] = (), ld: int = 0) -> _Arg:
+    def make(operand: Operand, node: BufferRegion | Expr, kind: str, ld: int = 0) -> _Arg:
         if isinstance(node, BufferRegion):
-            return _Arg(operand, node, kind, strides, ld, compile_index(_flat_offset(node)))
-        return _Arg(operand, node, kind, strides, ld, compile_index(node))
+            return _Arg(operand, node, kind, ld, compile_index(_flat_offset(node)))
+        return _Arg(operand, node, kind, ld, compile_index(node))
 
 
 @dataclass(frozen=True, slots=True)

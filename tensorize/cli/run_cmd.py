@@ -247,9 +247,8 @@ def handle(args: argparse.Namespace) -> int:
         registry = default_registry(args.intrinsics_dir)
     kind = _target_kind(args.target, args.features, registry)
     if args.tune and kind not in ("npu", "cpu"):
-        cpus = ", ".join(t for t in registry.targets if registry.target_kind(t) == "cpu")
-        raise UsageError(f"--tune requires --target npu or a CPU target ({cpus}), got "
-                         f"--target {args.target}")
+        raise UsageError(f"--tune requires --target npu or a CPU target "
+                         f"({_cpu_targets(registry)}), got --target {args.target}")
     features = _features(args.features, args.target, registry) if kind == "cpu" else None
     if args.intrinsic:
         _check_named_intrinsic(args.intrinsic, args.target, features, registry)
@@ -269,8 +268,9 @@ def handle(args: argparse.Namespace) -> int:
     if args.target == "host":
         outputs = _run_host(func, inputs, report)
     else:
-        result = _tensorize(func, args, features, registry, report, machine)
-        refusal = _tensorize_failures(func, result, args)
+        reductions = _reduction_blocks(func)
+        result = _tensorize(func, args, features, registry, report, reductions, machine)
+        refusal = _tensorize_failures(result, args, reductions)
         if refusal:
             return report.finish(refusal)
         outputs = _run_target(func, result, inputs, args, features, trace, registry, report,
@@ -324,9 +324,14 @@ def _target_kind(target: str, features: str | None, registry: Registry) -> str:
         raise UsageError(f"--target requires host or a target a description declares "
                          f"({known}), got {target!r}{hint}")
     if features is not None and kind != "cpu":
-        cpus = ", ".join(t for t in registry.targets if registry.target_kind(t) == "cpu")
-        raise UsageError(f"--features applies to a CPU target ({cpus}), got --target {target}")
+        raise UsageError(f"--features applies to a CPU target ({_cpu_targets(registry)}), "
+                         f"got --target {target}")
     return kind
+
+
+def _cpu_targets(registry: Registry) -> str:
+    """The CPU targets the loaded descriptions declare, for a message."""
+    return ", ".join(t for t in registry.targets if registry.target_kind(t) == "cpu")
 
 
 def _features(spec: str | None, target: str, registry: Registry) -> str:
@@ -435,7 +440,8 @@ def _run_host(func: PrimFunc, inputs: dict[str, np.ndarray], report: _Report
 
 
 def _tensorize(func: PrimFunc, args: argparse.Namespace, features: str | None,
-               registry: Registry, report: _Report, machine: Any = None) -> Tensorized:
+               registry: Registry, report: _Report, reductions: set[str],
+               machine: Any = None) -> Tensorized:
     tiles: dict[str, str] = {}
     if features is not None:
         from tensorize.cli.cpu_steps import tensorize_cpu
@@ -453,7 +459,6 @@ def _tensorize(func: PrimFunc, args: argparse.Namespace, features: str | None,
     else:
         result = auto_tensorize(func, args.target, registry=registry, intrinsic=args.intrinsic,
                                 features=features, config=machine)
-    reductions = _reduction_blocks(func)
     strict = bool(args.intrinsic or args.require_tensorized)
     fails = not result.tensorized and not args.allow_fallback
     for outcome in result.blocks:
@@ -478,12 +483,11 @@ def _tensorize(func: PrimFunc, args: argparse.Namespace, features: str | None,
     return result
 
 
-def _tensorize_failures(func: PrimFunc, result: Tensorized, args: argparse.Namespace
+def _tensorize_failures(result: Tensorized, args: argparse.Namespace, reductions: set[str]
                         ) -> list[str]:
-    """Why the run must stop right after tensorizing (empty: it goes on): a reduction not
-    tensorized under --intrinsic / --require-tensorized, or no block tensorized at all
-    without --allow-fallback."""
-    reductions = _reduction_blocks(func)
+    """Why the run must stop right after tensorizing (empty: it goes on): a reduction (of
+    ``reductions``) not tensorized under --intrinsic / --require-tensorized, or no block
+    tensorized at all without --allow-fallback."""
     untouched = [b for b in result.blocks if b.intrinsic is None]
     if args.intrinsic or args.require_tensorized:
         missing = [f"block {b.block!r} is not tensorized: {b.reason}" for b in untouched

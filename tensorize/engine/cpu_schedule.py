@@ -61,10 +61,15 @@ class CpuTiling:
         and the A rows: packed into whole registers when A is staged into them, else one
         register its broadcast lands in. For the matrix multiplies a row is one A operand
         (two rows of the output) and a vector one B operand (two columns)."""
+        return self.rows * self.vectors + self.vectors + (self.a_loads(cpu, intrinsic) or 1)
+
+    def a_loads(self, cpu: CpuTarget, intrinsic: Intrinsic) -> int:
+        """Registers the tile's rows of A fill at each k step when A is staged into
+        registers (one load each); 0 when A stays in memory (the instruction's operand)."""
         a = intrinsic.inputs[0]
-        rows = 1 if a.scope != cpu.register_scope else \
-            -(-self.rows * a.nbytes // cpu.vector_bytes)
-        return self.rows * self.vectors + self.vectors + rows
+        if a.scope != cpu.register_scope:
+            return 0
+        return -(-self.rows * a.nbytes // cpu.vector_bytes)
 
 
 # A caller's choice of register tile for one block: ``choice(block, intrinsic, units)``, with
@@ -105,14 +110,18 @@ def tile_cost(tiling: CpuTiling, rows: int, column_vectors: int, steps: int, cpu
     register of its rows (an A in memory is the instruction's own memory operand), over the
     extents padded up to whole tiles; plus, when the tile does not divide them, the copy of
     the padded output back into the valid part (one instruction an element)."""
-    a = intrinsic.inputs[0]
-    a_loads = 0 if a.scope != cpu.register_scope else \
-        -(-tiling.rows * a.nbytes // cpu.vector_bytes)
     tiles = -(-rows // tiling.rows) * -(-column_vectors // tiling.vectors)
-    per_step = tiling.rows * tiling.vectors + tiling.vectors + a_loads
-    edges = rows % tiling.rows or column_vectors % tiling.vectors
-    elements = math.prod(intrinsic.output.shape)
-    return tiles * per_step * steps + (rows * column_vectors * elements if edges else 0)
+    per_step = tiling.rows * tiling.vectors + tiling.vectors + tiling.a_loads(cpu, intrinsic)
+    return tiles * per_step * steps + _copy_back(tiling, rows, column_vectors, intrinsic)
+
+
+def _copy_back(tiling: CpuTiling, rows: int, column_vectors: int, intrinsic: Intrinsic
+               ) -> int:
+    """Instructions that copy an output padded up to whole tiles back into its valid part
+    (one an element); 0 when the tile divides the extents."""
+    if rows % tiling.rows or column_vectors % tiling.vectors:
+        return rows * column_vectors * math.prod(intrinsic.output.shape)
+    return 0
 
 
 def estimate(func: PrimFunc, match: Match, registry: Registry) -> float:
@@ -137,8 +146,7 @@ def estimate(func: PrimFunc, match: Match, registry: Registry) -> float:
             tiling = choose_tiling(rows, vectors, steps, cpu, intrinsic)
         except ScheduleError:
             return float("inf")
-        edges = rows % tiling.rows or vectors % tiling.vectors
-        copy = rows * vectors * math.prod(intrinsic.output.shape) if edges else 0
+        copy = _copy_back(tiling, rows, vectors, intrinsic)
         return float(match.calls * (1 + len(intrinsic.inputs)) + copy)
     extents = {iv.var.name: iv.extent
                for iv in tree.find_block(func, match.block).node.block.iter_vars}
@@ -343,11 +351,10 @@ def _tile_packing(sch: Schedule, buffer: str, factors: dict[str, int]) -> None:
     dimension the layout splits by ``f`` splits by ``f`` too, the tile's loops go inside and
     are unrolled, so each tile is written contiguously and LLVM can move it in words rather
     than bytes. A stage the kernel already had (not a plain copy) is left as it is."""
-    producers = [b for b in tree.block_names(sch.func)
-                 if any(w.buffer.name == buffer for w in sch.get(sch.get_block(b)).block.writes)]
-    if len(producers) != 1 or not _is_copy(sch, producers[0]):
+    producer = _copies_of(sch, buffer, reads=False)
+    if producer is None:
         return
-    block = sch.get_block(producers[0])
+    block = sch.get_block(producer)
     ivs = sch.get(block).block.iter_vars
     loops = sch.get_loops(block)[-len(ivs):]
     outer, inner = [], []

@@ -200,12 +200,12 @@ def tune_cpu(func: PrimFunc, target: str, features: str, registry: Registry,
         if outcome.block not in shapes:
             continue
         block_intrinsic, units = shapes[outcome.block]
-        ranked = sorted(fitting_tilings(description, block_intrinsic), key=lambda t: (
-            tile_cost(t, *units, description, block_intrinsic), -t.rows * t.vectors, -t.rows))
+        ranked = sorted(((t, tile_cost(t, *units, description, block_intrinsic))
+                         for t in fitting_tilings(description, block_intrinsic)),
+                        key=lambda p: (p[1], -p[0].rows * p[0].vectors, -p[0].rows))
         results: dict[CpuTiling, Tensorized] = {}
         block_trials = []
-        for rank, tiling in enumerate(ranked):
-            estimate = tile_cost(tiling, *units, description, block_intrinsic)
+        for rank, (tiling, estimate) in enumerate(ranked):
             if rank >= measured:
                 block_trials.append(TileTrial(outcome.block, tiling, estimate))
                 continue

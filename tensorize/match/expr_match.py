@@ -275,7 +275,11 @@ def self_read(store: BufferStore) -> SelfRead:
 def update_op(store: BufferStore) -> str | None:
     """The operator of a store that updates its element in place (``add`` for
     ``C[i] = C[i] + e`` or ``e + C[i]``), or None."""
-    read = self_read(store)
+    return _update_op(self_read(store))
+
+
+def _update_op(read: SelfRead) -> str | None:
+    """The in-place update operator ``read`` shows, or None (see :func:`update_op`)."""
     return read.op if read.form == "update" and read.op in UPDATE_OPS else None
 
 
@@ -293,13 +297,14 @@ def _statement_reason(block: ir.Block, store: BufferStore, intrinsic: Intrinsic)
     unpaired = _unpaired_dtypes(store, intrinsic)
     if unpaired is not None:
         return dtype_reason(*unpaired, intrinsic)
-    mine, theirs = update_op(store), update_op(intrinsic.semantics)
+    mine_read, theirs_read = self_read(store), self_read(intrinsic.semantics)
+    mine, theirs = _update_op(mine_read), _update_op(theirs_read)
     buf = store.buffer.name
     if mine is not None and theirs is not None and mine != theirs:
         return (f"operator mismatch: block {block.name} is a "
                 f"{_update_kind(mine, has_reduction(block.iter_vars))} vs {intrinsic.name}'s "
                 f"{_update_kind(theirs, has_reduction(intrinsic.iter_vars))}")
-    reason = _self_read_reason(block, store, intrinsic)
+    reason = _self_read_reason(block, store, intrinsic, mine_read, theirs_read)
     if reason is not None:
         return reason
     if intrinsic.resets and not _inits_zero(block, store):
@@ -346,13 +351,13 @@ def _loaded(store: BufferStore) -> list[ir.Buffer]:
     return found
 
 
-def _self_read_reason(block: ir.Block, store: BufferStore, intrinsic: Intrinsic) -> str | None:
+def _self_read_reason(block: ir.Block, store: BufferStore, intrinsic: Intrinsic,
+                      mine: SelfRead, theirs: SelfRead) -> str | None:
     """Why the two stores read the element they write in different ways (one updates it with
     an operator, the other with another operator, reads it deeper, elsewhere or not at all),
     or None. Each side is described as it is: a side that reads its buffer is never said to
     write it without reading it."""
     semantics = intrinsic.semantics
-    mine, theirs = self_read(store), self_read(semantics)
     if _same_form(mine, theirs):
         return None
     kernel = (mine, f"block {block.name}", store)

@@ -35,7 +35,6 @@ from ir import (
     Var,
     const,
     eq,
-    post_order_visit,
     select,
     substitute,
 )
@@ -43,7 +42,7 @@ from ir.expr import BinOp
 from tensorize.schedule import tree
 from tensorize.schedule.check import arg_check, check, fail
 from tensorize.schedule.handles import BlockRV
-from tensorize.schedule.sites import Site, locate
+from tensorize.schedule.sites import Site, locate, vars_of
 from tensorize.schedule.splicing import (
     buffer_names,
     build_nest,
@@ -227,7 +226,7 @@ def _weight(site: Site, channel: Var, operands: list[BufferLoad]) -> BufferLoad:
     spatial = {iv.var for iv in site.block.iter_vars
                if iv.kind is IterKind.SPATIAL and iv.var is not channel}
     for operand in reversed(operands):
-        if not spatial & _vars(operand.indices):
+        if not spatial.intersection(vars_of(operand.indices)):
             return operand
     return _refuse(site, "requires one operand (the weight) indexed by no spatial iterator "
                          f"but {channel.name}; got both indexed by others")
@@ -240,15 +239,8 @@ def _refuse(site: Site, reason: str) -> NoReturn:
 def _position(access: BufferLoad | BufferStore, var: Var) -> int | None:
     """The dimension ``access`` indexes by ``var`` alone, when ``var`` occurs in no other."""
     bare = [d for d, index in enumerate(access.indices) if index is var]
-    mentions = [d for d, index in enumerate(access.indices) if var in _vars((index,))]
+    mentions = [d for d, index in enumerate(access.indices) if var in vars_of(index)]
     return bare[0] if len(bare) == 1 and len(mentions) == 1 else None
-
-
-def _vars(exprs: tuple[Expr, ...]) -> set[Var]:
-    found: set[Var] = set()
-    for expr in exprs:
-        post_order_visit(expr, lambda n: found.add(n) if isinstance(n, Var) else None)
-    return found
 
 
 def _replace_loads(store: BufferStore, loads: dict[int, Expr]) -> BufferStore:
