@@ -40,19 +40,9 @@ from ir.errors import KernelError
 from ir.expr import COMPARE_OPS, BinOp, BufferLoad, Expr, IntImm, Not, Select, Var
 from ir.function import PrimFunc
 from ir.node import LocT, Node
-from ir.stmt import (
-    Block,
-    BlockRealize,
-    BufferRegion,
-    BufferStore,
-    For,
-    IfThenElse,
-    IntrinsicCall,
-    IterKind,
-    SeqStmt,
-    Stmt,
-)
-from ir.visitor import child_fields
+from ir.stmt import (Block, BlockRealize, BufferRegion, BufferStore, For, IfThenElse, IntrinsicCall,
+                     IterKind, SeqStmt, Stmt)
+from ir.visitor import child_fields, vars_of
 
 # A comparison, negated (for the else branch of an if).
 _NEGATED = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}
@@ -129,7 +119,7 @@ class _Verifier:
             block = self.blocks[-1]
             reduce_vars = {iv.var for iv in block.iter_vars if iv.kind is IterKind.REDUCE}
             for index in stmt.indices:
-                used = [v for v in _vars(index) if v in reduce_vars]
+                used = [v for v in vars_of(index) if v in reduce_vars]
                 if used:
                     raise self.fail(f"block {block.name!r}: the store to {stmt.buffer.name} "
                                     "requires spatial iterators in its indices, got reduce "
@@ -196,7 +186,7 @@ class _Verifier:
             self.check_binding(block, iter_var.var.name, iter_var.extent, binding,
                                realize.predicate, narrowed, where)
             domain = Interval(0, iter_var.extent - 1)
-            span = bound(binding, outer) if all(v in outer for v in _vars(binding)) else domain
+            span = bound(binding, outer) if all(v in outer for v in vars_of(binding)) else domain
             low = domain.lo if span.lo is None else max(span.lo, domain.lo)
             high = domain.hi if span.hi is None else min(span.hi, domain.hi)
             if low > high:
@@ -220,7 +210,7 @@ class _Verifier:
             raise self.fail(f"block {block.name!r}: the binding of iterator {name} requires an "
                             f"affine expression of loop variables (such as 4 * i + j), got "
                             f"{binding}", loc)
-        if any(v not in self.ranges for v in _vars(binding)):
+        if any(v not in self.ranges for v in vars_of(binding)):
             return
         if isinstance(predicate, IntImm) and predicate.value == 1:
             span: Interval | None = bound(binding, self.ranges)
@@ -433,15 +423,3 @@ def _use_loc(node: Node, loc: LocT) -> LocT:
         return loc
     return getattr(node, "loc", None) or loc
 
-
-def _vars(expr: Node) -> list[Var]:
-    """The variables an expression uses, in order."""
-    found: list[Var] = []
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Var):
-            found.append(node)
-        else:
-            stack.extend(reversed(_children(node)))
-    return found

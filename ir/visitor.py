@@ -178,6 +178,13 @@ def post_order_visit(node: Node, callback: Callable[[Node], None]) -> None:
                          for name in reversed(child_fields(type(item))))
 
 
+def vars_of(node: Node) -> list[Var]:
+    """The variables ``node`` uses, each once, in order of first use."""
+    found: dict[int, Var] = {}
+    post_order_visit(node, lambda n: found.setdefault(id(n), n) if isinstance(n, Var) else None)
+    return list(found.values())
+
+
 def substitute(node: Any, mapping: dict[Var, Any]) -> Any:
     """Replace free uses of the Vars in ``mapping`` by the given expressions."""
     if not mapping:

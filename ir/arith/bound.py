@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from ir.arith.interval import Interval
 from ir.arith.linear import LinearForm, linearize
 from ir.expr import BinOp, BufferLoad, Cast, Expr, IntImm, Select, Var
+from ir.visitor import vars_of
 
 Ranges = Mapping[Var, Interval]
 
@@ -61,7 +62,7 @@ def _exact_atom(atom: Expr, ranges: Ranges, seen: set[int]) -> Interval | None:
     inner = exact_bound(atom.a, ranges)
     if inner is None or inner.lo is None or inner.hi is None:
         return None
-    for var in _variables(atom.a):
+    for var in vars_of(atom.a):
         if id(var) in seen:
             return None
         seen.add(id(var))
@@ -76,19 +77,6 @@ def _exact_atom(atom: Expr, ranges: Ranges, seen: set[int]) -> Interval | None:
         # Steps through every integer past a multiple of c: every remainder comes up.
         return Interval(0, c - 1) if c > 0 else Interval(c + 1, 0)
     return None
-
-
-def _variables(expr: Expr) -> set[Var]:
-    """The variables anywhere in an expression of variables, constants and operators."""
-    found: set[Var] = set()
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Var):
-            found.add(node)
-        elif isinstance(node, BinOp):
-            stack.extend((node.a, node.b))
-    return found
 
 
 def _bound_atom(expr: Expr, ranges: Ranges) -> Interval:

@@ -24,15 +24,14 @@ from intrinsics.model import Intrinsic
 from ir.buffer import Buffer
 from ir.errors import ExecutionError
 from ir.function import PrimFunc
-from ir.stmt import BufferRegion
 from simulator import MachineConfig, Roofline, SimResult, UnitStats, simulate
 from simulator.assembler import disassemble
 from simulator.isa import Instruction
 from targets import host
-from targets.npu.emit import UnsoundSwitch, emit_stage, written_dram
+from targets.npu.emit import UnsoundSwitch, dram_accesses, emit_stage, written_dram
 from targets.npu.machine import PathLike, load_machine, machine_registry
 from targets.npu.memory import SCOPE_MEMORY, InDram, OnChip, plan_dram, plan_on_chip
-from targets.npu.stages import Stage, host_function, split_stages, stage_calls
+from targets.npu.stages import Stage, host_function, split_stages
 
 __all__ = ["CompiledStage", "NpuRun", "Stage", "StageRun", "compile_stage", "load_machine",
            "machine_registry", "run", "split_stages"]
@@ -149,12 +148,7 @@ def compile_stage(stage: Stage, config: MachineConfig, lookup: Lookup,
 def _tensor_bytes(stage: Stage, dram: Mapping[Buffer, InDram], lookup: Lookup) -> int:
     """Bytes of the DRAM tensors the stage's intrinsics read, plus those they write: the
     least traffic of any schedule of it."""
-    read: set[Buffer] = set()
-    written: set[Buffer] = set()
-    for call in stage_calls(stage):
-        for operand, arg in zip(lookup(call.intrinsic).operands, call.args):
-            if isinstance(arg, BufferRegion) and arg.buffer in dram:
-                (read if operand.role == "input" else written).add(arg.buffer)
+    read, written = dram_accesses(stage.stmt, lookup, dram)
     return sum(dram[b].nbytes for b in read) + sum(dram[b].nbytes for b in written)
 
 

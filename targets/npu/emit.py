@@ -45,19 +45,9 @@ from ir.buffer import Buffer
 from ir.errors import ExecutionError, SimulatorFault
 from ir.evaluate import compile_index, evaluate
 from ir.expr import Expr, IntImm, Var, and_, eq
-from ir.stmt import (
-    Block,
-    BlockRealize,
-    BufferRegion,
-    BufferStore,
-    For,
-    IfThenElse,
-    IntrinsicCall,
-    IterKind,
-    SeqStmt,
-    Stmt,
-)
-from ir.visitor import post_order_visit, substitute
+from ir.stmt import (Block, BlockRealize, BufferRegion, BufferStore, For, IfThenElse, IntrinsicCall,
+                     IterKind, SeqStmt, Stmt)
+from ir.visitor import post_order_visit, substitute, vars_of
 from simulator.assembler import assemble
 from simulator.config import MachineConfig
 from simulator.isa import STEP_FIELDS, Instruction, Queue, Store
@@ -578,22 +568,30 @@ def _inside(realize: BlockRealize, subst: dict[Var, Expr]) -> dict[Var, Expr]:
 def _hazard_buffers(stage: Stmt, emitter: _Emitter) -> set[Buffer]:
     """The DRAM buffers the stage both reads and writes: a loop moving through one of them
     may order its loads after earlier stores, so it is never folded."""
+    read, written = dram_accesses(stage, emitter.lookup, emitter.dram)
+    return read & written
+
+
+def dram_accesses(stage: Stmt, lookup: Callable[[str], Intrinsic],
+                  dram: Mapping[Buffer, object]) -> tuple[set[Buffer], set[Buffer]]:
+    """The DRAM buffers (keys of ``dram``) that the stage's intrinsic calls read, and those
+    they write. An accumulator operand is both, unless its intrinsic resets it first."""
     read: set[Buffer] = set()
     written: set[Buffer] = set()
 
     def visit(node) -> None:
         if not isinstance(node, IntrinsicCall):
             return
-        intrinsic = emitter.lookup(node.intrinsic)
+        intrinsic = lookup(node.intrinsic)
         for operand, arg in zip(intrinsic.operands, node.args):
-            if isinstance(arg, BufferRegion) and arg.buffer in emitter.dram:
+            if isinstance(arg, BufferRegion) and arg.buffer in dram:
                 if _reads(operand, intrinsic):
                     read.add(arg.buffer)
                 if _writes(operand, intrinsic):
                     written.add(arg.buffer)
 
     post_order_visit(stage, visit)
-    return read & written
+    return read, written
 
 
 def _flat_offset(region: BufferRegion) -> Expr:
@@ -604,15 +602,9 @@ def _flat_offset(region: BufferRegion) -> Expr:
     return flat
 
 
-def _mentions(expr: Expr, var: Var) -> bool:
-    found = []
-    post_order_visit(expr, lambda node: found.append(node) if node is var else None)
-    return bool(found)
-
-
 def _decided(expr: Expr, ranges: dict[Var, Interval], var: Var) -> bool:
     """True when ``expr`` takes no value from ``var`` over ``ranges``."""
-    return not _mentions(simplify(expr, ranges), var)
+    return not any(v is var for v in vars_of(simplify(expr, ranges)))
 
 
 def _affine(expr: Expr, ranges: dict[Var, Interval], var: Var) -> bool:
@@ -621,7 +613,8 @@ def _affine(expr: Expr, ranges: dict[Var, Interval], var: Var) -> bool:
     if expr.dtype.is_bool or not expr.dtype.is_int:
         return False
     form = linearize(simplify(expr, ranges))
-    return not any(atom is not var and _mentions(atom, var) for atom, _ in form.terms)
+    return not any(atom is not var and any(v is var for v in vars_of(atom))
+                   for atom, _ in form.terms)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,20 +16,10 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
-from ir import (
-    BlockRealize,
-    Expr,
-    For,
-    IfThenElse,
-    IntrinsicCall,
-    IterKind,
-    PrimFunc,
-    SeqStmt,
-    Stmt,
-    Var,
-)
+from ir import (BlockRealize, Expr, For, IfThenElse, IntrinsicCall, IterKind, PrimFunc, SeqStmt,
+                Stmt, Var)
 from ir.evaluate import evaluate
-from ir.visitor import post_order_visit
+from ir.visitor import post_order_visit, vars_of
 
 
 def count_calls(func: PrimFunc) -> dict[str, int]:
@@ -149,14 +139,7 @@ class _CallCounter:
 
     def _vars(self, expr: Expr) -> frozenset[Var]:
         if id(expr) not in self._free_vars:
-            found: set[Var] = set()
-
-            def collect(node: object) -> None:
-                if isinstance(node, Var):
-                    found.add(node)
-
-            post_order_visit(expr, collect)
-            self._free_vars[id(expr)] = frozenset(found)
+            self._free_vars[id(expr)] = frozenset(vars_of(expr))
         return self._free_vars[id(expr)]
 
     def _calls_below(self, stmt: Stmt) -> bool:

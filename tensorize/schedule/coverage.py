@@ -14,8 +14,9 @@ from ir import (TRUE, BinOp, BlockRealize, Buffer, BufferRegion, Cast, Expr, For
                 IterVar, Not, Range, Select, Var, and_, substitute)
 from ir.arith import const_int, linearize, simplify
 from ir.regions import region_union, relax_region
+from ir.visitor import vars_of
 from tensorize.schedule.check import check
-from tensorize.schedule.sites import Site, loop_ranges, vars_of
+from tensorize.schedule.sites import Site, loop_ranges
 
 # The most loop iterations one exactness check enumerates (per group of dependent loops).
 ENUMERATION_LIMIT = 1 << 22

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ir import (Block, BlockRealize, Buffer, For, Node, PrimFunc, SeqStmt, Stmt, Var,
-                post_order_visit)
+from ir import Block, BlockRealize, Buffer, For, Node, PrimFunc, SeqStmt, Stmt, Var
 from ir.arith import Interval
 from tensorize.schedule import tree
 from tensorize.schedule.check import check, fail, get_block
@@ -99,13 +98,6 @@ def loops_below(site: Site, stmt: Stmt) -> list[For]:
     chain = site.chain
     depth = next(n for n, node in enumerate(chain) if node is stmt)
     return [node for node in chain[depth:] if isinstance(node, For)]
-
-
-def vars_of(node: Node) -> list[Var]:
-    """The variables ``node`` uses, each once, in order of first use."""
-    found: dict[int, Var] = {}
-    post_order_visit(node, lambda n: found.setdefault(id(n), n) if isinstance(n, Var) else None)
-    return list(found.values())
 
 
 def same_scope(site: Site, loop: Located, primitive: str) -> None:

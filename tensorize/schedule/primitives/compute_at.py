@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from ir import (BlockRealize, Buffer, BufferRegion, Expr, For, IntImm, IterKind, IterVar, PrimFunc,
                 Var)
 from ir.arith import Interval, const_int, linearize, prove, simplify
+from ir.visitor import vars_of
 from tensorize.schedule import tree
 from tensorize.schedule.check import check, fail, get_loop
 from tensorize.schedule.coverage import (box_of, check_complete, clipped_box, covers_domain,
@@ -31,7 +32,7 @@ from tensorize.schedule.coverage import (box_of, check_complete, clipped_box, co
 from tensorize.schedule.handles import BlockRV, LoopRV
 from tensorize.schedule.sites import (Site, body_stmts, child_index, fork, locate, loop_chain,
                                       loop_ranges, loops_below, loops_to, position_in, same_scope,
-                                      scope_ranges, sibling_sites, vars_of)
+                                      scope_ranges, sibling_sites)
 from tensorize.schedule.splicing import build_nest, removal, splice_func, with_body
 from tensorize.schedule.tree import Located
 

@@ -19,37 +19,16 @@ from __future__ import annotations
 
 from typing import NoReturn
 
-from ir import (
-    Block,
-    BlockRealize,
-    Buffer,
-    BufferLoad,
-    BufferStore,
-    Cast,
-    Expr,
-    For,
-    IntImm,
-    IterKind,
-    IterVar,
-    PrimFunc,
-    Var,
-    const,
-    eq,
-    select,
-    substitute,
-)
+from ir import (Block, BlockRealize, Buffer, BufferLoad, BufferStore, Cast, Expr, For, IntImm,
+                IterKind, IterVar, PrimFunc, Var, const, eq, select, substitute)
 from ir.expr import BinOp
+from ir.visitor import vars_of
 from tensorize.schedule import tree
 from tensorize.schedule.check import arg_check, check, fail
 from tensorize.schedule.handles import BlockRV
-from tensorize.schedule.sites import Site, locate, vars_of
-from tensorize.schedule.splicing import (
-    buffer_names,
-    build_nest,
-    splice_func,
-    unique_name,
-    with_regions,
-)
+from tensorize.schedule.sites import Site, locate
+from tensorize.schedule.splicing import (buffer_names, build_nest, splice_func, unique_name,
+                                         with_regions)
 
 __all__ = ["diagonalize"]
 

@@ -27,12 +27,13 @@ from __future__ import annotations
 from ir import (Block, BlockRealize, BufferRegion, Expr, For, IntImm, IterKind, IterVar, PrimFunc,
                 Stmt, Var, substitute)
 from ir.arith import Interval, const_int, prove, simplify
+from ir.visitor import vars_of
 from tensorize.schedule import tree
 from tensorize.schedule.check import check, fail, get_loop
 from tensorize.schedule.coverage import region_in_loops, relax
 from tensorize.schedule.handles import BlockRV, LoopRV
 from tensorize.schedule.sites import (Site, locate, loop_ranges, loops_below, scope_ranges,
-                                      sibling_sites, vars_of)
+                                      sibling_sites)
 from tensorize.schedule.splicing import splice, splice_func, unique_name, with_regions
 
 __all__ = ["decompose_reduction"]
