@@ -41,6 +41,8 @@ COMMANDS = {
             "tensorize a kernel for a target, validate it and run it"),
     "intrinsics": ("tensorize.cli.intrinsics_cmd",
                    "list, show and validate hardware intrinsic descriptions"),
+    "sweep": ("tensorize.cli.sweep_cmd",
+              "simulate workloads on a grid of NPU machines, locally or on a Dask cluster"),
 }
 
 # The handler's thread: a stack deep enough for this recursion limit (a frame of the IR's

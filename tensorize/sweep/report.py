@@ -1,0 +1,102 @@
+"""What a finished sweep says: per machine (all its workloads together) the total cycles,
+utilisation and area proxy; the Pareto front of cycles against the area proxy; the best
+machine per workload; and the failed points. Data first (:func:`summarize`), then text
+(:func:`summary_text`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def machines(rows: Sequence[dict[str, Any]], workloads: int) -> list[dict[str, Any]]:
+    """One entry per machine whose every workload ran: its fields, machine file, area proxy,
+    total cycles over the workloads and utilisation (MACs over PEs x cycles)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row["machine_file"], []).append(row)
+    result = []
+    for file, group in groups.items():
+        if len(group) < workloads or any(r.get("error") for r in group):
+            continue
+        cycles = sum(r["cycles"] for r in group)
+        pes = group[0]["pes"]
+        macs = sum(r["macs"] for r in group)
+        result.append({"fields": group[0]["fields"], "machine_file": file, "pes": pes,
+                       "sram_bytes": group[0]["sram_bytes"], "cycles": cycles,
+                       "utilisation": round(macs / (cycles * pes), 6) if cycles else 0.0})
+    return result
+
+
+def pareto_front(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries no other entry beats: none has fewer or equal cycles, PEs and SRAM bytes
+    with one of them strictly fewer. Sorted by PEs, SRAM bytes, cycles."""
+    def measures(entry: dict[str, Any]) -> tuple[int, int, int]:
+        """What the front minimises: cycles, PEs, SRAM bytes."""
+        return entry["cycles"], entry["pes"], entry["sram_bytes"]
+
+    front = []
+    for entry in entries:
+        mine = measures(entry)
+        dominated = any(all(o <= m for o, m in zip(measures(other), mine))
+                        and measures(other) != mine for other in entries)
+        if not dominated:
+            front.append(entry)
+    return sorted(front, key=lambda e: (e["pes"], e["sram_bytes"], e["cycles"]))
+
+
+def best_per_workload(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The row of fewest cycles per workload (ties: the earlier point)."""
+    best: dict[str, dict[str, Any]] = {}
+    for row in sorted(rows, key=lambda r: r["index"]):
+        if row.get("error"):
+            continue
+        current = best.get(row["workload"])
+        if current is None or row["cycles"] < current["cycles"]:
+            best[row["workload"]] = row
+    return best
+
+
+def summarize(rows: Sequence[dict[str, Any]], workloads: int) -> dict[str, Any]:
+    """The summary as data: counts, best per workload, the Pareto front, failures."""
+    entries = machines(rows, workloads)
+    failed = [r for r in sorted(rows, key=lambda r: r["index"]) if r.get("error")]
+    return {"points": len(rows), "failed": len(failed), "machines_complete": len(entries),
+            "best": best_per_workload(rows), "pareto": pareto_front(entries),
+            "failures": [{"key": r["key"], "workload": r["workload"], "fields": r["fields"],
+                          "error": r["error"]} for r in failed]}
+
+
+def _fields(fields: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in fields.items())
+
+
+def summary_text(summary: dict[str, Any], shown_failures: int = 10) -> str:
+    """The summary as the lines the command prints."""
+    lines = []
+    best = summary["best"]
+    if best:
+        width = max(len(w) for w in best) + 2
+        lines.append(f"{'workload':<{width}}{'best cycles':>12}{'util':>8}  machine")
+        for workload, row in best.items():
+            lines.append(f"{workload:<{width}}{row['cycles']:>12,}"
+                         f"{100 * row['utilisation']:>7.1f}%  {_fields(row['fields'])}")
+    front = summary["pareto"]
+    if front:
+        lines.append("")
+        lines.append(f"Pareto front, total cycles over the workloads against the area proxy "
+                     f"({len(front)} of {summary['machines_complete']} machines):")
+        lines.append(f"{'PEs':>7}{'SRAM bytes':>12}{'cycles':>12}{'util':>8}  machine")
+        for entry in front:
+            lines.append(f"{entry['pes']:>7,}{entry['sram_bytes']:>12,}{entry['cycles']:>12,}"
+                         f"{100 * entry['utilisation']:>7.1f}%  {_fields(entry['fields'])}")
+    failures = summary["failures"]
+    if failures:
+        lines.append("")
+        lines.append(f"failed points ({len(failures)}):")
+        for failure in failures[:shown_failures]:
+            reason = str(failure["error"]).splitlines()[0]
+            lines.append(f"  {failure['workload']} on {_fields(failure['fields'])}: {reason}")
+        if len(failures) > shown_failures:
+            lines.append(f"  ... and {len(failures) - shown_failures} more (results.jsonl)")
+    return "\n".join(lines)

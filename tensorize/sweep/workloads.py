@@ -1,0 +1,236 @@
+"""The workloads of a sweep: what each machine runs.
+
+A workload is a picklable value that a worker turns into a PrimFunc (:meth:`Workload.build`).
+Its kinds, by the key that introduces it in the sweep file:
+
+- ``kernel: FILE`` (``func: NAME`` picks one of several): a kernel file as ``tensorize run``
+  reads it. Its text travels with the workload, so a worker on another host builds the same
+  kernel; where the file is readable at the same path with the same text, it is read there
+  (errors then name the user's file).
+- ``layers: [...]``: layers given by shape, built with the TE builder: ``gemm: {m, n, k}``
+  and ``conv2d: {height, width, channels, out_channels, kernel}`` (NHWC, HWIO weights, int8
+  into int32, stride 1, no padding: give the padded input size for a padded layer).
+
+Other kinds plug in through two tables: :data:`KINDS`, a reader per sweep-file key (taking
+the entry's YAML node, the sweep file's directory and the findings, and returning
+workloads), and :data:`BUILDERS`, how a worker builds a workload of that kind. The ONNX
+importer (``tensorize.model``) is meant to add ``model:``, one workload per layer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from intrinsics.source import Findings, YNode
+from ir import PrimFunc, TensorizeError
+
+# A layer's sizes: each between 1 and this (a sweep point simulates the whole layer).
+MAX_EXTENT = 1 << 16
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One workload: ``name`` in reports; ``kind`` ``kernel`` or ``layer``; ``spec`` its
+    identity (a kernel's path, func and text digest; a layer's op and sizes), which the
+    point key hashes; ``source`` a kernel file's text."""
+
+    name: str
+    kind: str
+    spec: tuple[tuple[str, Any], ...]
+    source: str = field(default="", repr=False)
+
+    def identity(self) -> dict[str, Any]:
+        """What the point key hashes: the kind and spec (a kernel's text by its digest)."""
+        return {"kind": self.kind, **dict(self.spec)}
+
+    def build(self) -> PrimFunc:
+        """The workload's PrimFunc, built here (a worker) by its kind's builder."""
+        return BUILDERS[self.kind](self)
+
+
+def build_kernel(workload: Workload) -> PrimFunc:
+    """A ``kernel`` workload's function, read from its file (or the text it carries)."""
+    from tensorize.cli.kernel_file import read_kernel_file
+
+    spec = dict(workload.spec)
+    return read_kernel_file(_kernel_path(spec["path"], workload.source), spec["func"]).func
+
+
+def build_layer(workload: Workload) -> PrimFunc:
+    """A ``layer`` workload's function, built by its op's builder from its sizes."""
+    spec = dict(workload.spec)
+    return LAYERS[spec["op"]][1](**{k: v for k, v in spec.items() if k != "op"})
+
+
+def kernel_workload(path: Path, func: str | None) -> Workload:
+    """The workload of a kernel file, read once here so that a bad file is refused before
+    any point runs."""
+    from tensorize.cli.kernel_file import read_kernel_file
+
+    kernel = read_kernel_file(path, func)
+    source = path.read_text()
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    name = kernel.func.name if func is None else func
+    return Workload(name, "kernel", (("path", str(path)), ("func", func), ("sha256", digest)),
+                    source)
+
+
+def _kernel_path(path: str, source: str) -> Path:
+    """The user's file when it holds ``source``, else a copy of ``source`` in this host's
+    temporary directory (a worker on another host)."""
+    given = Path(path)
+    try:
+        if given.read_text() == source:
+            return given
+    except OSError:
+        pass
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    copy = Path(tempfile.gettempdir()) / "tensorize-sweep" / digest / given.name
+    if not copy.exists():
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(source)
+    return copy
+
+
+def _i32(value: Any) -> Any:
+    import ir
+
+    return ir.cast("int32", value)
+
+
+def gemm_layer(m: int, n: int, k: int) -> PrimFunc:
+    """``C[i, j] = sum_k i32(A[i, k]) * i32(B[k, j])``, int8 operands."""
+    from ir import te
+
+    A = te.placeholder((m, k), "int8", "A")
+    B = te.placeholder((k, n), "int8", "B")
+    rk = te.reduce_axis(k, "k")
+    C = te.compute((m, n), lambda i, j: te.sum(_i32(A[i, rk]) * _i32(B[rk, j]), axis=rk), "C")
+    return te.create_prim_func([A, B, C], f"gemm_{m}x{n}x{k}")
+
+
+def conv2d_layer(height: int, width: int, channels: int, out_channels: int,
+                 kernel: int) -> PrimFunc:
+    """A ``kernel x kernel`` convolution, NHWC input of ``height x width x channels``, HWIO
+    weights, stride 1, no padding, int8 into int32."""
+    from ir import te
+
+    oh, ow = height - kernel + 1, width - kernel + 1
+    I = te.placeholder((1, height, width, channels), "int8", "I")
+    W = te.placeholder((kernel, kernel, channels, out_channels), "int8", "W")
+    rh, rw = te.reduce_axis(kernel, "rh"), te.reduce_axis(kernel, "rw")
+    rc = te.reduce_axis(channels, "rc")
+    O = te.compute((1, oh, ow, out_channels), lambda n, h, w, co: te.sum(
+        _i32(I[n, h + rh, w + rw, rc]) * _i32(W[rh, rw, rc, co]), axis=[rh, rw, rc]), "O")
+    return te.create_prim_func([I, W, O], f"conv{kernel}x{kernel}_{height}x{width}x{channels}"
+                                          f"_{out_channels}")
+
+
+# Each layer op: its size fields, in order, and its builder.
+LAYERS: dict[str, tuple[tuple[str, ...], Callable[..., PrimFunc]]] = {
+    "gemm": (("m", "n", "k"), gemm_layer),
+    "conv2d": (("height", "width", "channels", "out_channels", "kernel"), conv2d_layer),
+}
+
+
+def read_kernels(node: YNode, base: Path, findings: Findings) -> list[Workload]:
+    """A ``kernel: FILE`` entry (with ``func:``)."""
+    path_node = node.get("kernel")
+    func_node = node.get("func")
+    _unknown_keys(node, ("kernel", "func"), findings)
+    if path_node is None or not isinstance(path_node.value, str):
+        findings.add(node.at("kernel"), "workloads[].kernel requires a kernel file path")
+        return []
+    if func_node is not None and not isinstance(func_node.value, str):
+        findings.add(func_node.loc, "workloads[].func requires a kernel name")
+        return []
+    path = (base / path_node.value).resolve()
+    try:
+        return [kernel_workload(path, func_node.value if func_node else None)]
+    except TensorizeError as err:
+        findings.add(path_node.loc, f"workloads[].kernel: {err.message}")
+    except OSError as err:
+        findings.add(path_node.loc, f"workloads[].kernel requires a readable file, got "
+                                    f"{path_node.value!r} ({err.strerror})")
+    return []
+
+
+def read_layers(node: YNode, base: Path, findings: Findings) -> list[Workload]:
+    """A ``layers: [...]`` entry: each item ``{name: N, OP: {sizes}}``."""
+    _unknown_keys(node, ("layers",), findings)
+    items = node.get("layers")
+    if items is None or not items.is_sequence or not items.value:
+        findings.add(node.at("layers"), "workloads[].layers requires a list of layers")
+        return []
+    workloads = []
+    for item in items.value:
+        layer = _read_layer(item, findings)
+        if layer is not None:
+            workloads.append(layer)
+    return workloads
+
+
+def _read_layer(item: YNode, findings: Findings) -> Workload | None:
+    ops = [op for op in LAYERS if item.get(op) is not None] if item.is_mapping else []
+    if len(ops) != 1:
+        findings.add(item.loc, f"a layer requires exactly one of {', '.join(LAYERS)} with its "
+                               "sizes (and optionally name:)")
+        return None
+    op = ops[0]
+    _unknown_keys(item, (op, "name"), findings)
+    sizes = item.get(op)
+    names, _ = LAYERS[op]
+    if sizes is None or not sizes.is_mapping:
+        findings.add(item.at(op), f"layers[].{op} requires a mapping of {', '.join(names)}")
+        return None
+    _unknown_keys(sizes, names, findings)
+    values = {}
+    for size in names:
+        value = sizes.get(size)
+        ok = value is not None and type(value.value) is int and 1 <= value.value <= MAX_EXTENT
+        if not ok:
+            findings.add(sizes.at(size), f"layers[].{op}.{size} requires an integer from 1 to "
+                                         f"{MAX_EXTENT}, got "
+                                         f"{'none' if value is None else repr(value.value)}")
+            continue
+        values[size] = value.value
+    if len(values) < len(names):
+        return None
+    if op == "conv2d" and values["kernel"] > min(values["height"], values["width"]):
+        findings.add(sizes.at("kernel"), f"layers[].conv2d.kernel requires at most the input's "
+                                         f"height and width, got {values['kernel']}")
+        return None
+    name_node = item.get("name")
+    name = str(name_node.value) if name_node is not None else \
+        f"{op}_" + "x".join(str(values[s]) for s in names)
+    return Workload(name, "layer", (("op", op), *values.items()))
+
+
+def _unknown_keys(node: YNode, known: tuple[str, ...], findings: Findings) -> None:
+    if not node.is_mapping:
+        return
+    for key, child in node.value.items():
+        if key not in known:
+            findings.add(child.key_loc or child.loc, f"unknown field {key!r}; expected one of "
+                                                     f"{', '.join(known)}")
+
+
+# The entries of a sweep file's workloads, by the key that introduces them: each reads its
+# entry and returns its workloads (the ONNX importer registers ``model`` here, its reader
+# returning one workload per layer).
+KINDS: dict[str, Callable[[YNode, Path, Findings], list[Workload]]] = {
+    "kernel": read_kernels,
+    "layers": read_layers,
+}
+
+# How a worker builds a workload's function, by ``Workload.kind`` (a model's layer registers
+# its builder here beside its reader above; the builder must be importable on the workers).
+BUILDERS: dict[str, Callable[[Workload], PrimFunc]] = {
+    "kernel": build_kernel,
+    "layer": build_layer,
+}
