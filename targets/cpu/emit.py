@@ -21,6 +21,7 @@ them so), and the offset's form (:mod:`.static`) proves the rest, or the call is
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,8 +38,9 @@ from intrinsics import (
     default_registry,
     feature_names,
 )
+from ir.arith import Interval, bound
 from ir.buffer import Buffer
-from ir.expr import Expr, IntImm, Var
+from ir.expr import BinOp, BufferLoad, Expr, IntImm, Select, Var
 from ir.function import PrimFunc
 from ir.stmt import (
     BlockRealize,
@@ -51,7 +53,9 @@ from ir.stmt import (
 )
 from ir.visitor import Visitor
 from targets.cpu import templates
+from targets.cpu.copies import CopyPlan, Element, plan_copy
 from targets.cpu.errors import EmitError
+from targets.cpu.ranges import decide, has_conditions, pick, segments
 from targets.cpu.static import Form, evaluate
 from targets.host import numerics as nm
 from targets.host.codegen import StmtEmitter
@@ -201,6 +205,9 @@ class _CpuEmitter(StmtEmitter):
         self.alignment = cpu.alignment
         self.lanes = ll.VectorType(_I32, cpu.vector_bytes // 4)
         self.forms: dict[Var, Form] = {}
+        # The range of every variable in scope (:mod:`.ranges`): what decides conditions and
+        # proves indices in bounds while emitting.
+        self.ranges: dict[Var, Interval] = {}
         self.registers: dict[tuple[int, int], ll.Value] = {}
 
     # -- statements -------------------------------------------------------------------------
@@ -221,45 +228,344 @@ class _CpuEmitter(StmtEmitter):
         return nm.from_memory(self.b, load.buffer.dtype, raw)
 
     def _IfThenElse(self, node: IfThenElse) -> None:
+        always = decide(node.cond, self.ranges)
+        if always is not None:
+            branch = node.then_case if always else node.else_case
+            if branch is not None:
+                self.stmt(branch)
+            return
         with self._no_register_writes("a branch"):
             super()._IfThenElse(node)
 
+    # -- expressions -------------------------------------------------------------------------
+
+    def expr(self, node: Expr) -> ll.Value:
+        """As the host emits it, except what the ranges in scope decide: a condition they
+        settle is a constant, a select only its chosen value, a min or max of indices the
+        operand it always equals (:mod:`.ranges`)."""
+        if isinstance(node, Select):
+            always = decide(node.cond, self.ranges)
+            if always is not None:
+                return self.expr(node.true_value if always else node.false_value)
+        elif isinstance(node, BinOp):
+            if node.dtype.is_bool:
+                always = decide(node, self.ranges)
+                if always is not None:
+                    return ll.Constant(nm.value_type(node.dtype), int(always))
+            chosen = pick(node, self.ranges)
+            if chosen is not None:
+                return self.expr(chosen)
+        return super().expr(node)
+
+    def address(self, buffer: Buffer, indices: tuple[Expr, ...], kind: str) -> ll.Value:
+        """A pointer to ``buffer[indices]``, checking at run time only the indices that the
+        ranges in scope do not prove within their extents."""
+        base = self.pointers.get(buffer)
+        if base is None:
+            raise EmitError(f"block {self.block_name} requires buffer {buffer.name} to be a "
+                            "parameter or allocated by an enclosing block")
+        site = len(self.sites)
+        self.sites.append(BoundsSite(self.block_name, kind, buffer, indices))
+        offset: ll.Value = ll.Constant(I64, 0)
+        for dim, (index, extent, stride) in enumerate(
+                zip(indices, buffer.shape, buffer.effective_strides)):
+            value = self._index(index)
+            if not bound(index, self.ranges).within(0, extent - 1):
+                self._check_bound(value, extent, site, dim)
+            term = value if stride == 1 else self.b.mul(value, ll.Constant(I64, stride))
+            offset = self.b.add(offset, term)
+        return self.b.gep(base, [offset], source_etype=nm.memory_type(buffer.dtype))
+
+    def _index(self, index: Expr) -> ll.Value:
+        """An index as a 64-bit value, from its form when it has one (``c + sum(a * v)``
+        over the serial loops' variables: the divisions of unrolled tile offsets folded)."""
+        form = evaluate(index, self.forms, self.ranges)
+        if form is None or not all(v in self.env for v in form.terms):
+            return super()._index(index)
+        return self._form_value(form)
+
+    def _form_value(self, form: Form) -> ll.Value:
+        """``c + sum(a * v)`` as a 64-bit value."""
+        value: ll.Value = ll.Constant(I64, form.const)
+        for var, coeff in form.terms.items():
+            term = self.env[var]
+            if term.type.width != 64:
+                term = (self.b.sext if nm.is_signed(var.dtype) else self.b.zext)(term, I64)
+            if coeff != 1:
+                term = self.b.mul(term, ll.Constant(I64, coeff))
+            value = self.b.add(value, term)
+        return value
+
     def _For(self, loop: For) -> None:
         if loop.kind is ForKind.UNROLLED:
+            plan = self._copy_plan(loop)
+            if plan is not None:
+                self._vector_copy(plan)
+                return
             for value in range(loop.extent):
-                with self._bind({loop.var: ll.Constant(nm.value_type(loop.var.dtype), value)},
-                                {loop.var: Form(value)}):
-                    self.stmt(loop.body)
+                self._iteration(loop, value)
             return
-        super()._For(loop)
+        pieces = segments(loop, self.ranges) if has_conditions(loop.body) else None
+        for lo, hi in pieces or [(0, loop.extent - 1)]:
+            if lo == hi and pieces:
+                # An edge iteration on its own: its variable is a constant, so the unrolled
+                # loops inside fix every index and decide every condition.
+                self._iteration(loop, lo)
+            else:
+                self._counted(loop, lo, hi)
 
-    def loop_body(self, loop: For, counter: ll.Value, entry: ll.Block) -> None:
-        # Every register piece live into the loop is carried around it: the accumulators.
+    def _copy_plan(self, loop: For) -> tuple[Buffer, CopyPlan] | None:
+        """The vector plan (:mod:`.copies`) of a nest of unrolled loops around one copy block
+        (a store of a load or a constant, every condition decided), with the buffer it
+        stores to; None when the nest is anything else, or an index is not proven in
+        bounds."""
+        nest = [loop]
+        while isinstance(nest[-1].body, For) and nest[-1].body.kind is ForKind.UNROLLED:
+            nest.append(nest[-1].body)
+        realize = nest[-1].body
+        if not isinstance(realize, BlockRealize) or realize.block.init is not None or \
+                not isinstance(realize.block.body, BufferStore):
+            return None
+        store = realize.block.body
+        if store.buffer.scope == self.scope or store.buffer.dtype.is_bool:
+            return None
+        elements: list[Element] = []
+        for values in itertools.product(*(range(n.extent) for n in nest)):
+            element = self._copy_element(nest, values, realize)
+            if element is None:
+                return None
+            elements.append(element)
+        plan = plan_copy(elements, max(store.buffer.dtype.bits // 8, 1))
+        return None if plan is None else (store.buffer, plan)
+
+    def _copy_element(self, nest: list[For], values: tuple[int, ...], realize: BlockRealize
+                      ) -> Element | None:
+        """One point of a copy nest: where it stores and what, or None when its predicate
+        or a select is not decided there, or an index is not proven in bounds."""
+        points = {n.var: Form(v) for n, v in zip(nest, values)}
+        spans = {n.var: Interval.point(v) for n, v in zip(nest, values)}
+        # Only forms and ranges are read here; nothing is emitted, so the variables' LLVM
+        # values are placeholders.
+        with self._bind(dict.fromkeys(points, ll.Constant(I64, 0)), points, spans):
+            forms, ranges = {}, {}
+            for iv, binding in zip(realize.block.iter_vars, realize.bindings):
+                forms[iv.var] = evaluate(binding, self.forms, self.ranges)
+                ranges[iv.var] = bound(binding, self.ranges)
+            if any(f is None for f in forms.values()):
+                return None
+            with self._bind(dict.fromkeys(forms, ll.Constant(I64, 0)), forms, ranges):
+                if decide(realize.predicate, self.ranges) is not True:
+                    return None
+                store = realize.block.body
+                dest = self._flat_form(store.buffer, store.indices)
+                value = store.value
+                while isinstance(value, Select) and (
+                        chosen := decide(value.cond, self.ranges)) is not None:
+                    value = value.true_value if chosen else value.false_value
+                if dest is None:
+                    return None
+                if isinstance(value, IntImm):
+                    return Element(dest, value.value)
+                if not isinstance(value, BufferLoad) or value.buffer.dtype != store.buffer.dtype:
+                    return None
+                at = self._flat_form(value.buffer, value.indices)
+                if at is None or (value.buffer.scope == self.scope and at.value is None):
+                    return None
+                return Element(dest, source=value.buffer, at=at)
+
+    def _flat_form(self, buffer: Buffer, indices: tuple[Expr, ...]) -> Form | None:
+        """The form of ``buffer[indices]``'s flat element offset, when every index has one
+        and is proven within its extent."""
+        total = Form(0)
+        for index, extent, stride in zip(indices, buffer.shape, buffer.effective_strides):
+            form = evaluate(index, self.forms, self.ranges)
+            if form is None or not bound(index, self.ranges).within(0, extent - 1):
+                return None
+            total = total.plus(form.times(stride))
+        return total
+
+    def _vector_copy(self, planned: tuple[Buffer, CopyPlan]) -> None:
+        """Emit a copy plan: each run read as register-sized pieces (a vector load from
+        memory, lanes of a register piece), the pieces concatenated into whole registers,
+        and each register's worth of a stored run shuffled out of them at most two at a time
+        (what AArch64 does in one TBL or ZIP, x86 in one permute), then stored."""
+        buffer, plan = planned
+        element = nm.memory_type(buffer.dtype)
+        width = max(self.vector_bytes // max(buffer.dtype.bits // 8, 1), 1)
+        pieces: list[tuple[ll.Value, int]] = []
+        where: dict[tuple[int, int], tuple[int, int]] = {}  # (run, lane) -> (piece, lane)
+        for index, (source, start, length) in enumerate(plan.runs):
+            for part, size, value in self._run_pieces(source, start, length, width):
+                for lane in range(size):
+                    where[(index, part + lane)] = (len(pieces), lane)
+                pieces.append((value, size))
+        registers, home = self._fill_registers(pieces, width)
+        for base, origins in plan.stores:
+            for chunk in range(0, len(origins), width):
+                lanes: list[tuple[object, int]] = []
+                for origin in origins[chunk:chunk + width]:
+                    if isinstance(origin, int):
+                        lanes.append(("const", origin))
+                        continue
+                    piece, lane = where[origin]
+                    register, offset = home[piece]
+                    lanes.append((register, offset + lane))
+                value = self._shuffle_out(registers, lanes, element, width)
+                address = self._form_address(buffer, Form(base.const + chunk, base.terms))
+                self.b.store(value, address, align=1)
+
+    def _run_pieces(self, source: Buffer, start: Form, length: int, width: int
+                    ) -> Iterator[tuple[int, int, ll.Value]]:
+        """A run of ``source`` as (offset in the run, lanes, vector) pieces of at most
+        ``width`` lanes: loads from memory; from a register buffer, lanes of its pieces (a
+        run there is split where a register ends)."""
+        element = nm.memory_type(source.dtype)
+        if source.scope != self.scope:
+            for part in range(0, length, width):
+                size = min(width, length - part)
+                address = self._form_address(source, Form(start.const + part, start.terms))
+                yield part, size, self.b.load(address, typ=ll.VectorType(element, size),
+                                              align=1)
+            return
+        part = 0
+        while part < length:
+            (key_id, piece), lane, vector = self._element_at(source, start.const + part)
+            size = min(length - part, width - lane)
+            value = self.b.bitcast(self._piece((key_id, piece), source), vector)
+            yield part, size, self.b.shuffle_vector(
+                value, ll.Constant(vector, None),
+                ll.Constant(ll.VectorType(_I32, size), list(range(lane, lane + size))))
+            part += size
+
+    def _fill_registers(self, pieces: list[tuple[ll.Value, int]], width: int
+                        ) -> tuple[list[ll.Value], dict[int, tuple[int, int]]]:
+        """Concatenate loaded pieces into registers of ``width`` lanes, first fit in load
+        order; returns the registers and, for each piece, (register, its first lane)."""
+        groups: list[list[int]] = []
+        used: list[int] = []
+        home: dict[int, tuple[int, int]] = {}
+        for index, (_, size) in enumerate(pieces):
+            slot = next((g for g, u in enumerate(used) if u + size <= width), None)
+            if slot is None:
+                groups.append([])
+                used.append(0)
+                slot = len(groups) - 1
+            home[index] = (slot, used[slot])
+            groups[slot].append(index)
+            used[slot] += size
+        registers = []
+        for group in groups:
+            value, size = pieces[group[0]]
+            for index in group[1:]:
+                value, size = _concat(self.b, value, size, *pieces[index])
+            registers.append(value)
+        return registers, home
+
+    def _shuffle_out(self, registers: list[ll.Value], lanes: list[tuple[object, int]],
+                     element: ll.Type, width: int) -> ll.Value:
+        """The vector of ``lanes`` (each (register index, lane) or ("const", value)), built
+        by two-input shuffles: the registers it draws on folded in one at a time, zero
+        lanes from a zero vector, other constants inserted."""
+        count = len(lanes)
+        sources = sorted({r for r, _ in lanes if r != "const"}, key=str)
+        zero = any(r == "const" and v == 0 for r, v in lanes)
+        result: ll.Value | None = None
+        filled = [False] * count
+        inputs = [(registers[r], r) for r in sources]  # type: ignore[index]
+        if zero:
+            inputs.append((ll.Constant(ll.VectorType(element, width), None), "zero"))
+        for value, name in inputs:
+            value = _widen(self.b, value, width)
+            mask = []
+            for n, (r, v) in enumerate(lanes):
+                mine = r == name or (name == "zero" and r == "const" and v == 0)
+                if mine:
+                    # Any lane of the zero vector is 0; the input's lanes follow the
+                    # result's in a two-input shuffle.
+                    lane = v if r != "const" else n % width
+                    mask.append(lane if result is None else width + lane)
+                    filled[n] = True
+                elif result is not None and filled[n]:
+                    mask.append(n)
+                else:
+                    mask.append(None)
+            if result is None:
+                result = self.b.shuffle_vector(value, ll.Constant(value.type, None),
+                                               _mask(mask))
+            else:
+                result = self.b.shuffle_vector(_widen(self.b, result, width), value,
+                                               _mask(mask))
+        if result is None:
+            result = ll.Constant(ll.VectorType(element, count), None)
+        for n, (r, v) in enumerate(lanes):
+            if r == "const" and v != 0:
+                result = self.b.insert_element(result, ll.Constant(element, v),
+                                               ll.Constant(_I32, n))
+        return result
+
+    def _form_address(self, buffer: Buffer, form: Form) -> ll.Value:
+        """The address of ``buffer``'s element at flat offset ``form``."""
+        base = self.pointers.get(buffer)
+        if base is None:
+            raise EmitError(f"block {self.block_name} requires buffer {buffer.name} to be a "
+                            "parameter or allocated by an enclosing block")
+        return self.b.gep(base, [self._form_value(form)],
+                          source_etype=nm.memory_type(buffer.dtype))
+
+    def _iteration(self, loop: For, value: int) -> None:
+        """``loop``'s body once, its variable the constant ``value``."""
+        with self._bind({loop.var: ll.Constant(nm.value_type(loop.var.dtype), value)},
+                        {loop.var: Form(value)}, {loop.var: Interval.point(value)}):
+            self.stmt(loop.body)
+
+    def _counted(self, loop: For, lo: int, hi: int) -> None:
+        """``loop``'s iterations ``lo`` to ``hi`` as a counted loop (tested at the bottom:
+        it runs at least once), every register piece live into it carried around it (the
+        accumulators), the variable known to stay in ``[lo, hi]``."""
+        b = self.b
+        ty = nm.value_type(loop.var.dtype)
+        if not loop.var.dtype.is_int or loop.extent > loop.var.dtype.max:
+            raise EmitError(f"loop {loop.var.name} requires an integer variable that can "
+                            f"count to {loop.extent}, got {loop.var.dtype}", loop.loc)
+        entry = b.block
+        body = b.append_basic_block(f"{loop.var.name}.body")
+        after = b.append_basic_block(f"{loop.var.name}.end")
+        b.branch(body)
+        b.position_at_end(body)
+        counter = b.phi(ty, loop.var.name)
+        counter.add_incoming(ll.Constant(ty, lo), entry)
         carried = {}
         for key, value in self.registers.items():
-            phi = self.b.phi(value.type)
+            phi = b.phi(value.type)
             phi.add_incoming(value, entry)
             carried[key] = phi
         self.registers.update(carried)
-        with self._bind({loop.var: counter}, {}):
+        with self._bind({loop.var: counter}, {}, {loop.var: Interval(lo, hi)}):
             self.stmt(loop.body)
         for key, phi in carried.items():
-            phi.add_incoming(self.registers[key], self.b.block)
+            phi.add_incoming(self.registers[key], b.block)
+        following = b.add(counter, ll.Constant(ty, 1))
+        counter.add_incoming(following, b.block)
+        b.cbranch(b.icmp_unsigned("<=", following, ll.Constant(ty, hi)), body, after)
+        b.position_at_end(after)
 
     def _BlockRealize(self, realize: BlockRealize) -> None:
         block = realize.block
         values = {iv.var: nm.convert(self.b, binding.dtype, iv.var.dtype, self.expr(binding))
                   for iv, binding in zip(block.iter_vars, realize.bindings)}
         forms = {}
+        ranges = {}
         for iv, binding in zip(block.iter_vars, realize.bindings):
-            form = evaluate(binding, self.forms)
+            form = evaluate(binding, self.forms, self.ranges)
             forms[iv.var] = form if form is not None else Form(0, {iv.var: 1})
+            ranges[iv.var] = bound(binding, self.ranges)
         outer_name = self.block_name
         self.block_name = block.name
-        with self._bind(values, forms):
-            if isinstance(realize.predicate, IntImm) and realize.predicate.value == 1:
+        with self._bind(values, forms, ranges):
+            always = decide(realize.predicate, self.ranges)
+            if always:
                 self._block_body(realize, values)
-            else:
+            elif always is None:
                 with self._no_register_writes("a block predicate"), \
                         self.b.if_then(self.expr(realize.predicate)):
                     self._block_body(realize, values)
@@ -446,6 +752,12 @@ class _CpuEmitter(StmtEmitter):
     def _element(self, buffer: Buffer, indices: tuple[Expr, ...]
                  ) -> tuple[tuple[int, int], int, ll.VectorType]:
         flat = sum(self._static(i, buffer) * s for i, s in zip(indices, buffer.effective_strides))
+        return self._element_at(buffer, flat)
+
+    def _element_at(self, buffer: Buffer, flat: int
+                    ) -> tuple[tuple[int, int], int, ll.VectorType]:
+        """The register piece holding element ``flat`` of a register buffer, its lane, and
+        the piece's type as vector of the buffer's elements."""
         size = buffer.dtype.bits // 8
         piece, within = divmod(flat * size, self.vector_bytes)
         vector = ll.VectorType(nm.memory_type(buffer.dtype), self.vector_bytes // size)
@@ -468,10 +780,17 @@ class _CpuEmitter(StmtEmitter):
     # -- scoping -----------------------------------------------------------------------------
 
     @contextmanager
-    def _bind(self, values: dict[Var, ll.Value], forms: dict[Var, Form]) -> Iterator[None]:
+    def _bind(self, values: dict[Var, ll.Value], forms: dict[Var, Form],
+              ranges: dict[Var, Interval]) -> Iterator[None]:
         saved = {var: self.env.get(var) for var in values}
         saved_forms = {var: self.forms.get(var) for var in values}
+        saved_ranges = {var: self.ranges.get(var) for var in values}
         self.env.update(values)
+        for var in values:
+            if var in ranges:
+                self.ranges[var] = ranges[var]
+            else:
+                self.ranges.pop(var, None)
         for var in values:
             if var in forms:
                 self.forms[var] = forms[var]
@@ -490,6 +809,11 @@ class _CpuEmitter(StmtEmitter):
                     self.forms.pop(var, None)
                 else:
                     self.forms[var] = old_form
+            for var, old_range in saved_ranges.items():
+                if old_range is None:
+                    self.ranges.pop(var, None)
+                else:
+                    self.ranges[var] = old_range
 
     @contextmanager
     def _no_register_writes(self, where: str) -> Iterator[None]:
@@ -499,6 +823,34 @@ class _CpuEmitter(StmtEmitter):
             raise EmitError(f"block {self.block_name} writes a register buffer under {where}; "
                             "the CPU code generator keeps registers only in straight-line code "
                             "and loops")
+
+
+def _mask(lanes: list[int | None]) -> ll.Constant:
+    """A shuffle mask; a lane of None may take any value (llvmlite admits no undef lane):
+    it keeps its own position of the first input, the plainest choice for LLVM's permute
+    matching."""
+    return ll.Constant(ll.VectorType(_I32, len(lanes)),
+                       [n if m is None else m for n, m in enumerate(lanes)])
+
+
+def _widen(b: ll.IRBuilder, value: ll.Value, width: int) -> ll.Value:
+    """``value`` (a vector of at most ``width`` lanes) as exactly ``width`` lanes, the new
+    ones undefined."""
+    count = value.type.count
+    if count == width:
+        return value
+    mask = [n if n < count else 0 for n in range(width)]
+    return b.shuffle_vector(value, ll.Constant(value.type, None),
+                            ll.Constant(ll.VectorType(_I32, width), mask))
+
+
+def _concat(b: ll.IRBuilder, x: ll.Value, nx: int, y: ll.Value, ny: int
+            ) -> tuple[ll.Value, int]:
+    """The vector of ``x``'s lanes then ``y``'s."""
+    width = max(nx, ny)
+    x, y = _widen(b, x, width), _widen(b, y, width)
+    mask = list(range(nx)) + [width + n for n in range(ny)]
+    return b.shuffle_vector(x, y, ll.Constant(ll.VectorType(_I32, nx + ny), mask)), nx + ny
 
 
 def _contiguous(extents: list[int], strides: tuple[int, ...]) -> bool:

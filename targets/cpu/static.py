@@ -11,9 +11,12 @@ values are not known (serial loops); unrolled loops and constants fold in. ``flo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ir.arith import Interval
 from ir.expr import BinOp, Cast, Expr, IntImm, Var
+from targets.cpu.ranges import pick
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,19 +42,24 @@ class Form:
                                           if c * factor})
 
 
-def evaluate(expr: Expr, forms: dict[Var, Form]) -> Form | None:
+def evaluate(expr: Expr, forms: dict[Var, Form],
+             ranges: Mapping[Var, Interval] | None = None) -> Form | None:
     """The form of an integer index ``expr``; variables not in ``forms`` are unknown atoms.
-    None when the expression is not affine in them (a load, a min, a division that does not
-    fold)."""
+    A ``min`` or ``max`` that ``ranges`` (when given) decide is the operand it equals. None
+    when the expression is not affine in them (a load, an undecided min, a division that
+    does not fold)."""
     if isinstance(expr, IntImm):
         return Form(expr.value)
     if isinstance(expr, Var):
         return forms.get(expr, Form(0, {expr: 1}))
     if isinstance(expr, Cast) and expr.dtype.is_int:
-        return evaluate(expr.value, forms)
+        return evaluate(expr.value, forms, ranges)
     if not isinstance(expr, BinOp):
         return None
-    a, b = evaluate(expr.a, forms), evaluate(expr.b, forms)
+    chosen = pick(expr, ranges) if ranges is not None else None
+    if chosen is not None:
+        return evaluate(chosen, forms, ranges)
+    a, b = evaluate(expr.a, forms, ranges), evaluate(expr.b, forms, ranges)
     if a is None or b is None:
         return None
     if expr.op in ("add", "sub"):

@@ -36,7 +36,7 @@ def run_cpu(func: PrimFunc, target: str, features: str, registry: Any,
     description = kernel.cpu
     start = time.perf_counter()
     assembly = cpu.compile(kernel, "asm")
-    instructions = [line.split()[0] for line in assembly.splitlines()
+    instructions = [_mnemonic(line) for line in assembly.splitlines()
                     if line.startswith("\t") and not line.lstrip().startswith(".")]
     counted = Counter(op for op in instructions if op in description.macs)
     listed = ", ".join(f"{n} {op}" for op, n in sorted(counted.items())) or \
@@ -97,3 +97,10 @@ def tensorize_cpu(func: PrimFunc, target: str, features: str, registry: Any,
     report.data["tune"] = [trial.to_dict() for trial in trials]
     return result, {block: f"tile {t.rows} x {t.vectors} measured best, cached in {cache.path}"
                     for block, t in chosen.items()}
+
+
+def _mnemonic(line: str) -> str:
+    """The instruction's name on an assembly line, past any encoding prefix (x86's
+    ``{vex} vpdpbusd``)."""
+    words = line.split()
+    return next((w for w in words if not w.startswith("{")), words[0])

@@ -85,71 +85,98 @@ def fitting_tilings(cpu: CpuTarget, intrinsic: Intrinsic) -> list[CpuTiling]:
             if CpuTiling(r, v).registers(cpu, intrinsic) <= cpu.usable_registers]
 
 
+# A tile that divides the extents is kept over one that pads when it costs at most this
+# much more by the count: a padded output is computed into a buffer of its own and copied
+# back, memory traffic the count does not weigh (x86, 1024^3: 14 x 1 counts 3.5% fewer
+# instructions than 8 x 2 and runs 5% slower, natively timed).
+DIVIDING_TOLERANCE = 1.05
+
+
 def choose_tiling(rows: int, column_vectors: int, steps: int, cpu: CpuTarget,
                   intrinsic: Intrinsic) -> CpuTiling:
     """The register tile of the target's ``register_tile`` choices that fits the registers
     the target leaves the micro-kernel and costs the fewest instructions (:func:`tile_cost`)
     over ``rows`` by ``column_vectors`` and ``steps`` k steps; sides need not divide the
-    extents (edge tiles compute on zero padding, and only the valid part is stored). Among
-    equal costs, the one with the most accumulators, then most rows. ScheduleError when none
+    extents (edge tiles compute on zero padding, and only the valid part is stored), but one
+    that divides them is kept within :data:`DIVIDING_TOLERANCE` of the cheapest. Among equal
+    costs, the one with the most accumulators, then most rows. ScheduleError when none
     fits."""
     fitting = fitting_tilings(cpu, intrinsic)
     if not fitting:
         raise ScheduleError("cpu schedule", f"no register tile of target {cpu.target} "
                             f"(rows {list(cpu.tile_rows)}, vectors {list(cpu.tile_vectors)}) "
                             f"fits its {cpu.usable_registers} registers")
+    costs = {t: tile_cost(t, rows, column_vectors, steps, cpu, intrinsic) for t in fitting}
+    cheapest = min(costs.values())
     return min(fitting, key=lambda t: (
-        tile_cost(t, rows, column_vectors, steps, cpu, intrinsic), -t.rows * t.vectors,
-        -t.rows))
+        _pads(t, rows, column_vectors) or costs[t] > cheapest * DIVIDING_TOLERANCE,
+        costs[t], -t.rows * t.vectors, -t.rows))
+
+
+# Instructions per register of packed input: the packing stages move a register tile as a
+# few vector loads, one permute of at most two registers per register stored, and the store
+# (targets.cpu.copies); measured on AArch64 (bench/bench_arm.py) at 3 to 5.
+PACK_PER_REGISTER = 4
 
 
 def tile_cost(tiling: CpuTiling, rows: int, column_vectors: int, steps: int, cpu: CpuTarget,
               intrinsic: Intrinsic) -> int:
-    """Instructions the micro-kernel executes with ``tiling``: at every k step of every
-    tile, its calls, its B panel loads and, when A is staged in registers, one load per
-    register of its rows (an A in memory is the instruction's own memory operand), over the
-    extents padded up to whole tiles; plus, when the tile does not divide them, the copy of
-    the padded output back into the valid part (one instruction an element)."""
-    tiles = -(-rows // tiling.rows) * -(-column_vectors // tiling.vectors)
+    """Instructions the kernel executes with ``tiling`` over ``rows`` by ``column_vectors``
+    (in the intrinsic's units; for a matrix multiply, A and B operands) and ``steps`` k
+    steps, the extents padded up to whole tiles: at every k step of every tile, its calls,
+    its B panel loads and, when A is staged in registers, one load per register of its rows
+    (an A in memory is the instruction's own memory operand); per tile, the zeroing and the
+    store of each accumulator register; the packing of both inputs into their tiled layouts
+    (:data:`PACK_PER_REGISTER` a register); and, when the tile does not divide the extents,
+    the copy of the padded output back into its valid part. The same count for the dot
+    products and the matrix multiplies, so that the engine's choice between them is by
+    cost."""
+    row_tiles = -(-rows // tiling.rows)
+    column_tiles = -(-column_vectors // tiling.vectors)
     per_step = tiling.rows * tiling.vectors + tiling.vectors + tiling.a_loads(cpu, intrinsic)
-    return tiles * per_step * steps + _copy_back(tiling, rows, column_vectors, intrinsic)
+    accumulators = tiling.rows * tiling.vectors
+    kernel = row_tiles * column_tiles * (per_step * steps + 2 * accumulators)
+    a, b = intrinsic.inputs
+    packed = (row_tiles * tiling.rows * a.nbytes + column_tiles * tiling.vectors * b.nbytes) \
+        * steps
+    packing = PACK_PER_REGISTER * -(-packed // cpu.vector_bytes)
+    return kernel + packing + _copy_back(tiling, rows, column_vectors, cpu, intrinsic)
 
 
-def _copy_back(tiling: CpuTiling, rows: int, column_vectors: int, intrinsic: Intrinsic
-               ) -> int:
-    """Instructions that copy an output padded up to whole tiles back into its valid part
-    (one an element); 0 when the tile divides the extents."""
-    if rows % tiling.rows or column_vectors % tiling.vectors:
-        return rows * column_vectors * math.prod(intrinsic.output.shape)
+def _copy_back(tiling: CpuTiling, rows: int, column_vectors: int, cpu: CpuTarget,
+               intrinsic: Intrinsic) -> int:
+    """Instructions that copy an output padded up to whole tiles back into its valid part (a
+    vector load and store per register of it); 0 when the tile divides the extents."""
+    if _pads(tiling, rows, column_vectors):
+        return 2 * -(-rows * column_vectors * intrinsic.output.nbytes // cpu.vector_bytes)
     return 0
 
 
+def _pads(tiling: CpuTiling, rows: int, column_vectors: int) -> bool:
+    """True when the tile does not divide the extents (edge tiles compute on padding)."""
+    return bool(rows % tiling.rows or column_vectors % tiling.vectors)
+
+
 def estimate(func: PrimFunc, match: Match, registry: Registry) -> float:
-    """The instructions the micro-kernel would execute for ``match`` (:func:`tile_cost`):
-    its calls and the loads that feed them. A register tile of r rows by v vectors shares
-    each k step's v B panels and its rows of A among r * v calls. The matrix multiplies
-    count as one call per tile that loads both inputs (3 instructions per call), so a 16-MAC
-    dot product in an 8 x 2 tile (20 instructions per 16 calls) is kept over them: turning
-    a feature on does not make the kernel slower. Infinite when no tile fits."""
+    """The instructions the kernel would execute for ``match`` (:func:`tile_cost` of the
+    tile :func:`choose_tiling` picks, and the copy of an output the mapping must repack),
+    the same count for the dot products and the matrix multiplies, so that turning a
+    feature on picks its instruction only where it is cheaper. Infinite when no tile
+    fits."""
     intrinsic = match.intrinsic
     cpu = registry.cpu(intrinsic.target)
+    block = tree.find_block(func, match.block).node.block
     if len(intrinsic.iter_vars) != 2:
-        # The matrix multiplies are register-blocked too (schedule_matrix), but their
-        # packing into 8-deep k groups and their lane-by-lane stores of 2 x 2 tiles cost
-        # more than calls and loads show (measured: bench/bench_arm.py), so they are
-        # estimated at one call per tile that loads both inputs, plus the copy back of an
-        # output padded to the register tile: a dot product that fits is kept, and turning
-        # i8mm on does not make a kernel slower.
         rows, vectors, steps = (match.padded_extents[iv.var.name] // iv.extent
                                 for iv in intrinsic.iter_vars)
         try:
             tiling = choose_tiling(rows, vectors, steps, cpu, intrinsic)
         except ScheduleError:
             return float("inf")
-        copy = _copy_back(tiling, rows, vectors, intrinsic)
-        return float(match.calls * (1 + len(intrinsic.inputs)) + copy)
-    extents = {iv.var.name: iv.extent
-               for iv in tree.find_block(func, match.block).node.block.iter_vars}
+        repeats = match.calls / (rows * vectors * steps)
+        return repeats * tile_cost(tiling, rows, vectors, steps, cpu, intrinsic) + \
+            _output_repack(block, match)
+    extents = {iv.var.name: iv.extent for iv in block.iter_vars}
     rows = next((extents[n] for n in reversed(match.outer) if extents[n] > 1), 1)
     lanes, depth = intrinsic.iter_vars
     vectors = match.padded_extents[lanes.var.name] // lanes.extent
@@ -160,7 +187,22 @@ def estimate(func: PrimFunc, match: Match, registry: Registry) -> float:
         return float("inf")
     # The calls outside the rows and columns (batch, other outer iterators) repeat the tile.
     repeats = match.calls / (rows * vectors * steps)
-    return repeats * tile_cost(tiling, rows, vectors, steps, cpu, intrinsic)
+    return repeats * tile_cost(tiling, rows, vectors, steps, cpu, intrinsic) + \
+        _output_repack(block, match)
+
+
+# Instructions per output element that a mapping whose output must be repacked (a
+# transposed C) spends copying it back: a load, a store and an address step an element,
+# since the transposed copy moves no whole vector (measured: bench/bench_arm.py).
+REPACK_PER_ELEMENT = 3
+
+
+def _output_repack(block: Any, match: Match) -> int:
+    """Instructions that copy the output back from the layout the calls write, when the
+    mapping's output needs repacking (``match.needs_pack``); else 0."""
+    if not match.needs_pack.get(match.intrinsic.output.name):
+        return 0
+    return REPACK_PER_ELEMENT * math.prod(block.writes[0].buffer.shape)
 
 
 def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Registry,
@@ -427,6 +469,14 @@ def _pack(sch: Schedule, block_name: str, buffer: str) -> str:
     padding) is inlined into it, so the data moves once. Returns the packed buffer's name."""
     if _index_vars(sch, block_name, buffer) is not None and \
             not any(p.name == buffer for p in sch.func.params):
+        producer = _copies_of(sch, buffer, reads=False)
+        if producer is not None and _fuses(sch, producer):
+            # An im2col view (a convolution's window, its rows fused as h * W + w): the
+            # tiled layout would put divisions of those fused indices in its stores, a stage
+            # no tile splits. It stays a plain copy (its padding copy before it), and a
+            # second copy, indexed by the block's own iterators, takes the tiled layout.
+            packing = sch.reindex(sch.get_block(block_name), buffer)
+            return sch.get(packing).block.writes[0].buffer.name
         _inline_copies_into(sch, buffer)
         return buffer
     packing = sch.reindex(sch.get_block(block_name), buffer)
@@ -436,6 +486,14 @@ def _pack(sch: Schedule, block_name: str, buffer: str) -> str:
     if len(producers) == 1 and _is_copy(sch, producers[0]):
         sch.compute_inline(sch.get_block(producers[0]))
     return sch.get(packing).block.writes[0].buffer.name
+
+
+def _fuses(sch: Schedule, block_name: str) -> bool:
+    """True when the block stores at an index that is not one of its iterators."""
+    block = sch.get(sch.get_block(block_name)).block
+    iters = {iv.var for iv in block.iter_vars}
+    return isinstance(block.body, BufferStore) and not all(
+        isinstance(i, Var) and i in iters for i in block.body.indices)
 
 
 def _is_copy(sch: Schedule, block_name: str) -> bool:

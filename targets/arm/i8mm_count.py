@@ -1,0 +1,58 @@
+"""Instructions an i8mm kernel executes, counted under unicorn, which does not execute i8mm.
+
+qemu-user runs SMMLA, UMMLA, USMMLA and USDOT exactly but counts nothing; unicorn counts every
+instruction but raises on those four. Counting a kernel with each of them replaced by SDOT
+(vector) on the same registers gives its true count: one instruction for one, and no branch
+of these kernels depends on the values they compute. The values computed are then wrong, so
+exactness is checked separately, under qemu-user (``targets.cpu.run``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+
+import numpy as np
+
+from targets.arm.unicorn import emulate
+from targets.cpu import CpuKernel
+from targets.cpu.machine import compile as compile_kernel
+from targets.cpu.run import aligned_zeros
+
+__all__ = ["count_i8mm"]
+
+# SMMLA, UMMLA, USMMLA and USDOT (vector): their fixed bits with the registers cleared.
+_I8MM = (0x4E80A400, 0x6E80A400, 0x4E80AC00, 0x4E809C00)
+_I8MM_MASK = 0xFFE0FC00
+_REGISTERS = 0x001F03FF
+_SDOT_VECTOR = 0x4E809400
+
+
+def count_i8mm(kernel: CpuKernel, inputs: Mapping[str, np.ndarray]) -> int:
+    """Instructions ``kernel`` executes on ``inputs`` (by buffer name; the others start at
+    zero), its i8mm instructions counted as SDOT on the same registers."""
+    obj = bytearray(compile_kernel(kernel, "obj"))
+    offset, size = _text(bytes(obj))
+    for at in range(offset, offset + size, 4):
+        word, = struct.unpack_from("<I", obj, at)
+        if word & _I8MM_MASK in _I8MM:
+            struct.pack_into("<I", obj, at, _SDOT_VECTOR | word & _REGISTERS)
+    arrays = []
+    for buffer in kernel.buffers:
+        array = aligned_zeros(buffer.shape, buffer.dtype.numpy, kernel.cpu.alignment)
+        if buffer.name in inputs:
+            array[...] = inputs[buffer.name]
+        arrays.append(array)
+    return emulate(bytes(obj), kernel.symbol, arrays, kernel.cpu.alignment).instructions
+
+
+def _text(obj: bytes) -> tuple[int, int]:
+    """(offset, size) of the ELF object's .text section."""
+    shoff, = struct.unpack_from("<Q", obj, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 0x3A)
+    names = struct.unpack_from("<IIQQQQ", obj, shoff + shstrndx * shentsize)[4]
+    for index in range(shnum):
+        name, _, _, _, offset, size = struct.unpack_from("<IIQQQQ", obj, shoff + index * shentsize)
+        if obj[names + name:obj.index(b"\0", names + name)] == b".text":
+            return offset, size
+    raise ValueError("the kernel object has no .text section")
