@@ -5,15 +5,20 @@ a program: buffers placed on chip and in DRAM (:mod:`.memory`), one instruction 
 call in program order with double-buffered on-chip buffers (:mod:`.emit`), continuing
 instructions merged (:mod:`.coalesce`), dependency tokens between the queues
 (:mod:`.tokens`), and tile loops folded into loop instructions (:mod:`.reroll`), so that
-compiling takes time in proportion to the loop nest, not the calls. :func:`run` runs a whole tensorized function: NPU stages on the simulator,
-the rest on the host backend (:mod:`.stages`), and returns the outputs with each stage's
-cycles and utilisation, and the whole run's unit time, DRAM traffic and roofline.
+compiling takes time in proportion to the loop nest, not the calls.
+
+:func:`run` runs a whole tensorized function: NPU stages on the simulator, the rest on the
+host backend (:mod:`.stages`), and returns the outputs with each stage's cycles and
+utilisation, and the whole run's unit time, DRAM traffic and roofline. Its two halves,
+:func:`plan` (split and compile once) and :func:`execute` (run on inputs), serve callers that
+run one function on many inputs.
 :func:`load_machine` and :func:`machine_registry` (:mod:`.machine`) read an NPU a user
 describes in YAML.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -33,8 +38,9 @@ from targets.npu.machine import PathLike, load_machine, machine_registry
 from targets.npu.memory import SCOPE_MEMORY, InDram, OnChip, plan_dram, plan_on_chip
 from targets.npu.stages import Stage, host_function, split_stages
 
-__all__ = ["CompiledStage", "NpuRun", "Stage", "StageRun", "compile_stage", "load_machine",
-           "machine_registry", "run", "split_stages"]
+__all__ = ["CompiledStage", "NpuPlan", "NpuRun", "PlannedStage", "Stage", "StageRun",
+           "compile_stage", "execute", "load_machine", "machine_registry", "plan", "run",
+           "split_stages"]
 
 Lookup = Callable[[str], Intrinsic]
 
@@ -66,6 +72,7 @@ class StageRun:
     on_npu: bool
     compiled: CompiledStage | None = None
     sim: SimResult | None = None
+    seconds: float = 0.0  # wall time of the stage here (simulation or host run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +159,84 @@ def _tensor_bytes(stage: Stage, dram: Mapping[Buffer, InDram], lookup: Lookup) -
     return sum(dram[b].nbytes for b in read) + sum(dram[b].nbytes for b in written)
 
 
+@dataclass(frozen=True, slots=True)
+class PlannedStage:
+    """One stage of a plan: an NPU stage with its program (``compiled``), or a host stage
+    with the function that runs it (``host``)."""
+
+    stage: Stage
+    compiled: CompiledStage | None = None
+    host: PrimFunc | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NpuPlan:
+    """A tensorized function split into stages, each compiled once for ``config``: run it
+    on any number of inputs with :func:`execute`."""
+
+    func: PrimFunc
+    config: MachineConfig
+    stages: tuple[PlannedStage, ...]
+
+
+def plan(func: PrimFunc, config: MachineConfig | PathLike | None = None,
+         lookup: Lookup | None = None) -> NpuPlan:
+    """Split a tensorized function into stages and compile each: NPU stages into programs
+    for ``config`` (a machine, the path of a machine file, or None for the built-in one),
+    host stages into functions for the host backend."""
+    if not isinstance(config, MachineConfig):
+        config = load_machine(config)
+    lookup = lookup or default_registry().get
+    stages = []
+    for stage in split_stages(func, lookup):
+        if stage.on_npu:
+            stages.append(PlannedStage(stage, compiled=compile_stage(stage, config, lookup)))
+        else:
+            stages.append(PlannedStage(stage, host=host_function(func, stage)))
+    return NpuPlan(func, config, tuple(stages))
+
+
+def execute(planned: NpuPlan, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]
+            ) -> NpuRun:
+    """Run a plan: NPU stages on the simulator, the others on the host backend.
+
+    ``inputs`` maps parameter names to arrays (or lists them in parameter order); missing
+    parameters start as zeros. Returns the parameters the function writes, and the stages,
+    each with the seconds it took here.
+    """
+    func = planned.func
+    pool = _initial_pool(func, inputs)
+    written: set[Buffer] = set()
+    records = []
+    for item in planned.stages:
+        start = time.perf_counter()
+        compiled = item.compiled
+        if compiled is not None:
+            image = np.zeros(compiled.dram_bytes, np.uint8)
+            for buffer, placed in compiled.dram.items():
+                raw = np.ascontiguousarray(pool.setdefault(buffer, _zeros(buffer)))
+                image[placed.base:placed.base + placed.nbytes] = raw.reshape(-1).view(np.uint8)
+            sim = simulate(compiled.program, planned.config, image)
+            for buffer, placed in compiled.dram.items():
+                raw = sim.dram[placed.base:placed.base + placed.nbytes]
+                pool[buffer] = raw.view(buffer.dtype.numpy).reshape(buffer.shape).copy()
+            written.update(_written_dram(compiled))
+            records.append(StageRun(item.stage.label, True, compiled, sim,
+                                    time.perf_counter() - start))
+        else:
+            sub = item.host
+            arrays = [pool.setdefault(b, _zeros(b)) for b in sub.params]
+            outputs = host.run(sub, arrays)
+            for buffer in sub.params:
+                if buffer.name in outputs:
+                    pool[buffer] = outputs[buffer.name]
+                    written.add(buffer)
+            records.append(StageRun(item.stage.label, False,
+                                    seconds=time.perf_counter() - start))
+    outputs = {p.name: pool[p] for p in func.params if p in written}
+    return NpuRun(outputs, tuple(records))
+
+
 def run(func: PrimFunc, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
         config: MachineConfig | PathLike | None = None, lookup: Lookup | None = None
         ) -> NpuRun:
@@ -160,38 +245,10 @@ def run(func: PrimFunc, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
     ``inputs`` maps parameter names to arrays (or lists them in parameter order); missing
     parameters start as zeros. ``config`` is the machine, or the path of a YAML file
     describing it (:func:`load_machine`; default: the built-in machine). Returns the
-    parameters the function writes, and the stages.
+    parameters the function writes, and the stages. To run one function on many inputs,
+    :func:`plan` it once and :func:`execute` the plan.
     """
-    if not isinstance(config, MachineConfig):
-        config = load_machine(config)
-    lookup = lookup or default_registry().get
-    pool = _initial_pool(func, inputs)
-    written: set[Buffer] = set()
-    records = []
-    for stage in split_stages(func, lookup):
-        if stage.on_npu:
-            compiled = compile_stage(stage, config, lookup)
-            image = np.zeros(compiled.dram_bytes, np.uint8)
-            for buffer, placed in compiled.dram.items():
-                raw = np.ascontiguousarray(pool.setdefault(buffer, _zeros(buffer)))
-                image[placed.base:placed.base + placed.nbytes] = raw.reshape(-1).view(np.uint8)
-            sim = simulate(compiled.program, config, image)
-            for buffer, placed in compiled.dram.items():
-                raw = sim.dram[placed.base:placed.base + placed.nbytes]
-                pool[buffer] = raw.view(buffer.dtype.numpy).reshape(buffer.shape).copy()
-            written.update(_written_dram(compiled))
-            records.append(StageRun(stage.label, True, compiled, sim))
-        else:
-            sub = host_function(func, stage)
-            arrays = [pool.setdefault(b, _zeros(b)) for b in sub.params]
-            outputs = host.run(sub, arrays)
-            for buffer in sub.params:
-                if buffer.name in outputs:
-                    pool[buffer] = outputs[buffer.name]
-                    written.add(buffer)
-            records.append(StageRun(stage.label, False))
-    outputs = {p.name: pool[p] for p in func.params if p in written}
-    return NpuRun(outputs, tuple(records))
+    return execute(plan(func, config, lookup), inputs)
 
 
 def _written_dram(compiled: CompiledStage) -> set[Buffer]:

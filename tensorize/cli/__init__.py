@@ -41,6 +41,8 @@ COMMANDS = {
             "tensorize a kernel for a target, validate it and run it"),
     "intrinsics": ("tensorize.cli.intrinsics_cmd",
                    "list, show and validate hardware intrinsic descriptions"),
+    "model": ("tensorize.cli.model_cmd",
+              "tensorize every layer of an ONNX model, run it and check it against onnxruntime"),
     "sweep": ("tensorize.cli.sweep_cmd",
               "simulate workloads on a grid of NPU machines, locally or on a Dask cluster"),
 }

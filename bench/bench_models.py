@@ -1,0 +1,118 @@
+"""Whole networks, int8 QDQ, run layer by layer by ``tensorize model``'s runner: ResNet-50 v1,
+MobileNet-v2 and one BERT-base encoder layer (``tensorize.model.networks``, random weights,
+quantised by onnxruntime's quantize_static on random calibration data).
+
+For each network and target it prints: the import time; the run time (tensorize, compile and
+run or simulate every layer, host layers included) and below it where that time went; the onnxruntime reference time (one run
+with every layer's output exposed, plus reading which nodes it fused); the layers tensorized
+of all layers; whether every layer matched onnxruntime (exactly: the outputs are int8); and
+by target the NPU's total cycles and network MAC utilisation (the useful MACs of the layers
+it ran over the array's peak for their cycles), the AArch64 instructions executed under the
+emulator, or the x86 kernels' native time next to onnxruntime's own run of the quantised
+model (one thread, best of 3). Figures, not assertions.
+
+    .venv/bin/python bench/bench_models.py                          # the three, on the NPU
+    .venv/bin/python bench/bench_models.py --networks resnet50 --profile 25
+    .venv/bin/python bench/bench_models.py --small --targets npu arm x86
+
+``--small`` builds the sizes the tests use (``networks.SMALL``); ``--profile N`` prints the
+N costliest functions of the run (cProfile, cumulative).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import onnx
+
+from ir.onnx import import_model
+from tensorize.model import networks, random_inputs, run_model
+
+NETWORKS = ("resnet50", "mobilenetv2", "bert_layer")
+
+
+def onnxruntime_seconds(path: Path, graph, runs: int = 3) -> float:
+    """onnxruntime's best time for the quantised model, one thread, all optimisations."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feeds = random_inputs(graph, 0)
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def bench(name: str, target: str, folder: Path, small: bool, profile: int) -> None:
+    """Build, import and run one network on one target; print its line."""
+    sizes = networks.SMALL[name] if small else {}
+    path = folder / f"{name}{'_small' if small else ''}_int8.onnx"
+    if not path.exists():
+        start = time.perf_counter()
+        onnx.save(networks.quantize(getattr(networks, name)(**sizes)), str(path))
+        print(f"# built and quantised {name} in {time.perf_counter() - start:.1f} s",
+              file=sys.stderr)
+    start = time.perf_counter()
+    graph = import_model(path)
+    import_s = time.perf_counter() - start
+    profiler = cProfile.Profile() if profile else None
+    if profiler:
+        profiler.enable()
+    run = run_model(graph, target)
+    if profiler:
+        profiler.disable()
+    totals = run.totals
+    detail = ""
+    if target == "npu":
+        detail = (f"cycles {totals['cycles']:,}, MAC utilisation "
+                  f"{100 * (totals['utilisation'] or 0):.1f}%")
+    elif totals["instructions"] is not None:
+        detail = f"instructions {totals['instructions']:,}"
+    elif target == "x86":
+        kernels = sum(r["seconds"] or 0 for r in run.records if r["placement"] == "tensorized")
+        detail = (f"tensorized kernels {kernels * 1e3:.1f} ms (native); onnxruntime "
+                  f"{onnxruntime_seconds(path, graph) * 1e3:.1f} ms (1 thread)")
+    print(f"{name:<12} {target:<4} import {import_s:5.2f} s  run {run.timings['run']:6.2f} s  "
+          f"reference {run.timings['reference']:5.2f} s  tensorized {totals['tensorized']}/"
+          f"{totals['layers']}  MACs {graph.macs:,}  exact {'yes' if run.ok else 'NO'}  "
+          f"{detail}")
+    parts = ", ".join(f"{kind[5:]} {seconds:.2f} s" for kind, seconds in run.timings.items()
+                      if kind.startswith("run: "))
+    print(f"{'':<17} run = {parts}")
+    if profiler:
+        pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(profile)
+
+
+def main() -> None:
+    """Parse the options and run the benchmarks."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--networks", nargs="+", choices=NETWORKS, default=list(NETWORKS))
+    parser.add_argument("--targets", nargs="+", default=["npu"])
+    parser.add_argument("--small", action="store_true", help="the tests' small sizes")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="print the N costliest functions of each run")
+    parser.add_argument("--keep", metavar="DIR", help="keep the built models in DIR")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(args.keep or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        print(f"# {' '.join(sys.argv)}")
+        for name in args.networks:
+            for target in args.targets:
+                bench(name, target, folder, args.small, args.profile)
+
+
+if __name__ == "__main__":
+    main()

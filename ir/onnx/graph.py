@@ -1,0 +1,104 @@
+"""What the importer returns: a graph of layers, each computing one tensor of the model.
+
+A layer is either a **PrimFunc layer** (``func`` is set: a convolution or matrix product
+built with the TE builder, which a target can tensorize) or a **host layer** (``host`` is
+set: a numpy function for the operators that stay on the host, or, for an operator the
+importer has no function for, the node run by onnxruntime: ``fallback``). A PrimFunc layer's
+``pack`` turns the layer's input tensors into the function's arguments (layout, constants)
+and ``unpack`` turns the function's output back into the model's tensor (layout, and for
+integer layers the host epilogue: bias, zero-point corrections, requantisation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ir.function import PrimFunc
+
+Arrays = Sequence[np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """A graph input or output: its name, static shape and numpy dtype name."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Layer:
+    """One layer of an imported model.
+
+    Fields: ``name`` (the ONNX node's name), ``op`` (its op type, or the fused pattern such
+    as ``"QDQ Conv"``), ``inputs``/``output`` (tensor names of the model), ``input_shapes``,
+    ``output_shape`` and ``output_dtype``, ``macs`` (multiply-accumulates of the layer's
+    arithmetic, 0 for data movement), ``detail`` (window and stride, for a reader), and
+    either ``func`` with ``pack``/``unpack`` or ``host``. ``epilogue`` says what ``unpack``
+    does on the host beyond layout (None: nothing); ``fallback`` marks a node run by
+    onnxruntime because the importer has no function for its operator. ``variants`` are
+    the same layer computed another way (an integer layer's kernel with uint8 activations,
+    for intrinsics that take those), which a target tries when ``func`` does not tensorize.
+    """
+
+    name: str
+    op: str
+    inputs: tuple[str, ...]
+    output: str
+    input_shapes: tuple[tuple[int, ...], ...]
+    output_shape: tuple[int, ...]
+    output_dtype: str
+    macs: int = 0
+    detail: str = ""
+    func: PrimFunc | None = None
+    pack: Callable[[Arrays], dict[str, np.ndarray]] | None = None
+    unpack: Callable[[np.ndarray, Arrays], np.ndarray] | None = None
+    host: Callable[[Arrays], np.ndarray] | None = None
+    epilogue: str | None = None
+    fallback: bool = False
+    variants: tuple[Layer, ...] = ()
+
+    @property
+    def shape_text(self) -> str:
+        """``"1x64x56x56 -> 1x64x56x56, 3x3 s1"``: input shapes, output shape, detail."""
+        ins = ", ".join("x".join(map(str, s)) for s in self.input_shapes)
+        text = f"{ins} -> {'x'.join(map(str, self.output_shape))}"
+        return f"{text}, {self.detail}" if self.detail else text
+
+    def run_host(self, arrays: Arrays) -> np.ndarray:
+        """The layer computed entirely on the host: its host function, or its PrimFunc on
+        the host backend (the reference executor, LLVM JIT)."""
+        if self.host is not None:
+            return self.host(arrays)
+        from targets import host
+
+        func, pack, unpack = self.func, self.pack, self.unpack
+        if func is None or pack is None or unpack is None:
+            raise ValueError(f"layer {self.name} has neither a host function nor a PrimFunc")
+        out = host.run(func, pack(arrays))
+        return unpack(out[func.params[-1].name], arrays)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Graph:
+    """An imported model: its file, inputs and outputs, and its layers in execution order.
+
+    ``model`` is the ONNX model as read (the reference runs it in onnxruntime);
+    ``constants`` the initializers, which no layer lists as inputs.
+    """
+
+    path: str
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    layers: tuple[Layer, ...]
+    model: object
+    constants: Mapping[str, np.ndarray]
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of all layers."""
+        return sum(layer.macs for layer in self.layers)

@@ -1,0 +1,325 @@
+"""Convolution and matrix-product layers: float32, and integer (QDQ, QLinearConv,
+QLinearMatMul, ConvInteger, MatMulInteger) with the host epilogue.
+
+An integer layer runs the plain int8 GEMM of :mod:`ir.onnx.kernels`. Activations in uint8
+are shifted by 128 into int8 (their zero point with them), weights have their zero point
+subtracted (which must leave them in int8: symmetric weights, or uint8 with zero point 128).
+The epilogue then adds, per output channel, the bias less ``x_zero_point * sum(weights)``
+(the padding holds the zero point, so that sum covers the whole window everywhere) and, for
+two activations, the row-sum terms; and requantises as onnxruntime does
+(:func:`ir.onnx.quant.requantize`). It runs on the host, in int32 and float32 exactly as the
+CPU kernels do, and the report says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ir.onnx import kernels
+from ir.onnx.errors import OnnxImportError
+from ir.onnx.graph import Arrays, Layer
+from ir.onnx.kernels import ConvShape
+from ir.onnx.quant import QParams, requantize
+
+_EPILOGUE = ("host: int32 bias and zero-point corrections, then requantisation (float32 "
+             "scale, round half to even, zero point, saturate) as onnxruntime's kernels do")
+
+
+def conv_shape(where: str, x_shape: Sequence[int], w_shape: Sequence[int],
+               attrs: dict) -> ConvShape:
+    """The convolution a Conv-like node computes (``where`` names the model and node)."""
+    if len(x_shape) != 4 or len(w_shape) != 4:
+        raise OnnxImportError(f"{where} requires a 2-D convolution (4-D input and weights), "
+                              f"got input {tuple(x_shape)} and weights {tuple(w_shape)}")
+    n, c, h, w = x_shape
+    o, cg, kh, kw = w_shape
+    groups = int(attrs.get("group", 1))
+    if groups <= 0 or c % groups or o % groups or c // groups != cg:
+        raise OnnxImportError(f"{where} requires input channels {c} = group {groups} x "
+                              f"weight channels {cg}, and output channels {o} divisible by "
+                              "the group")
+    strides = tuple(attrs.get("strides", (1, 1)))
+    dilations = tuple(attrs.get("dilations", (1, 1)))
+    pads = tuple(attrs.get("pads", (0, 0, 0, 0)))
+    auto_pad = attrs.get("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pads = _same_pads((h, w), (kh, kw), strides, dilations, auto_pad == "SAME_UPPER")
+    elif auto_pad == "VALID":
+        pads = (0, 0, 0, 0)
+    elif auto_pad != "NOTSET":
+        raise OnnxImportError(f"{where} requires auto_pad NOTSET, VALID, SAME_UPPER or "
+                              f"SAME_LOWER, got {auto_pad}")
+    if len(strides) != 2 or len(dilations) != 2 or len(pads) != 4 or min(strides) <= 0 \
+            or min(dilations) <= 0 or min(pads) < 0:
+        raise OnnxImportError(f"{where} requires 2 positive strides and dilations and 4 "
+                              f"non-negative pads, got strides {strides}, dilations "
+                              f"{dilations}, pads {pads}")
+    shape = ConvShape(n, c, h, w, o, (kh, kw), strides, pads, dilations, groups)
+    if min(shape.out_hw) <= 0:
+        raise OnnxImportError(f"{where} requires a window that fits the padded input, got "
+                              f"input {h}x{w}, kernel {kh}x{kw}, pads {pads}")
+    return shape
+
+
+def _same_pads(size, kernel, strides, dilations, upper: bool) -> tuple[int, int, int, int]:
+    begin, end = [], []
+    for n, k, s, d in zip(size, kernel, strides, dilations):
+        total = max((math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n, 0)
+        small, large = total // 2, total - total // 2
+        begin.append(small if upper else large)
+        end.append(large if upper else small)
+    return (begin[0], begin[1], end[0], end[1])
+
+
+def _detail(shape: ConvShape) -> str:
+    kh, kw = shape.kernel
+    text = f"{kh}x{kw} s{shape.strides[0]}"
+    if shape.depthwise:
+        text += " depthwise"
+    elif shape.groups > 1:
+        text += f" g{shape.groups}"
+    return text
+
+
+def _nhwc_padded(x: np.ndarray, shape: ConvShape, fill: float) -> np.ndarray:
+    """NCHW ``x`` as the kernel's input: channels last, padded with ``fill``."""
+    top, left, bottom, right = shape.pads
+    nhwc = x.transpose(0, 2, 3, 1)
+    if not any(shape.pads):
+        return np.ascontiguousarray(nhwc)
+    return np.pad(nhwc, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=fill)
+
+
+def _to_hwio(weights: np.ndarray, shape: ConvShape) -> np.ndarray:
+    """OIHW weights in the kernel's layout (:attr:`ConvShape.weight_shape`)."""
+    hwio = np.ascontiguousarray(weights.transpose(2, 3, 1, 0))
+    return np.ascontiguousarray(hwio[:, :, 0, :]) if shape.depthwise else hwio
+
+
+def float_conv(name: str, x: str, x_shape: Sequence[int], weights: np.ndarray,
+               bias: np.ndarray | None, attrs: dict, output: str, where: str) -> Layer:
+    """A float32 Conv: the NHWC kernel, then the bias on the host."""
+    shape = conv_shape(where, x_shape, weights.shape, attrs)
+    func = kernels.conv2d(shape, "float32")
+    w = _to_hwio(weights.astype(np.float32), shape)
+    b = None if bias is None else bias.astype(np.float32).reshape(1, -1, 1, 1)
+
+    def pack(arrays: Arrays) -> dict[str, np.ndarray]:
+        return {"X": _nhwc_padded(arrays[0], shape, 0), "W": w}
+
+    def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
+        y = np.ascontiguousarray(out.transpose(0, 3, 1, 2))
+        return y if b is None else y + b
+
+    oh, ow = shape.out_hw
+    return Layer(name, "Conv", (x,), output, (tuple(x_shape),),
+                 (shape.n, shape.out_channels, oh, ow), "float32", shape.macs, _detail(shape),
+                 func, pack, unpack,
+                 epilogue=None if b is None else "host: float32 bias add")
+
+
+def _activation(array: np.ndarray, kind: str) -> np.ndarray:
+    """An int8 or uint8 activation as ``kind`` (int8 or uint8), shifted by 128 across."""
+    if array.dtype == np.dtype(kind):
+        return array
+    shift = -128 if kind == "int8" else 128
+    return (array.astype(np.int16) + shift).astype(kind)
+
+
+def _zero_point(q: QParams, kind: str) -> int:
+    """``q``'s zero point once its tensor is shifted into ``kind``."""
+    if q.dtype == np.dtype(kind):
+        return q.scalar_zero_point()
+    return q.scalar_zero_point() + (-128 if kind == "int8" else 128)
+
+
+def _int8_weights(where: str, weights: np.ndarray, zero_point: np.ndarray, axis: int
+                  ) -> np.ndarray:
+    zp = np.asarray(zero_point).astype(np.int32)
+    if zp.size > 1:
+        shape = [1] * weights.ndim
+        shape[axis] = zp.size
+        zp = zp.reshape(shape)
+    shifted = weights.astype(np.int32) - zp
+    if shifted.min(initial=0) < -128 or shifted.max(initial=0) > 127:
+        raise OnnxImportError(f"{where} requires int8 weights once their zero point is "
+                              f"subtracted (symmetric int8, or uint8 around 128), got values "
+                              f"from {shifted.min()} to {shifted.max()}")
+    return shifted.astype(np.int8)
+
+
+def integer_conv(name: str, op: str, x: str, x_shape: Sequence[int], xq: QParams,
+                 weights: np.ndarray, wq: QParams, bias: np.ndarray | None,
+                 yq: QParams | None, attrs: dict, output: str, where: str) -> Layer:
+    """An integer convolution: ``yq`` None gives ConvInteger's int32 output, else the
+    requantised int8/uint8 output of QLinearConv and the QDQ pattern. The layer's kernel
+    takes int8 activations; its variant, uint8 (for intrinsics such as x86's vpdpbusd)."""
+    shape = conv_shape(where, x_shape, weights.shape, attrs)
+    w8 = _int8_weights(where, weights, wq.zero_point, 0)
+    w = _to_hwio(w8, shape)
+    sums = w8.astype(np.int32).reshape(shape.out_channels, -1).sum(axis=1)
+    scale = None if yq is None else _output_scale(xq, wq, yq).reshape(1, -1, 1, 1)
+    oh, ow = shape.out_hw
+    dtype = "int32" if yq is None else str(yq.dtype)
+
+    def layer(kind: str, variants: tuple[Layer, ...]) -> Layer:
+        x_zp = _zero_point(xq, kind)
+        correction = -x_zp * sums
+        if bias is not None:
+            correction = correction + bias.astype(np.int32).reshape(-1)
+        correction = correction.astype(np.int32).reshape(1, -1, 1, 1)
+
+        def pack(arrays: Arrays) -> dict[str, np.ndarray]:
+            return {"X": _nhwc_padded(_activation(arrays[0], kind), shape, x_zp), "W": w}
+
+        def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
+            acc = np.ascontiguousarray(out.transpose(0, 3, 1, 2)) + correction
+            return acc if yq is None else requantize(acc, scale, yq.zero_point)
+
+        return Layer(name, op, (x,), output, (tuple(x_shape),),
+                     (shape.n, shape.out_channels, oh, ow), dtype, shape.macs, _detail(shape),
+                     kernels.conv2d(shape, kind, "int8"), pack, unpack, epilogue=_EPILOGUE,
+                     variants=variants)
+
+    return layer("int8", (layer("uint8", ()),))
+
+
+def _output_scale(aq: QParams, bq: QParams, yq: QParams) -> np.ndarray:
+    """``(a_scale * b_scale) / y_scale`` in float32, per channel where ``b`` has several."""
+    product = (aq.scale.reshape(-1) * bq.scale.reshape(-1)).astype(np.float32)
+    return (product / yq.scale.reshape(-1)).astype(np.float32)
+
+
+def float_matmul(name: str, op: str, a: str, a_shape: Sequence[int], b: str | None,
+                 b_shape: Sequence[int], b_const: np.ndarray | None, bias: np.ndarray | None,
+                 output: str, where: str) -> Layer:
+    """A float32 MatMul or Gemm; ``b_const`` given: constant weights (K, N), else ``b``
+    names an activation of the same batch dimensions as ``a``."""
+    plan = _MatmulPlan(where, a_shape, b_shape, b_const is not None)
+    func = kernels.matmul(plan.batch, plan.rows, plan.k, plan.n, "float32", b_const is None)
+    w = None if b_const is None else np.ascontiguousarray(b_const.astype(np.float32))
+    add = None if bias is None else bias.astype(np.float32)
+
+    def pack(arrays: Arrays) -> dict[str, np.ndarray]:
+        return {"A": plan.a(arrays[0]), "B": w if w is not None else plan.b(arrays[1])}
+
+    def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
+        y = plan.output(out)
+        return y if add is None else y + add
+
+    inputs = (a,) if b is None else (a, b)
+    shapes = (tuple(a_shape),) if b is None else (tuple(a_shape), tuple(b_shape))
+    return Layer(name, op, inputs, output, shapes, plan.out_shape, "float32", plan.macs,
+                 plan.detail, func, pack, unpack,
+                 epilogue=None if add is None else "host: float32 bias add")
+
+
+def integer_matmul(name: str, op: str, a: str, a_shape: Sequence[int], aq: QParams,
+                   b: str | None, b_shape: Sequence[int], b_const: np.ndarray | None,
+                   bq: QParams, bias: np.ndarray | None, yq: QParams | None, output: str,
+                   where: str) -> Layer:
+    """An integer matrix product (QDQ MatMul/Gemm, QLinearMatMul, MatMulInteger): constant
+    weights (``b_const``, K x N) or a second activation ``b`` (int8). The layer's kernel
+    takes ``a`` in int8; its variant, in uint8."""
+    plan = _MatmulPlan(where, a_shape, b_shape, b_const is not None)
+    w = None
+    if b_const is not None:
+        w = np.ascontiguousarray(_int8_weights(where, b_const, bq.zero_point, 1))
+    scale = None if yq is None else _output_scale(aq, bq, yq)
+    inputs = (a,) if b is None else (a, b)
+    shapes = (tuple(a_shape),) if b is None else (tuple(a_shape), tuple(b_shape))
+    dtype = "int32" if yq is None else str(yq.dtype)
+
+    def layer(kind: str, variants: tuple[Layer, ...]) -> Layer:
+        correction = np.zeros(plan.n, np.int32)
+        if w is not None:
+            correction = -_zero_point(aq, kind) * w.astype(np.int32).sum(axis=0)
+        if bias is not None:
+            correction = correction + bias.astype(np.int32).reshape(-1)
+        correction = correction.astype(np.int32)
+
+        def pack(arrays: Arrays) -> dict[str, np.ndarray]:
+            second = w if w is not None else plan.b(_activation(arrays[1], "int8"))
+            return {"A": plan.a(_activation(arrays[0], kind)), "B": second}
+
+        def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
+            acc = plan.output(out) + correction
+            if w is None:
+                acc = acc + _activation_corrections(arrays, aq, bq, plan.k, kind)
+            acc = acc.astype(np.int32)
+            return acc if yq is None else requantize(acc, scale, yq.zero_point)
+
+        func = kernels.matmul(plan.batch, plan.rows, plan.k, plan.n, kind, w is None, "int8")
+        return Layer(name, op, inputs, output, shapes, plan.out_shape, dtype, plan.macs,
+                     plan.detail, func, pack, unpack, epilogue=_EPILOGUE, variants=variants)
+
+    return layer("int8", (layer("uint8", ()),))
+
+
+def _activation_corrections(arrays: Arrays, aq: QParams, bq: QParams, k: int,
+                            kind: str) -> np.ndarray:
+    """``sum (a - za)(b - zb) - sum a b`` for two activations, ``a`` as ``kind`` and ``b``
+    as int8: the terms the zero points add to the plain product."""
+    a8 = _activation(arrays[0], kind).astype(np.int32)
+    b8 = _activation(arrays[1], "int8").astype(np.int32)
+    za, zb = _zero_point(aq, kind), _zero_point(bq, "int8")
+    rows = a8.sum(axis=-1, keepdims=True)
+    cols = b8.sum(axis=-2, keepdims=True)
+    return (-za * cols - zb * rows + k * za * zb).astype(np.int32)
+
+
+class _MatmulPlan:
+    """How an ONNX matrix product maps onto the kernel: constant weights flatten every batch
+    dimension of ``a`` into M; two activations keep one batch dimension, their product."""
+
+    def __init__(self, where: str, a_shape: Sequence[int], b_shape: Sequence[int],
+                 constant_b: bool) -> None:
+        if len(a_shape) < 2 or len(b_shape) < 2:
+            raise OnnxImportError(f"{where} requires operands of at least 2 dimensions, got "
+                                  f"{tuple(a_shape)} and {tuple(b_shape)}")
+        if a_shape[-1] != b_shape[-2]:
+            raise OnnxImportError(f"{where} requires the inner dimensions to agree, got "
+                                  f"{tuple(a_shape)} x {tuple(b_shape)}")
+        self.k, self.n = int(a_shape[-1]), int(b_shape[-1])
+        lead = tuple(int(d) for d in a_shape[:-2])
+        if constant_b:
+            if len(b_shape) != 2:
+                raise OnnxImportError(f"{where} requires 2-D constant weights, got "
+                                      f"{tuple(b_shape)}")
+            self.batch, self.m = 0, math.prod(lead) * int(a_shape[-2])
+        else:
+            if tuple(b_shape[:-2]) != lead:
+                raise OnnxImportError(f"{where} requires both activations to have the same "
+                                      f"batch dimensions (no broadcasting), got "
+                                      f"{tuple(a_shape)} x {tuple(b_shape)}")
+            self.batch, self.m = math.prod(lead) if lead else 0, int(a_shape[-2])
+        self.out_shape = (*lead, int(a_shape[-2]), self.n)
+        self.macs = math.prod(self.out_shape) * self.k
+        self.detail = f"M{math.prod(self.out_shape) // self.n} N{self.n} K{self.k}"
+        # The engine maps a GEMM's rows onto an iterator, and a loop of one iteration is
+        # none: a one-row product (a classifier on one image) gets a second row of zeros,
+        # which the kernel computes and unpack drops. The layer's MACs stay the true ones.
+        self.rows = max(self.m, 2)
+        self._a_rows = (self.m, self.k) if not self.batch else (self.batch, self.m, self.k)
+        self._b_kernel = (self.k, self.n) if not self.batch else (self.batch, self.k, self.n)
+
+    def a(self, array: np.ndarray) -> np.ndarray:
+        """``a`` in the kernel's shape (padded with zero rows to :attr:`rows`)."""
+        rows = array.reshape(self._a_rows)
+        if self.rows == self.m:
+            return np.ascontiguousarray(rows)
+        padding = [(0, 0)] * rows.ndim
+        padding[-2] = (0, self.rows - self.m)
+        return np.pad(rows, padding)
+
+    def output(self, out: np.ndarray) -> np.ndarray:
+        """The kernel's output without its padding rows, in the layer's output shape."""
+        return np.ascontiguousarray(out[..., :self.m, :]).reshape(self.out_shape)
+
+    def b(self, array: np.ndarray) -> np.ndarray:
+        """An activation ``b`` in the kernel's shape."""
+        return np.ascontiguousarray(array.reshape(self._b_kernel))

@@ -1,0 +1,180 @@
+"""Reading an ONNX file within bounds: its nodes, constants and static shapes.
+
+Everything a later step needs is collected here once: the constants (initializers and
+Constant nodes, as numpy arrays), every tensor's static shape and dtype that is known (graph
+inputs, and onnx's shape inference for the rest), the producer and consumers of each tensor.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ir.onnx import limits
+from ir.onnx.errors import OnnxImportError
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """One node: ``name`` (its own, or ``op_index`` when it has none), ``op``, ``domain``,
+    ``inputs``/``outputs`` (tensor names; an omitted optional input is ``""``), ``attrs``
+    (attribute values as onnx.helper reads them), and the proto itself."""
+
+    name: str
+    op: str
+    domain: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: dict
+    proto: object
+    index: int
+
+
+@dataclass(slots=True)
+class ModelFile:
+    """A read model: its path, the proto, its nodes in order, constants, shapes, dtypes,
+    graph inputs and outputs (names), and each tensor's consumers."""
+
+    path: str
+    model: object
+    nodes: list[NodeView]
+    constants: dict[str, np.ndarray]
+    shapes: dict[str, tuple[int, ...]]
+    dtypes: dict[str, str]
+    inputs: list[str]
+    outputs: list[str]
+    consumers: dict[str, list[NodeView]] = field(default_factory=dict)
+    opset: int = 0
+
+    def where(self, node: NodeView) -> str:
+        """``model.onnx: node 'conv1' (Conv)``, for messages."""
+        return f"{self.path}: node {node.name!r} ({node.op})"
+
+
+def require(module: str, who: str) -> None:
+    """Refuse, with how to install it, when the optional package ``module`` is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise OnnxImportError(f"{who} requires the {module} package, got none installed; "
+                              "install the models extra: pip install 'tensorize[models]'")
+
+
+def read_model(path: str | os.PathLike) -> ModelFile:
+    """Read and bound-check ``path``; raises OnnxImportError naming the file."""
+    require("onnx", f"importing {path}")
+    import onnx
+    from google.protobuf.message import DecodeError
+    from onnx import helper, numpy_helper, shape_inference
+    from onnx.checker import ValidationError
+    from onnx.shape_inference import InferenceError
+
+    name = str(path)
+    file = Path(path)
+    if not file.is_file():
+        raise OnnxImportError(f"{name}: requires an ONNX model file, got no such file")
+    size = file.stat().st_size
+    if size > limits.MAX_MODEL_BYTES:
+        raise OnnxImportError(f"{name}: requires a model of at most "
+                              f"{limits.MAX_MODEL_BYTES >> 20} MiB, got {size >> 20} MiB")
+    try:
+        model = onnx.load_model_from_string(file.read_bytes())
+    except (DecodeError, ValueError, RuntimeError) as err:  # not an ONNX file
+        raise OnnxImportError(f"{name}: requires an ONNX model, got a file onnx cannot "
+                              f"parse ({type(err).__name__}: {err})") from None
+    graph = model.graph
+    if len(graph.node) > limits.MAX_NODES:
+        raise OnnxImportError(f"{name}: requires at most {limits.MAX_NODES} nodes, got "
+                              f"{len(graph.node)}")
+    if not graph.node:
+        raise OnnxImportError(f"{name}: requires a graph with nodes, got none")
+    try:
+        inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except (InferenceError, ValidationError, RuntimeError):
+        # Inference is a help, not a requirement: the importer's own operators know shapes.
+        inferred = model
+    constants: dict[str, np.ndarray] = {}
+    for init in graph.initializer:
+        _check_elements(name, init.name, list(init.dims))
+        constants[init.name] = numpy_helper.to_array(init)
+    nodes = []
+    for index, proto in enumerate(graph.node):
+        attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
+        view = NodeView(proto.name or f"{proto.op_type}_{index}", proto.op_type,
+                        proto.domain, tuple(proto.input), tuple(proto.output), attrs, proto,
+                        index)
+        if proto.op_type == "Constant" and proto.domain in ("", "ai.onnx"):
+            constants[proto.output[0]] = _constant_value(name, view)
+            continue
+        nodes.append(view)
+    shapes: dict[str, tuple[int, ...]] = {}
+    dtypes: dict[str, str] = {}
+    for info in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
+        _record_type(info, shapes, dtypes)
+    inputs = [i.name for i in graph.input if i.name not in constants]
+    for input_name in inputs:
+        if input_name not in shapes:
+            raise OnnxImportError(f"{name}: input {input_name!r} requires a static shape "
+                                  "(every dimension a number) and a known dtype, got a "
+                                  "symbolic or missing one; export with a fixed batch and size")
+        _check_elements(name, input_name, list(shapes[input_name]))
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    read = ModelFile(name, model, nodes, constants, shapes, dtypes, inputs,
+                     [o.name for o in graph.output], opset=opset)
+    for node in nodes:
+        for tensor in node.inputs:
+            if tensor:
+                read.consumers.setdefault(tensor, []).append(node)
+    _check_order(read)
+    return read
+
+
+def _check_elements(path: str, tensor: str, dims: list[int]) -> None:
+    count = math.prod(dims)
+    if count > limits.MAX_TENSOR_ELEMENTS:
+        raise OnnxImportError(f"{path}: tensor {tensor!r} requires at most "
+                              f"{limits.MAX_TENSOR_ELEMENTS} elements, got {count} "
+                              f"(shape {tuple(dims)})")
+
+
+def _constant_value(path: str, node: NodeView) -> np.ndarray:
+    from onnx import numpy_helper
+
+    value = node.attrs.get("value")
+    if value is None:
+        raise OnnxImportError(f"{path}: node {node.name!r} (Constant) requires a 'value' "
+                              f"tensor attribute, got {sorted(node.attrs)}")
+    _check_elements(path, node.outputs[0], list(value.dims))
+    return numpy_helper.to_array(value)
+
+
+def _record_type(info, shapes: dict, dtypes: dict) -> None:
+    from onnx import helper
+
+    tensor_type = info.type.tensor_type
+    if not tensor_type.elem_type:
+        return
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
+    try:
+        dtypes[info.name] = np.dtype(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)).name
+    except (KeyError, TypeError):
+        return
+    if tensor_type.HasField("shape") and all(d is not None and d > 0 for d in dims):
+        shapes[info.name] = tuple(int(d) for d in dims)
+
+
+def _check_order(read: ModelFile) -> None:
+    """ONNX requires nodes in topological order; the layers run in that order."""
+    known = set(read.constants) | set(read.inputs)
+    for node in read.nodes:
+        missing = [t for t in node.inputs if t and t not in known]
+        if missing:
+            raise OnnxImportError(f"{read.where(node)} requires its input {missing[0]!r} to be "
+                                  "a graph input, a constant or the output of an earlier node, "
+                                  "got none of these (the graph is not topologically sorted, "
+                                  "or the tensor is never produced)")
+        known.update(t for t in node.outputs if t)

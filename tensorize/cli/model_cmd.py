@@ -1,0 +1,163 @@
+"""``tensorize model MODEL.onnx --target T``: import an ONNX model, tensorize every layer for
+the target, run the network layer by layer and check every layer against onnxruntime.
+
+Steps: the model is imported (ir.onnx.import_model: one layer per operator, the QDQ
+pattern of onnxruntime's static quantization as one integer layer; operators the importer has
+no function for run on the host through onnxruntime and say so); random inputs are made
+(--seed); onnxruntime runs the model once with every layer's output exposed; then each layer
+runs on the target, on the outputs of our earlier layers:
+
+- host: every layer on the host (PrimFunc layers on the LLVM JIT reference executor);
+- npu: convolutions and matrix products tensorized and simulated on the built-in NPU, or the
+  one --machine FILE describes (cycles, MAC utilisation, DRAM bytes, roofline bound);
+- arm, x86 (a CPU target): tensorized, compiled by LLVM and run (arm: instructions executed
+  under the AArch64 emulator; x86: time, natively);
+
+and its output is compared with onnxruntime's: exactly for integer tensors, within a named
+tolerance for float ones. Layers the target cannot tensorize run on the host (placement
+"fallback", with the engine's reason). A line per layer goes to stderr as it finishes; the
+per-layer table goes to stdout (--json: the records, totals and notes as JSON instead), and
+--report DIR writes the CSV, JSON, plots and HTML page.
+
+Exit status 0 when every layer matches onnxruntime and some layer is tensorized (or the
+target is host); 1 when a layer does not match, or when a target with intrinsics tensorized
+nothing; 2 for a bad model or bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tensorize.cli.errors import UsageError
+from tensorize.cli.registry_args import add_registry_arguments
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+_EXAMPLES = """
+examples:
+  tensorize model resnet50_int8.onnx --target npu               # per-layer table
+  tensorize model resnet50_int8.onnx --target npu --report out  # + CSV, JSON, plots, HTML
+  tensorize model model.onnx --target host --json               # every layer vs onnxruntime
+  tensorize model model.onnx --target arm                       # instructions, emulated
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``model`` command."""
+    parser = subparsers.add_parser(
+        "model", help="tensorize every layer of an ONNX model, run it and check it against "
+                      "onnxruntime",
+        description=__doc__.split("\n\n", 1)[1] + _EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", metavar="MODEL.onnx", help="the ONNX model to run")
+    parser.add_argument("--target", metavar="NAME", default="host",
+                        help="host (default), npu, or a CPU target (arm, x86, or one of "
+                             "--intrinsics-dir)")
+    parser.add_argument("--machine", metavar="FILE.yaml",
+                        help="NPU: the machine to run on (default: intrinsics/npu.yaml)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the records, totals and notes as JSON instead of the table")
+    parser.add_argument("--report", metavar="DIR",
+                        help="write the report (CSV, JSON, plots, HTML page) into DIR")
+    parser.add_argument("--seed", type=_seed, default=0,
+                        help="random seed for the inputs, a non-negative integer (0)")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress lines on stderr")
+    add_registry_arguments(parser)
+    parser.set_defaults(handler=handle)
+
+
+def _seed(text: str) -> int:
+    if not re.fullmatch(r"\d+", text.strip()):
+        raise argparse.ArgumentTypeError(f"requires a non-negative integer, got {text!r}")
+    return int(text)
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Import, run, check and report; returns the exit status."""
+    from ir.onnx import import_model
+    from tensorize.model import run_model
+    from tensorize.model.report import format_table, write_report
+
+    registry, machine = _registry(args)
+    if args.report and Path(args.report).exists() and not Path(args.report).is_dir():
+        raise UsageError(f"--report requires a directory, got the file {args.report}")
+    start = time.perf_counter()
+    graph = import_model(args.model)
+    import_s = time.perf_counter() - start
+    if not args.quiet:
+        print(f"imported {args.model}: {len(graph.layers)} layers, {graph.macs:,} MACs "
+              f"({import_s:.2f} s)", file=sys.stderr)
+    progress = None if args.quiet else _progress
+    run = run_model(graph, args.target, registry=registry, machine=machine, seed=args.seed,
+                    progress=progress)
+    run.timings["import"] = import_s
+    failures = [f"layer {r['index']} {r['name']}: {r['check']}" for r in run.records
+                if not _passed(r["check"])]
+    nothing = args.target != "host" and run.tensorized == 0
+    if nothing:
+        failures.append(f"not tensorized: no layer of {args.model} ran on an intrinsic of "
+                        f"{args.target}")
+    files = None
+    if args.report:
+        files = write_report(args.report, Path(args.model).name, args.target, run.records,
+                             run.totals, run.roofline)
+    if args.json:
+        data = run.to_dict()
+        data["ok"] = run.ok and not nothing
+        if failures:
+            data["errors"] = failures
+        if files is not None:
+            data["report"] = {"files": [str(f) for f in files], "notes": list(files.notes)}
+        print(json.dumps(data, indent=2))
+    else:
+        print(format_table(run.records, run.totals))
+        _print_summary(run, files)
+    for failure in failures:
+        print(f"error: {failure}", file=sys.stderr)
+    return EXIT_FAILED if failures else EXIT_OK
+
+
+def _passed(check: str) -> bool:
+    return "MISMATCH" not in check
+
+
+def _registry(args: argparse.Namespace):
+    from intrinsics import default_registry
+
+    if args.machine and args.target != "npu":
+        raise UsageError("--machine applies to --target npu only")
+    if args.machine:
+        from targets.npu import load_machine, machine_registry
+
+        registry = machine_registry(args.machine, args.intrinsics_dir)
+        machine = load_machine(args.machine)
+    else:
+        registry, machine = default_registry(args.intrinsics_dir), None
+    if args.target != "host" and args.target not in registry.targets:
+        known = ", ".join(sorted(registry.targets))
+        raise UsageError(f"--target requires host or a target a description declares "
+                         f"({known}), got {args.target!r}")
+    return registry, machine
+
+
+def _progress(index: int, total: int, layer: Any, record: dict[str, Any]) -> None:
+    where = record["intrinsic"] or record["placement"]
+    print(f"[{index + 1}/{total}] {layer.name} ({layer.op}): {where}, {record['check']}",
+          file=sys.stderr, flush=True)
+
+
+def _print_summary(run: Any, files: Any) -> None:
+    timings = ", ".join(f"{k} {v:.2f} s" for k, v in run.timings.items())
+    print(f"\n{run.tensorized} of {len(run.records)} layers tensorized on {run.target}; "
+          f"every layer against onnxruntime: {'ok' if run.ok else 'MISMATCH'}; {timings}")
+    if files is not None:
+        print(f"report: {len(files)} files written, open {files[-1]}")
+        for note in files.notes:
+            print(f"  {note}")

@@ -1,0 +1,288 @@
+"""Running one layer on a target: tensorize its PrimFunc with the engine, run it where the
+target's code runs, and measure it.
+
+- ``host``: the PrimFunc on the host backend (the reference executor, LLVM JIT); nothing is
+  tensorized (the host has no intrinsics).
+- ``npu``: the engine's NPU schedule, then the NPU backend: NPU stages simulated (cycles,
+  DRAM bytes, roofline), its host stages (packing) on the host.
+- a CPU target (``arm``, ``x86``, any family with a ``cpu:`` section): the engine's CPU
+  schedule, LLVM for the target's triple and features, run by the first engine of the
+  target's ``run`` list that can here (unicorn counts instructions; native is timed).
+
+A PrimFunc the target cannot tensorize runs on the host, placed ``fallback`` with the
+engine's reason; host layers run their numpy function (or onnxruntime, for a node of an
+operator the importer has no function for).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ir import BlockRealize, IterKind
+from ir.onnx import Layer
+from tensorize.schedule import tree
+
+# Native runs timed per layer on a CPU target (the fastest is reported).
+NATIVE_RUNS = 3
+
+
+@dataclass
+class LayerRun:
+    """What running one layer gave: the output and the record's measured fields."""
+
+    output: np.ndarray
+    placement: str
+    intrinsic: str | None = None
+    why_not: str | None = None
+    calls: int | None = None
+    cycles: int | None = None
+    instructions: int | None = None
+    seconds: float | None = None
+    utilisation: float | None = None
+    dram_bytes: int | None = None
+    bound: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class Timings(dict):
+    """Seconds spent per kind of work (tensorize, compile, simulate, host ...), summed over
+    the layers."""
+
+    @contextmanager
+    def measure(self, kind: str) -> Iterator[None]:
+        """Add the time the ``with`` body takes to ``kind``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(kind, time.perf_counter() - start)
+
+    def add(self, kind: str, seconds: float) -> None:
+        """Add ``seconds`` to ``kind``."""
+        self[kind] = self.get(kind, 0.0) + seconds
+
+
+class Executor:
+    """Runs layers on one target; :func:`executor_for` picks the class. ``timings`` says
+    where the time went."""
+
+    target = "host"
+
+    def __init__(self) -> None:
+        self.timings = Timings()
+
+    def run(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
+        """Run ``layer`` on its input ``arrays``."""
+        start = time.perf_counter()
+        if layer.func is None:
+            with self.timings.measure("host layers"):
+                output = layer.run_host(arrays)
+            why = layer.epilogue or f"{layer.op} is not a GEMM: no compute intrinsic does it"
+            return LayerRun(output, "host", why_not=why,
+                            seconds=time.perf_counter() - start)
+        return self.run_func(layer, arrays)
+
+    def run_func(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
+        """A PrimFunc layer on this target (here: the host backend)."""
+        start = time.perf_counter()
+        with self.timings.measure("host kernels"):
+            output = layer.run_host(arrays)
+        return LayerRun(output, "host", seconds=time.perf_counter() - start)
+
+    def _fallback(self, layer: Layer, arrays: list[np.ndarray], reason: str) -> LayerRun:
+        """A kernel the target did not take, on the host, placed ``fallback``."""
+        start = time.perf_counter()
+        with self.timings.measure("host kernels"):
+            output = layer.run_host(arrays)
+        return LayerRun(output, "fallback", why_not=reason,
+                        seconds=time.perf_counter() - start)
+
+    @property
+    def roofline(self) -> dict[str, Any] | None:
+        """The report's roofline parameters (None: no machine model)."""
+        return None
+
+
+def _compute_block(func) -> str | None:
+    for stmt, _ in tree.walk_stmts(func):
+        if isinstance(stmt, BlockRealize) and any(
+                iv.kind is IterKind.REDUCE for iv in stmt.block.iter_vars):
+            return stmt.block.name
+    return None
+
+
+def _outcome(result, block: str | None):
+    return next((b for b in result.blocks if b.block == block), None)
+
+
+def _reason(outcome) -> str:
+    """Why a layer's kernel was not tensorized (its first form's reason)."""
+    return outcome.reason if outcome is not None else "no reduction block"
+
+
+def _compute_calls(func, intrinsic: str) -> int:
+    """Executed calls of the compute intrinsic and its variants (a resetting GEMM is
+    ``npu_gemm_reset``), the data movement not counted."""
+    from tensorize.engine.count import count_calls
+
+    return sum(n for name, n in count_calls(func).items() if name.startswith(intrinsic))
+
+
+class NpuExecutor(Executor):
+    """The simulated NPU. Layers of one shape share one kernel (:func:`ir.onnx.kernels`), so
+    each kernel is tensorized, split into stages and compiled once and only simulated per
+    layer; stages run as :func:`targets.npu.run` runs them."""
+
+    target = "npu"
+
+    def __init__(self, registry, machine) -> None:
+        from simulator import load_machine
+
+        super().__init__()
+        self.registry = registry
+        self.config = machine or load_machine()
+        self._plans: dict[int, tuple[Any, Any, Any]] = {}
+
+    @property
+    def roofline(self) -> dict[str, Any]:
+        """The machine's peak MACs per cycle and DRAM bytes per cycle."""
+        return {"peak_macs_per_cycle": self.config.array.rows * self.config.array.cols,
+                "dram_bytes_per_cycle": self.config.dram.bytes_per_cycle}
+
+    def _plan(self, func) -> tuple[Any, Any]:
+        """The engine's outcome for ``func``'s reduction block and, when it is tensorized,
+        its plan (:func:`targets.npu.plan`) and compute calls (cached by function)."""
+        cached = self._plans.get(id(func))
+        if cached is not None and cached[0] is func:
+            return cached[1], cached[2]
+        from targets import npu
+        from tensorize.engine import auto_tensorize
+
+        with self.timings.measure("tensorize"):
+            result = auto_tensorize(func, "npu", registry=self.registry, config=self.config)
+        outcome = _outcome(result, _compute_block(func))
+        plan = None
+        if outcome is not None and outcome.intrinsic is not None:
+            with self.timings.measure("compile"):
+                plan = (npu.plan(result.func, self.config, self.registry.get),
+                        _compute_calls(result.func, outcome.intrinsic))
+        self._plans[id(func)] = (func, outcome, plan)
+        return outcome, plan
+
+    def run_func(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
+        """The layer's kernel (or its first variant that tensorizes) on the simulated NPU;
+        the host when none does."""
+        from targets import npu
+
+        start = time.perf_counter()
+        first = None
+        for candidate in (layer, *layer.variants):
+            outcome, plan = self._plan(candidate.func)
+            first = first or outcome
+            if plan is not None:
+                layer = candidate
+                break
+        else:
+            return self._fallback(layer, arrays, _reason(first))
+        planned, calls = plan
+        with self.timings.measure("pack"):
+            packed = layer.pack(arrays)
+        ran = npu.execute(planned, packed)
+        for stage in ran.stages:
+            self.timings.add("simulate" if stage.on_npu else "host stages", stage.seconds)
+        with self.timings.measure("unpack and epilogue"):
+            output = layer.unpack(ran.outputs[layer.func.params[-1].name], arrays)
+        cycles = ran.cycles
+        peak = self.config.array.rows * self.config.array.cols
+        roofline = ran.roofline(self.config)
+        host_stages = [s.label for s in ran.stages if not s.on_npu]
+        notes = [f"host stages: {', '.join(host_stages)}"] if host_stages else []
+        return LayerRun(output, "tensorized", outcome.intrinsic, None, calls, cycles,
+                        seconds=time.perf_counter() - start,
+                        utilisation=layer.macs / (cycles * peak) if cycles else None,
+                        dram_bytes=ran.dram_bytes,
+                        bound="compute" if roofline.binds == "compute" else "memory",
+                        notes=notes)
+
+
+class CpuExecutor(Executor):
+    """A CPU target: tensorize, emit LLVM for its triple, run by its first engine here."""
+
+    def __init__(self, target: str, registry) -> None:
+        from tensorize.engine import target_features
+
+        super().__init__()
+        self.target = target
+        self.registry = registry
+        self.features = target_features(target, registry) or ""
+        self._kernels: dict[int, tuple[Any, Any, Any]] = {}
+
+    def _tensorized(self, func):
+        """The engine's outcome for ``func``'s reduction block and, when tensorized, its
+        emitted kernel (cached by function)."""
+        cached = self._kernels.get(id(func))
+        if cached is not None and cached[0] is func:
+            return cached[1], cached[2]
+        from targets import cpu
+        from tensorize.engine import auto_tensorize
+
+        with self.timings.measure("tensorize"):
+            result = auto_tensorize(func, self.target, registry=self.registry,
+                                    features=self.features)
+        outcome = _outcome(result, _compute_block(func))
+        kernel = None
+        if outcome is not None and outcome.intrinsic is not None:
+            with self.timings.measure("compile"):
+                kernel = (cpu.emit(result.func, self.target, self.features, self.registry),
+                          _compute_calls(result.func, outcome.intrinsic))
+        self._kernels[id(func)] = (func, outcome, kernel)
+        return outcome, kernel
+
+    def run_func(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
+        """The layer's kernel (or its first variant that tensorizes) compiled for the CPU
+        target and run by its engine here; the host when none tensorizes or none runs."""
+        from targets import cpu
+
+        first = None
+        for candidate in (layer, *layer.variants):
+            outcome, kernel = self._tensorized(candidate.func)
+            first = first or outcome
+            if kernel is not None:
+                layer = candidate
+                break
+        else:
+            return self._fallback(layer, arrays, _reason(first))
+        emitted, calls = kernel
+        engine, reason = cpu.engine_for(emitted)
+        if engine is None:
+            return self._fallback(layer, arrays, f"tensorized with {outcome.intrinsic} but "
+                                                 f"not runnable here: {reason}")
+        with self.timings.measure("run (compile and execute)"):
+            run = cpu.run(emitted, layer.pack(arrays), NATIVE_RUNS)
+        with self.timings.measure("unpack and epilogue"):
+            output = layer.unpack(run.outputs[layer.func.params[-1].name], arrays)
+        return LayerRun(output, "tensorized", outcome.intrinsic, None, calls,
+                        instructions=run.instructions,
+                        seconds=run.best if run.seconds else None,
+                        notes=[f"ran on {run.engine}"])
+
+
+def executor_for(target: str, registry, machine=None) -> Executor:
+    """The executor of ``target`` (host, npu, or a CPU target the registry declares)."""
+    if target == "host":
+        return Executor()
+    kind = registry.target_kind(target)
+    if kind == "npu":
+        return NpuExecutor(registry, machine)
+    if kind == "cpu":
+        return CpuExecutor(target, registry)
+    from ir.errors import TensorizeError
+
+    raise TensorizeError(f"model runs require a target of kind host, npu or cpu, got "
+                         f"{target} of kind {kind}")

@@ -1,0 +1,122 @@
+"""The reference: onnxruntime runs the model on the same inputs, every layer's output
+exposed.
+
+Each layer's output tensor is added to the graph's outputs, so one run gives every
+intermediate. onnxruntime keeps its usual optimisations (its QDQ fusions included: a fused
+QLinearConv's output is the quantised tensor the layer produces, which stays visible), on one
+thread, as a deployment on this CPU would run it; :func:`fused_nodes` says which nodes it
+fused into integer kernels.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from ir.onnx import Graph
+
+# onnxruntime's integer kernels that QDQ fusion produces on the CPU.
+FUSED_KERNELS = frozenset({"QLinearConv", "QGemm", "QLinearMatMul", "QLinearAdd",
+                           "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax",
+                           "QLinearMul", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"})
+
+
+def _exposed(graph: Graph) -> tuple[object, dict[str, tuple[str, np.ndarray, np.ndarray]]]:
+    """The model with every layer's output among its outputs, and, for quantised tensors
+    exposed through a DequantizeLinear, how to get the integers back: tensor ->
+    (exposed float tensor, scale, zero point).
+
+    A quantised tensor is exposed as the float output of a DequantizeLinear that reads it,
+    not itself, so that no fusion has to keep an integer tensor as a graph output (one
+    that rewrites it, such as onnxruntime's int8-to-uint8 conversion on x86, would then not
+    apply). The integers come back exactly: ``rint(f / scale) + zero_point`` inverts
+    ``f = float32(q - zero_point) * scale`` (the quotient is within an ulp of an integer).
+    """
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.ModelProto()
+    model.CopyFrom(graph.model)
+    constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    dequantizers = {}
+    for node in model.graph.node:
+        if node.op_type == "DequantizeLinear" and node.input[0] not in dequantizers \
+                and len(node.input) > 2 and node.input[1] in constants \
+                and node.input[2] in constants and constants[node.input[1]].size == 1:
+            dequantizers[node.input[0]] = node
+    present = {o.name for o in model.graph.output}
+    recover: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}
+    for layer in graph.layers:
+        name, dtype = layer.output, np.dtype(layer.output_dtype)
+        node = dequantizers.get(name) if dtype in (np.int8, np.uint8) else None
+        if node is not None and name not in present:
+            recover[name] = (node.output[0], constants[node.input[1]],
+                             constants[node.input[2]])
+            name, dtype = node.output[0], np.dtype(np.float32)
+        if name in present:
+            continue
+        elem = helper.np_dtype_to_tensor_dtype(dtype)
+        model.graph.output.append(helper.make_tensor_value_info(
+            name, elem, list(layer.output_shape)))
+        present.add(name)
+    return model, recover
+
+
+def _session(model, optimized: str | None = None):
+    from ir.onnx.reader import require
+
+    require("onnxruntime", "checking the model against onnxruntime")
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    # Keep int8 activations int8 in the QDQ fusions: by default onnxruntime on x86 converts
+    # them to uint8 first, which it cannot do to a tensor the graph outputs, and then leaves
+    # those nodes unfused (float32 convolutions between dequantise and quantise). With this
+    # entry every QDQ Conv, Gemm and Add fuses into its integer kernel, exposed or not.
+    options.add_session_config_entry("session.qdqisint8allowed", "1")
+    if optimized is not None:
+        options.optimized_model_filepath = optimized
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def run_reference(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every layer's output (and the graph's outputs) as onnxruntime computes them."""
+    model, recover = _exposed(graph)
+    session = _session(model)
+    names = [o.name for o in model.graph.output]
+    results = dict(zip(names, session.run(names, dict(inputs))))
+    for tensor, (exposed, scale, zero_point) in recover.items():
+        quotient = results[exposed] / np.asarray(scale, np.float32)
+        results[tensor] = (np.rint(quotient).astype(np.int32)
+                           + zero_point.astype(np.int32)).astype(zero_point.dtype)
+    return results
+
+
+def fused_nodes(graph: Graph) -> dict[str, str]:
+    """Node name -> the integer kernel onnxruntime fused it into (QLinearConv, QGemm, ...),
+    read from the model onnxruntime optimises for this CPU (intermediates exposed, as the
+    reference runs it)."""
+    import onnx
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "optimized.onnx")
+        _session(_exposed(graph)[0], path)
+        optimized = onnx.load(path)
+    fused: dict[str, str] = {}
+    for node in optimized.graph.node:
+        if node.op_type in FUSED_KERNELS:
+            fused[_original_name(node.name)] = node.op_type
+    return fused
+
+
+def _original_name(name: str) -> str:
+    """onnxruntime names a fused node after the float node with a ``_token_N`` suffix."""
+    head, sep, _ = name.rpartition("_token_")
+    return head if sep else name

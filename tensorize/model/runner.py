@@ -1,0 +1,139 @@
+"""Running an imported model layer by layer on a target, every layer checked against
+onnxruntime, one record per layer for the report.
+
+:func:`run_model` makes random inputs (``seed``), runs onnxruntime once with every layer's
+output exposed (:mod:`.reference`), then runs the layers in order on the target
+(:mod:`.executors`), each on the outputs of our own earlier layers, and compares each
+layer's output with onnxruntime's (:mod:`.check`). A layer that does not match hands
+onnxruntime's output on to the layers after it, so one difference is reported once, where
+it arises, and every later layer is still checked on its own. The records follow the schema the report
+(:mod:`tensorize.model.report`) reads; see :func:`record`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ir.onnx import Graph, Layer
+from tensorize.model.check import compare
+from tensorize.model.executors import LayerRun, executor_for
+from tensorize.model.reference import fused_nodes, run_reference
+from tensorize.model.report import compute_totals
+
+Progress = Callable[[int, int, Layer, dict[str, Any]], None]
+
+
+@dataclass
+class ModelRun:
+    """A model's run: the records (one dict per layer, exactly the report's schema), the
+    totals, the roofline parameters (NPU only), whether every check passed, per layer the
+    notes a reader needs beside the record (host epilogue, onnxruntime's fusion, host
+    stages), and where the time went (seconds)."""
+
+    model: str
+    target: str
+    records: list[dict[str, Any]]
+    totals: dict[str, Any]
+    roofline: dict[str, Any] | None
+    ok: bool
+    notes: list[str | None] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def tensorized(self) -> int:
+        """Layers that ran on an intrinsic of the target."""
+        return int(self.totals["tensorized"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run as plain JSON-serialisable data."""
+        return {"model": self.model, "target": self.target, "ok": self.ok,
+                "layers": self.records, "totals": self.totals, "roofline": self.roofline,
+                "notes": {r["name"]: n for r, n in zip(self.records, self.notes) if n},
+                "timings": {k: round(v, 3) for k, v in self.timings.items()}}
+
+
+def random_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
+    """Standard normal float inputs, integers over their dtype's range."""
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for info in graph.inputs:
+        dtype = np.dtype(info.dtype)
+        if dtype.kind in "iu":
+            limits = np.iinfo(dtype)
+            inputs[info.name] = rng.integers(limits.min, int(limits.max) + 1,
+                                             info.shape).astype(dtype)
+        else:
+            inputs[info.name] = rng.standard_normal(info.shape).astype(dtype)
+    return inputs
+
+
+def run_model(graph: Graph, target: str = "host", *, registry=None, machine=None,
+              seed: int = 0, progress: Progress | None = None) -> ModelRun:
+    """Run ``graph`` on ``target`` layer by layer and check every layer against
+    onnxruntime on the same random inputs."""
+    from intrinsics import default_registry
+
+    registry = registry or default_registry()
+    executor = executor_for(target, registry, machine)
+    inputs = random_inputs(graph, seed)
+    start = time.perf_counter()
+    expected = run_reference(graph, inputs)
+    fused = fused_nodes(graph)
+    timings = {"reference": time.perf_counter() - start}
+    values: dict[str, np.ndarray] = dict(inputs)
+    records, notes, passed = [], [], []
+    run_start = time.perf_counter()
+    for index, layer in enumerate(graph.layers):
+        result = executor.run(layer, [values[name] for name in layer.inputs])
+        ok, check = compare(result.output, expected[layer.output])
+        # A mismatch would spread to every later layer and hide whether they are right:
+        # they read onnxruntime's output of this layer instead, so each check stays its own.
+        values[layer.output] = result.output if ok else expected[layer.output]
+        entry = record(index, layer, result, check)
+        records.append(entry)
+        note = _notes(layer, result, fused.get(layer.name))
+        if not ok:
+            handed_on = "later layers read onnxruntime's output of this layer"
+            note = "; ".join(filter(None, [note, handed_on]))
+        notes.append(note)
+        passed.append(ok)
+        if progress is not None:
+            progress(index, len(graph.layers), layer, entry)
+    timings["run"] = time.perf_counter() - run_start
+    timings.update((f"run: {kind}", seconds) for kind, seconds in executor.timings.items())
+    totals = compute_totals(records)
+    return ModelRun(graph.path, target, records, totals, executor.roofline, all(passed),
+                    notes, timings)
+
+
+def _notes(layer: Layer, result: LayerRun, fused_by_ort: str | None) -> str | None:
+    """What a reader needs beside the record: host stages, the host epilogue, and the
+    kernel onnxruntime ran the node with."""
+    notes = list(result.notes)
+    if layer.epilogue:
+        notes.append(layer.epilogue)
+    if fused_by_ort:
+        notes.append(f"onnxruntime fused this node into {fused_by_ort}")
+    elif layer.op.startswith("QDQ "):
+        notes.append("onnxruntime ran this node unfused (float32 between dequantise and "
+                     "quantise)")
+    return "; ".join(notes) or None
+
+
+def record(index: int, layer: Layer, result: LayerRun, check: str) -> dict[str, Any]:
+    """One layer's record in the report's schema: index, name, op, shape, macs, placement,
+    intrinsic, why_not, calls, cycles, instructions, seconds, utilisation, dram_bytes,
+    bound, check."""
+    return {"index": index, "name": layer.name, "op": layer.op, "shape": layer.shape_text,
+            "macs": layer.macs, "placement": result.placement, "intrinsic": result.intrinsic,
+            "why_not": result.why_not, "calls": result.calls, "cycles": result.cycles,
+            "instructions": result.instructions,
+            "seconds": None if result.seconds is None else round(result.seconds, 6),
+            "utilisation": None if result.utilisation is None
+            else round(result.utilisation, 4),
+            "dram_bytes": result.dram_bytes, "bound": result.bound, "check": check}

@@ -1,0 +1,62 @@
+"""``tensorize model``: the table, --json, --report, and the exit statuses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tensorize.cli import main
+from tests.ir.onnx import models
+
+
+@pytest.fixture(scope="module")
+def qdq_path(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli")
+    return models.save(models.quantize(models.small_cnn(size=8), folder), folder,
+                       "cnn_int8.onnx")
+
+
+def test_npu_json_every_layer_exact(qdq_path, capsys):
+    assert main(["model", str(qdq_path), "--target", "npu", "--json", "--quiet"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] and data["target"] == "npu"
+    assert data["totals"]["tensorized"] >= 2 and data["totals"]["cycles"] > 0
+    assert all("MISMATCH" not in r["check"] for r in data["layers"])
+    assert data["roofline"]["peak_macs_per_cycle"] == 256
+
+
+def test_host_table_progress_and_report(qdq_path, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["model", str(qdq_path), "--report", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "QDQ Conv" in captured.out and "total" in captured.out
+    assert "[2/" in captured.err and "exact" in captured.err
+    assert (out / "index.html").is_file() and (out / "layers.csv").is_file()
+
+
+def test_nothing_tensorized_fails(tmp_path, capsys):
+    path = models.save(models.small_cnn(size=8), tmp_path, "cnn.onnx")
+    assert main(["model", str(path), "--target", "npu", "--quiet"]) == 1
+    assert "not tensorized" in capsys.readouterr().err
+
+
+def test_bad_model_and_usage_exit_2(tmp_path, capsys):
+    assert main(["model", str(tmp_path / "none.onnx")]) == 2
+    assert "none.onnx: requires an ONNX model file" in capsys.readouterr().err
+    path = models.save(models.small_cnn(size=8), tmp_path, "cnn.onnx")
+    assert main(["model", str(path), "--machine", "m.yaml"]) == 2
+    assert "--machine applies to --target npu only" in capsys.readouterr().err
+    assert main(["model", str(path), "--target", "tpu"]) == 2
+    assert "--target requires host or a target" in capsys.readouterr().err
+
+
+def test_machine_file_is_used(qdq_path, capsys):
+    machine = Path(__file__).parents[3] / "examples" / "machines" / "npu32x32.yaml"
+    assert main(["model", str(qdq_path), "--target", "npu", "--machine", str(machine),
+                 "--json", "--quiet"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["roofline"]["peak_macs_per_cycle"] == 32 * 32
+    convs = [r for r in data["layers"] if r["op"] == "QDQ Conv"]
+    assert all(r["intrinsic"] == "os32_gemm" and r["check"] == "exact" for r in convs)

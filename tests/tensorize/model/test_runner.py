@@ -1,0 +1,101 @@
+"""The model runner: a small network run layer by layer on host, npu and arm, every layer
+checked against onnxruntime, one record per layer in the report's schema."""
+
+from __future__ import annotations
+
+import pytest
+
+from ir.onnx import import_model
+from tensorize.model import run_model
+from tensorize.model.report import validate_records
+from tests.ir.onnx import models
+
+
+@pytest.fixture(scope="module")
+def cnn_int8(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cnn")
+    qdq = models.quantize(models.small_cnn(size=16), folder)
+    return import_model(models.save(qdq, folder, "cnn_int8.onnx"))
+
+
+def test_host_float_network_within_tolerance(tmp_path):
+    graph = import_model(models.save(models.small_cnn(), tmp_path, "cnn.onnx"))
+    run = run_model(graph, "host", seed=3)
+    validate_records(run.records)
+    assert run.ok and run.tensorized == 0
+    assert all("<=" in r["check"] for r in run.records)
+    assert {r["placement"] for r in run.records} == {"host"}
+    assert run.totals["macs"] == graph.macs > 0 and run.roofline is None
+
+
+def test_host_qdq_network_exact(cnn_int8):
+    seen = []
+    run = run_model(cnn_int8, "host", progress=lambda i, n, layer, rec: seen.append(i))
+    assert run.ok and seen == list(range(len(cnn_int8.layers)))
+    assert [r["check"] for r in run.records[:-1]] == ["exact"] * (len(run.records) - 1)
+    assert len(run.notes) == len(run.records)
+
+
+def test_npu_tensorizes_convolutions_exact(cnn_int8):
+    run = run_model(cnn_int8, "npu")
+    validate_records(run.records)
+    assert run.ok
+    convs = [r for r in run.records if r["op"] == "QDQ Conv"]
+    assert len(convs) == 2
+    for conv in convs:
+        assert conv["placement"] == "tensorized" and conv["intrinsic"] == "npu_gemm"
+        assert conv["calls"] > 0 and conv["cycles"] > 0 and conv["dram_bytes"] > 0
+        assert 0 < conv["utilisation"] <= 1 and conv["bound"] in ("compute", "memory")
+        assert conv["check"] == "exact"
+    hosted = [r for r in run.records if r["placement"] == "host"]
+    assert hosted and all(r["why_not"] for r in hosted)
+    assert run.roofline == {"peak_macs_per_cycle": 256, "dram_bytes_per_cycle": 32.0}
+    assert run.totals["tensorized"] >= 2 and run.totals["cycles"] == sum(
+        r["cycles"] for r in run.records if r["cycles"])
+
+
+def test_npu_float_network_falls_back_with_reason(tmp_path):
+    graph = import_model(models.save(models.small_cnn(size=8), tmp_path, "cnn.onnx"))
+    run = run_model(graph, "npu")
+    assert run.ok and run.tensorized == 0
+    conv = next(r for r in run.records if r["op"] == "Conv")
+    assert conv["placement"] == "fallback" and "float32" in conv["why_not"]
+
+
+def test_arm_counts_instructions_exact(cnn_int8):
+    run = run_model(cnn_int8, "arm")
+    assert run.ok
+    convs = [r for r in run.records if r["op"] == "QDQ Conv"]
+    assert all(r["placement"] == "tensorized" and r["instructions"] > 0 for r in convs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet50", "mobilenetv2", "bert_layer"])
+def test_example_networks_exact_on_npu(tmp_path, name):
+    from tensorize.model import networks
+
+    built = networks.quantize(getattr(networks, name)(**networks.SMALL[name]))
+    run = run_model(import_model(models.save(built, tmp_path, f"{name}.onnx")), "npu")
+    assert run.ok, [r["check"] for r in run.records if "MISMATCH" in r["check"]]
+    assert run.tensorized > 0
+
+
+def test_x86_uses_the_uint8_variant(cnn_int8):
+    run = run_model(cnn_int8, "x86")
+    assert run.ok
+    convs = [r for r in run.records if r["op"] == "QDQ Conv"]
+    for conv in convs:
+        if conv["placement"] == "tensorized":
+            assert conv["intrinsic"].startswith("x86_") and conv["seconds"] > 0
+        else:  # a host without AVX-512 VNNI cannot run the kernel, and says so
+            assert "not runnable here" in conv["why_not"]
+
+
+def test_uint8_variant_matches_the_int8_kernel(cnn_int8):
+    import numpy as np
+
+    conv = next(layer for layer in cnn_int8.layers if layer.op == "QDQ Conv")
+    variant, = conv.variants
+    assert variant.func.params[0].dtype.name == "uint8"
+    x = np.random.default_rng(5).integers(-128, 128, conv.input_shapes[0]).astype(np.int8)
+    assert np.array_equal(conv.run_host([x]), variant.run_host([x]))
