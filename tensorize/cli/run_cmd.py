@@ -83,6 +83,7 @@ from tensorize.engine import (
 )
 from tensorize.engine.count import count_calls_by_block
 from tensorize.schedule import tree
+from tensorize.validate import compare, random_array
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # The most the kernel's buffers (parameters and intermediates) may take together unless
@@ -105,10 +106,6 @@ examples:
   tensorize run KERNEL.py --target mine --intrinsics-dir DIR  # a target you describe
   tensorize run KERNEL.py --target cuda --emit code -o k.cu   # the CUDA C++ and its launches
 """
-
-# Float outputs are compared to a float64 numpy reference with this relative tolerance per
-# dtype (accumulation order differs, so exact equality would be wrong for floats).
-_RTOL = {"float16": 2e-2, "bfloat16": 5e-2, "float32": 1e-4, "float64": 1e-10}
 
 
 def register(subparsers: Any) -> None:
@@ -644,43 +641,3 @@ def _check_reference(expected: dict[str, np.ndarray] | None, outputs: dict[str, 
 def _reduction_blocks(func: PrimFunc) -> set[str]:
     return {s.block.name for s, _ in tree.walk_stmts(func) if isinstance(s, BlockRealize)
             and any(iv.kind is IterKind.REDUCE for iv in s.block.iter_vars)}
-
-
-def random_array(shape: tuple[int, ...], dtype: Any, rng: np.random.Generator) -> np.ndarray:
-    """Random values over an integer dtype's whole range, or standard normal floats."""
-    if dtype.is_int:
-        return rng.integers(dtype.min, dtype.max + 1, shape).astype(dtype.numpy)
-    return rng.standard_normal(shape).astype(dtype.numpy)
-
-
-def compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, str]:
-    """Exact comparison for integers, relative tolerance for floats; (ok, one-line detail).
-
-    Both sides are compared in a type that holds every value of either, never narrowed to
-    ``got``'s dtype: a reference off by 2**32 from an int32 output differs."""
-    if got.shape != want.shape:
-        return False, f"shape {got.shape} but the reference gives {want.shape}"
-    if got.dtype.kind in "iub":
-        common = _exact_common_type(got.dtype, want.dtype)
-        wrong = got.astype(common) != want.astype(common)
-        mismatched = int(np.count_nonzero(wrong))
-        if mismatched:
-            where = tuple(int(x) for x in np.argwhere(wrong)[0])
-            return False, (f"{mismatched} of {got.size} elements differ, first at {where}: "
-                           f"{got[where]} vs {want[where]}")
-        return True, f"all {got.size} elements equal (exact)"
-    rtol = _RTOL.get(got.dtype.name, 1e-4)
-    got64, want64 = got.astype(np.float64), want.astype(np.float64)
-    scale = max(float(np.max(np.abs(want64))), 1e-30)
-    error = float(np.max(np.abs(got64 - want64))) / scale
-    return error <= rtol, f"max error {error:.2e} of the largest value (tolerance {rtol:g})"
-
-
-def _exact_common_type(got: np.dtype, want: np.dtype) -> np.dtype:
-    """A dtype holding every value of an integer ``got`` and of ``want`` exactly: their
-    integer promotion, float64 against a float, Python integers where no fixed-width integer
-    holds both (uint64 against a signed type)."""
-    if want.kind not in "iub":
-        return np.dtype(np.float64)
-    common = np.result_type(got, want)
-    return common if common.kind in "iub" else np.dtype(object)

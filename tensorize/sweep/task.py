@@ -43,8 +43,8 @@ def _measure(task: Task) -> dict[str, Any]:
     import numpy as np
 
     from targets import host, npu
-    from tensorize.cli.run_cmd import compare, random_array
     from tensorize.engine import auto_tensorize
+    from tensorize.validate import compare, random_array
 
     config, registry = _machine(task.machine_text)
     func = task.workload.build()

@@ -11,7 +11,7 @@ import pytest
 
 from ir import script as T
 from tensorize.cli import main
-from tensorize.cli.run_cmd import compare
+from tensorize.validate import compare
 from tensorize.engine import IntrinsicChoiceError, auto_tensorize
 from tests.intrinsics.conftest import MAC_FAMILY
 from tests.tensorize.cli.test_run_cmd import FLOAT_GEMM, SMALL_GEMM
