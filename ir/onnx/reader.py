@@ -70,6 +70,7 @@ def read_model(path: str | os.PathLike) -> ModelFile:
     import onnx
     from google.protobuf.message import DecodeError
     from onnx import helper, numpy_helper, shape_inference
+    from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
     from onnx.checker import ValidationError
     from onnx.shape_inference import InferenceError
 
@@ -100,6 +101,17 @@ def read_model(path: str | os.PathLike) -> ModelFile:
     constants: dict[str, np.ndarray] = {}
     for init in graph.initializer:
         _check_elements(name, init.name, list(init.dims))
+        if uses_external_data(init):
+            try:
+                # Stored outside the model: read from beside it (onnx refuses a location
+                # that is absolute or leaves the model's folder) into the model, so that
+                # onnxruntime, which is handed the model's bytes, sees the same weights.
+                load_external_data_for_tensor(init, str(file.parent))
+                init.data_location = onnx.TensorProto.DEFAULT
+                del init.external_data[:]
+            except (ValidationError, OSError, ValueError) as err:
+                raise OnnxImportError(f"{name}: initializer {init.name!r} cannot be read: "
+                                      f"{err}") from None
         constants[init.name] = numpy_helper.to_array(init)
     nodes = []
     for index, proto in enumerate(graph.node):

@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from ir.onnx import OnnxImportError, UnsupportedOperatorError, import_model, limits
+from tensorize.model import run_model
 from tests.ir.onnx import models
 
 F = TensorProto.FLOAT
@@ -111,3 +112,47 @@ def test_missing_optional_package_says_how_to_install(tmp_path, monkeypatch):
                         lambda name, *a: None if name == "onnx" else real(name, *a))
     with pytest.raises(OnnxImportError, match=r"requires the onnx package.*tensorize\[models\]"):
         import_model(path)
+
+
+def _save_external_weight_model(folder, location: str):
+    """A MatMul whose weight W (2x2 float32) is stored outside the model, at ``location``,
+    written as bytes (onnx's checker and saver would refuse or move a bad location)."""
+    weight = helper.make_tensor("W", F, [2, 2], [1.0, 2.0, 3.0, 4.0])
+    weight.ClearField("float_data")
+    weight.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("length", "16")):
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, value
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], "test",
+        [helper.make_tensor_value_info("x", F, [2, 2])],
+        [helper.make_tensor_value_info("y", F, [2, 2])], [weight])
+    built = helper.make_model(graph, opset_imports=[helper.make_opsetid("", models.OPSET)])
+    built.ir_version = 9
+    path = folder / "ext.onnx"
+    path.write_bytes(built.SerializeToString())
+    return path
+
+
+def test_external_weights_are_read_from_beside_the_model(tmp_path, monkeypatch):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    np.array([1.0, 2.0, 3.0, 4.0], np.float32).tofile(folder / "weights.bin")
+    path = _save_external_weight_model(folder, "weights.bin")
+    monkeypatch.chdir(tmp_path)  # not the model's folder
+    graph = import_model(path)
+    np.testing.assert_array_equal(graph.constants["W"], [[1.0, 2.0], [3.0, 4.0]])
+    # onnxruntime, the reference every layer is checked against, sees the same weights.
+    run = run_model(graph, "host")
+    assert run.ok and [r["check"].startswith("max abs err") for r in run.records] == [True]
+
+
+@pytest.mark.parametrize("location", ["../outside.bin", "/etc/hostname"])
+def test_external_weights_outside_the_models_folder_are_refused(tmp_path, location):
+    (tmp_path / "outside.bin").write_bytes(bytes(16))
+    folder = tmp_path / "model"
+    folder.mkdir()
+    path = _save_external_weight_model(folder, location)
+    with pytest.raises(OnnxImportError, match=r"ext.onnx: initializer 'W' cannot be read") as err:
+        import_model(path)
+    _no_internals(str(err.value))
