@@ -1,105 +1,269 @@
-"""GEMMs tensorized for CUDA, on a GPU, next to cuBLAS.
+"""GEMMs tensorized for CUDA: static figures here, and on a GPU next to cuBLAS.
 
-For fp16 (float32 accumulation) and int8 (int32 accumulation) GEMMs of 4096^3: the time to
-tensorize, emit and compile (nvcc, for the GPU's architecture), then the best of several runs
-through pycuda in TFLOP/s (TOP/s for int8), the same product through cuBLAS (cupy, else
-torch) and the ratio. Without pycuda and a CUDA driver it says so and exits 0. Figures, not
-assertions.
+``--static`` (no GPU needed): for the fp16 (float32 accumulation) and int8 (int32
+accumulation) GEMMs of N^3, per kernel and architecture (sm_80, sm_90): registers (ptxas),
+shared memory (static plus dynamic), cp.async stages, warps per block, occupancy, non-MMA
+SASS instructions per MMA in the k loop (cuobjdump), and the modelled shared-memory bank
+conflicts of its fragment loads and copies (``targets/cuda/banks.py``, on a one-block GEMM
+with the same tiling and stages, run under the host emulation); then the static tiling
+search's best candidates on sm_80 (``tensorize/engine/cuda_schedule.py``: each of the best
+estimates compiled, its bank conflicts modelled the same way) with their modelled cycles.
 
+Without ``--static``, on a GPU through CuPy: our kernel (the cubin loaded with
+``cupy.RawModule``) and cuBLAS (``cublasGemmEx`` through CuPy's bindings: fp16 x fp16 ->
+fp32 and int8 x int8 -> int32, computed in fp32 and int32, as ours), both timed with CUDA
+events (best of ``--repeat``), both results checked against a numpy reference on a sample
+of rows, and TFLOP/s (TOP/s for int8) with the ratio side by side. Without CuPy or a device
+it says so and exits 0. Figures, not assertions.
+
+    .venv/bin/python bench/bench_cuda.py --static [--size N]
     .venv/bin/python bench/bench_cuda.py [--size N] [--repeat R]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
-
-from targets import cuda
-from tensorize.engine import auto_tensorize
-
 import suite_kernels  # bench/ is on the path: the benchmarks run as scripts
 
+from targets import cuda
+from targets.cuda.banks import bank_conflicts
+from targets.cuda.compile import cuobjdump_path, resource_usage, sass_mix
+from targets.cuda.occupancy import ARCHITECTURES, occupancy
+from targets.cuda.pipeline import STAGES
+from targets.cuda.run import gpu_unavailable, load
+from tensorize.engine import auto_tensorize
+from tensorize.engine.cuda_schedule import CudaTiling, TilingFigures, choose_tiling, search_tilings
 
-def _gpu_available() -> str | None:
-    """None when pycuda can create a context, else the reason it cannot."""
-    try:
-        import pycuda.autoinit  # noqa: F401
-    except Exception as err:  # pycuda raises ImportError, or its own errors without a driver
-        return f"{type(err).__name__}: {err}"
-    return None
+GEMMS = ("gemm_fp16", "gemm_int8")
+# The fragment shape the engine picks for both (m16n16k16).
+FRAGMENT = (16, 16, 16)
 
 
-def _cublas_ms(a: np.ndarray, b: np.ndarray, repeat: int) -> tuple[float, str] | None:
-    """Best time of ``a @ b`` through cuBLAS (cupy, else torch), or None without either."""
-    try:
-        import cupy
+@dataclass(frozen=True)
+class Built:
+    """One GEMM tensorized and emitted at size ``n``, with its tiling."""
 
-        x, y = cupy.asarray(a), cupy.asarray(b)
-        kind = "cupy"
+    name: str
+    n: int
+    tiling: CudaTiling
+    kernel: cuda.CudaKernel
 
-        def product() -> None:
-            cupy.matmul(x, y)
-            cupy.cuda.Device().synchronize()
-    except ImportError:
+
+def build(name: str, n: int, tiling: CudaTiling | None = None, stages: int = STAGES) -> Built:
+    """Tensorize and emit GEMM ``name`` at ``n``^3 with ``tiling`` (default: the engine's)
+    and ``stages``."""
+    elem = 2 if name == "gemm_fp16" else 1
+    tiling = tiling or choose_tiling((n, n, n), FRAGMENT, elem)
+    func = suite_kernels.builders()[name](n, n, n)
+    kernel = cuda.emit(auto_tensorize(func, "cuda", tiling=tiling).func, stages=stages)
+    return Built(name, n, tiling, kernel)
+
+
+def conflict_counts(built: Built) -> dict:
+    """The bank model's counts for one block of the same tiling and stages: a GEMM of one
+    block tile and as many k steps as stages, emulated on random inputs."""
+    bm, bn, bk = built.tiling.block_tile(*FRAGMENT)
+    (launch,) = [l for l in built.kernel.launches if l.tiled]
+    func = suite_kernels.builders()[built.name](bm, bn, launch.stages * bk)
+    kernel = cuda.emit(auto_tensorize(func, "cuda", tiling=built.tiling).func,
+                       stages=launch.stages)
+    rng = np.random.default_rng(0)
+    inputs = {p.name: (rng.standard_normal(p.shape) if p.dtype.is_float
+                       else rng.integers(-128, 128, p.shape)).astype(p.dtype.numpy)
+              for p in func.params if p.name in ("A", "B")}
+    (counts,) = bank_conflicts(kernel, inputs).values()
+    return counts
+
+
+def modelled_conflicts(built: Built) -> str:
+    """:func:`conflict_counts` as one line."""
+    counts = conflict_counts(built)
+    loads, copies = counts["fragment_load"], counts["copy"]
+    return (f"{loads.conflicts} in {loads.phases} fragment-load phases, {copies.conflicts} in "
+            f"{copies.phases} copy phases")
+
+
+def searched(name: str, n: int, measured: int = 4) -> None:
+    """Print the tiling search's best ``measured`` candidates on sm_80 for GEMM ``name``."""
+    elem = 2 if name == "gemm_fp16" else 1
+
+    def measure(tiling: CudaTiling, stages: int) -> TilingFigures | None:
+        built = build(name, n, tiling, stages)
+        (launch,) = [l for l in built.kernel.launches if l.tiled]
         try:
-            import torch
-        except ImportError:
+            (r,) = [r for r in resource_usage(built.kernel, "sm_80")
+                    if r.kernel == launch.kernel]
+        except cuda.CompileError:
             return None
-        x, y = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-        kind = "torch"
-        if a.dtype == np.int8:
-            def product() -> None:
-                torch._int_mm(x, y)
-                torch.cuda.synchronize()
-        else:
-            def product() -> None:
-                torch.matmul(x, y)
-                torch.cuda.synchronize()
-    product()
+        other = None
+        if cuobjdump_path() is not None:
+            (mix,) = [m for m in sass_mix(built.kernel, "sm_80") if m.kernel == launch.kernel]
+            other = mix.other_per_mma
+        counts = conflict_counts(built)
+        # Conflicts per MMA: extra wavefronts of one block over the block's MMAs in the
+        # emulated k steps (two m16n8k16 per 16 x 16 x 16 WMMA).
+        bm, bn, bk = tiling.block_tile(*FRAGMENT)
+        mmas = (bm // 16) * (bn // 8) * (launch.stages * bk // 16)
+        conflicts = sum(c.conflicts for c in counts.values()) / mmas
+        return TilingFigures(r.registers, r.shared_bytes + launch.dynamic_shared,
+                             r.spill_stores + r.spill_loads, other, conflicts)
+
+    trials = search_tilings((n, n, n), FRAGMENT, elem, 1, ARCHITECTURES["sm_80"],
+                            lambda r, s, t: occupancy("sm_80", r, s, t), measure, measured)
+    print(f"  tiling search (sm_80, {len(trials)} candidates, best {measured} estimates "
+          "compiled):")
+    for trial in trials[:measured]:
+        print(f"    {trial.describe(FRAGMENT)}")
+
+
+def static(n: int) -> None:
+    """Print the static figures of each GEMM (module docs)."""
+    if cuda.nvcc_path() is None:
+        print("bench_cuda --static needs nvcc (install the CUDA toolkit or set NVCC)")
+        return
+    disassemble = cuobjdump_path() is not None
+    for name in GEMMS:
+        start = time.perf_counter()
+        built = build(name, n)
+        prepared = time.perf_counter() - start
+        (launch,) = [l for l in built.kernel.launches if l.tiled]
+        warps = launch.block[1] * launch.block[2]
+        bm, bn, bk = built.tiling.block_tile(*FRAGMENT)
+        wm, wn = bm // built.tiling.warps[0], bn // built.tiling.warps[1]
+        print(f"{name} {n}^3: block tile {bm}x{bn}x{bk}, {warps} warps of {wm}x{wn}, "
+              f"{launch.stages} stages, grid {launch.grid}; tensorize+emit {prepared:.2f} s")
+        for arch in ARCHITECTURES:
+            (r,) = [r for r in resource_usage(built.kernel, arch) if r.kernel == launch.kernel]
+            shared = r.shared_bytes + launch.dynamic_shared
+            o = occupancy(arch, r.registers, shared, 32 * warps)
+            line = (f"  {arch}: {r.registers} registers, {shared} B shared "
+                    f"({launch.dynamic_shared} dynamic), {r.spill_stores + r.spill_loads} "
+                    f"spill bytes; occupancy {o.blocks} blocks, {o.warps}/{o.max_warps} warps "
+                    f"({o.fraction:.0%}, {o.limited_by})")
+            if disassemble:
+                (mix,) = [m for m in sass_mix(built.kernel, arch) if m.kernel == launch.kernel]
+                line += (f"; {mix.other} non-MMA per {mix.mma} MMA in the {mix.scope}: "
+                         f"{mix.other_per_mma:.2f} per MMA")
+            else:
+                line += "; SASS mix skipped: cuobjdump not found"
+            print(line)
+        print(f"  bank conflicts (modelled): {modelled_conflicts(built)}")
+        searched(name, n)
+
+
+def _cublas(a, b, c, name: str) -> None:
+    """``c = a @ b`` (row-major) through cublasGemmEx: computed as the column-major
+    ``c^T = b^T a^T``, fp16 -> fp32 or int8 -> int32."""
+    import cupy
+    from cupy.cuda import cublas, device
+
+    n_rows, k = a.shape
+    n_cols = b.shape[1]
+    if name == "gemm_fp16":
+        types = (cupy.cuda.runtime.CUDA_R_16F, cupy.cuda.runtime.CUDA_R_32F,
+                 cublas.CUBLAS_COMPUTE_32F)
+        one, zero = np.array(1, np.float32), np.array(0, np.float32)
+    else:
+        types = (cupy.cuda.runtime.CUDA_R_8I, cupy.cuda.runtime.CUDA_R_32I,
+                 cublas.CUBLAS_COMPUTE_32I)
+        one, zero = np.array(1, np.int32), np.array(0, np.int32)
+    handle = device.get_cublas_handle()
+    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+    cublas.gemmEx(handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n_cols, n_rows, k,
+                  one.ctypes.data, b.data.ptr, types[0], n_cols, a.data.ptr, types[0], k,
+                  zero.ctypes.data, c.data.ptr, types[1], n_cols, types[2],
+                  cublas.CUBLAS_GEMM_DEFAULT)
+
+
+def _launch(functions: list, args: tuple) -> None:
+    """Every launch of the kernel, in order, with its dynamic shared memory."""
+    for function, launch in functions:
+        function(launch.grid, launch.block, args, shared_mem=launch.dynamic_shared)
+
+
+def _timed(launch, repeat: int) -> float:
+    """The best time of ``launch()`` over ``repeat`` runs, in ms, between CUDA events."""
+    import cupy
+
+    launch()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
     best = float("inf")
     for _ in range(repeat):
-        start = time.perf_counter()
-        product()
-        best = min(best, time.perf_counter() - start)
-    return best * 1e3, kind
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        best = min(best, cupy.cuda.get_elapsed_time(start, end))
+    return best
 
 
-def main() -> None:
-    """Print one row per GEMM."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", type=int, default=4096)
-    parser.add_argument("--repeat", type=int, default=10)
-    args = parser.parse_args()
-    reason = _gpu_available()
+def _checked(result, a: np.ndarray, b: np.ndarray) -> str:
+    """How ``result`` (on the device) agrees with numpy on 64 sampled rows."""
+    import cupy
+
+    rows = np.random.default_rng(1).choice(a.shape[0], 64, replace=False)
+    got = cupy.asnumpy(result[cupy.asarray(rows)])
+    if a.dtype == np.int8:
+        want = a[rows].astype(np.int64) @ b.astype(np.int64)
+        return "exact" if np.array_equal(got, want) else "WRONG (not exact)"
+    want = a[rows].astype(np.float32) @ b.astype(np.float32)
+    error = float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
+    return f"max rel. error {error:.1e}" + ("" if error < 1e-2 else " WRONG")
+
+
+def on_gpu(n: int, repeat: int) -> None:
+    """Time each GEMM and cuBLAS on the device and print them side by side."""
+    reason = gpu_unavailable()
     if reason is not None:
-        print(f"bench_cuda needs a GPU with pycuda ({reason}); nothing to measure here.")
+        print(f"bench_cuda needs a CUDA device through CuPy ({reason}); nothing to measure "
+              "here. `--static` prints the figures this machine can give.")
         return
-    builders = suite_kernels.builders()
-    n = args.size
+    import cupy
+
     rng = np.random.default_rng(0)
-    for name in ("gemm_fp16", "gemm_int8"):
-        start = time.perf_counter()
-        func = builders[name](n, n, n)
-        result = auto_tensorize(func, "cuda")
-        kernel = cuda.emit(result.func)
-        prepared = time.perf_counter() - start
+    for name in GEMMS:
+        built = build(name, n)
         if name == "gemm_fp16":
             a = rng.standard_normal((n, n)).astype(np.float16)
             b = rng.standard_normal((n, n)).astype(np.float16)
         else:
             a = rng.integers(-128, 128, (n, n)).astype(np.int8)
             b = rng.integers(-128, 128, (n, n)).astype(np.int8)
-        run = cuda.run(kernel, {"A": a, "B": b}, repeat=args.repeat)
-        ops = 2 * n ** 3 / (run.milliseconds * 1e-3) / 1e12
-        line = (f"{name} {n}^3: tensorize+emit {prepared:.2f} s, grid {kernel.grid} block "
-                f"{kernel.block}, {run.milliseconds:.3f} ms, {ops:.1f} T(FL)OP/s")
-        reference = _cublas_ms(a, b, args.repeat)
-        if reference is not None:
-            ms, kind = reference
-            line += f"; cuBLAS ({kind}) {ms:.3f} ms, ratio {ms / run.milliseconds:.2f}"
-        print(line)
+        out = np.float32 if name == "gemm_fp16" else np.int32
+        x, y = cupy.asarray(a), cupy.asarray(b)
+        ours, theirs = cupy.zeros((n, n), out), cupy.zeros((n, n), out)
+        functions = load(built.kernel)
+        args = {"A": x, "B": y, "C": ours}
+
+        ordered = tuple(args[p] for p in built.kernel.params)
+        ours_ms = _timed(lambda: _launch(functions, ordered), repeat)  # noqa: B023
+        cublas_ms = _timed(lambda: _cublas(x, y, theirs, name), repeat)  # noqa: B023
+        ops = 2 * n ** 3 / 1e12
+        print(f"{name} {n}^3 on {cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}: "
+              f"ours {ours_ms:.3f} ms {ops / ours_ms * 1e3:.1f} T(FL)OP/s "
+              f"[{_checked(ours, a, b)}]; cuBLAS {cublas_ms:.3f} ms "
+              f"{ops / cublas_ms * 1e3:.1f} T(FL)OP/s [{_checked(theirs, a, b)}]; "
+              f"ours/cuBLAS {cublas_ms / ours_ms:.2f}")
+
+
+def main() -> None:
+    """Static figures with ``--static``, else timings on the GPU."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--static", action="store_true",
+                        help="registers, shared memory, occupancy, SASS mix, bank conflicts")
+    parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args()
+    print("command:", " ".join([".venv/bin/python", *sys.argv]))
+    if args.static:
+        static(args.size)
+    else:
+        on_gpu(args.size, args.repeat)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The CUDA backend: tensorized IR to CUDA C++ with ``nvcuda::wmma``, compiled by nvcc, checked
-on the host by an emulation of the warp matrix API, and run on a GPU through pycuda.
+on the host by an emulation of the warp matrix API, and run on a GPU through CuPy.
 
 - :func:`emit` turns a function (tensorized for ``cuda`` by ``tensorize.engine``, or plain)
   into a :class:`CudaKernel`: the source, one :class:`Launch` (grid, block) per kernel, and
@@ -10,7 +10,7 @@ on the host by an emulation of the warp matrix API, and run on a GPU through pyc
   and runs it on numpy arrays: blocks in turn, threads as coroutines that switch at
   ``__syncthreads()``, fragments as whole tiles (``docs/cuda_backend.md`` says what that
   proves).
-- :func:`run` runs it on a GPU (pycuda, imported only when called).
+- :func:`run` runs it on a GPU (CuPy, imported only when called).
 """
 
 from targets.cuda.cexpr import EmitError

@@ -50,6 +50,10 @@ template <class T> __host__ __device__ inline T tz_max(T a, T b) { return a < b 
 __device__ inline void tz_copy16(void* dst, const void* src) {
   *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
 }
+// 16 bytes a thread computed into registers, stored at once (an epilogue's lanes).
+__device__ inline void tz_store16(void* dst, const void* src) {
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+}
 // Asynchronous 16-byte copies from global to shared memory (sm_80 and later; a plain copy
 // before): issued, committed as a group, and complete for this thread after the wait.
 __device__ inline void tz_cp_async16(void* dst, const void* src) {
@@ -66,9 +70,10 @@ __device__ inline void tz_cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
 }
-__device__ inline void tz_cp_async_wait_all() {
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N> __device__ inline void tz_cp_async_wait_group() {
 #if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
 #endif
 }
 #endif

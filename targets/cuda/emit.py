@@ -34,10 +34,11 @@ from ir import (Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferSto
 from ir.arith import Interval, simplify, to_expr
 from ir.visitor import post_order_visit
 from targets.cuda.cexpr import PRELUDE, EmitError, ExprPrinter, ctype
+from targets.cuda.deal import deal
 from targets.cuda.memory import (FragmentLayout, SharedLayout, dense_offset, shared_layout,
                                  warp_split)
-from targets.cuda.pipeline import Pipelined, software_pipeline
-from targets.cuda.vector import vector_copy
+from targets.cuda.pipeline import STAGES, Pipelined, software_pipeline
+from targets.cuda.vector import vector_copy, vector_store
 
 __all__ = ["CudaKernel", "Launch", "emit"]
 
@@ -48,6 +49,8 @@ FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
 SHARED_ACCESS = """\
 #ifndef TZ_EMULATION
 template <class T, size_t N> __device__ inline void tz_shared_declare(T (&)[N], const char*) {}
+template <class T> __device__ inline void tz_shared_declare(T*, size_t, const char*) {}
+#define TZ_DYNAMIC_SHARED(name, bytes) extern __shared__ __align__(128) unsigned char name[]
 template <class T> __device__ inline T tz_shared_load(const T* a, int i) { return a[i]; }
 template <class T> __device__ inline T& tz_shared_store(T* a, int i) { return a[i]; }
 #endif
@@ -55,6 +58,12 @@ template <class T> __device__ inline T& tz_shared_store(T* a, int i) { return a[
 # The barrier ordering memory accesses among the threads of a context.
 _BARRIERS = {"block": "__syncthreads();", "warp": "__syncwarp();"}
 DATA_PARALLEL_THREADS = 256
+# Static shared memory per block is capped at 48 KB; a block needing more takes it as
+# dynamic shared memory, which the launch requests (up to the architecture's limit).
+STATIC_SHARED_LIMIT = 48 * 1024
+# Block rasterisation: a 2-D grid runs in groups of this many block rows, column by column
+# within a group, so the blocks resident at once share rows of A and columns of B in L2.
+RASTER_ROWS = 8
 MAX_GRID = 65535
 _RESERVED = {"int", "float", "half", "char", "short", "long", "double", "bool", "for", "if",
              "else", "do", "while", "const", "return", "min", "max", "void", "unsigned",
@@ -68,12 +77,18 @@ _RESERVED = {"int", "float", "half", "char", "short", "long", "double", "bool", 
 @dataclass(frozen=True, slots=True)
 class Launch:
     """One ``__global__`` function and its launch: ``grid`` and ``block`` as (x, y, z);
-    ``tiled`` for a kernel with thread-bound loops (the tensorized ones)."""
+    ``tiled`` for a kernel with thread-bound loops (the tensorized ones); ``dynamic_shared``
+    the bytes of dynamic shared memory it needs (0: its shared arrays are static). Above
+    48 KB a launch must first raise the function's
+    ``cudaFuncAttributeMaxDynamicSharedMemorySize`` to that figure. ``stages``: the
+    cp.async stages of its pipelined loop (1 without one)."""
 
     kernel: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     tiled: bool = False
+    dynamic_shared: int = 0
+    stages: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,19 +123,20 @@ class CudaKernel:
 
 
 def emit(func: PrimFunc, registry: Registry | None = None, *,
-         pipeline: bool = True) -> CudaKernel:
+         pipeline: bool = True, stages: int = STAGES) -> CudaKernel:
     """Emit ``func`` (tensorized for cuda, or not tensorized at all) as CUDA C++.
 
-    With ``pipeline``, the shared-memory stages of each reduction loop are double-buffered
-    and filled with ``cp.async`` one step ahead (:mod:`.pipeline`); without, each step
-    copies its tiles and then computes.
+    With ``pipeline``, the shared-memory stages of each reduction loop are buffered
+    ``stages`` deep and filled with ``cp.async`` ``stages - 1`` steps ahead
+    (:mod:`.pipeline`); without, each step copies its tiles and then computes.
 
     Raises EmitError naming the statement or buffer the backend cannot express (a
     warp-collective call outside any warp loop, a fragment read element by element, loops
     bound to one thread axis with different extents).
     """
     registry = registry or default_registry()
-    pipelined = software_pipeline(func) if pipeline else Pipelined(func, frozenset(), {})
+    pipelined = (software_pipeline(func, stages) if pipeline
+                 else Pipelined(func, frozenset(), {}))
     func = pipelined.func
     globals_ = [b for b in func.allocs if b.scope == "global"]
     for buffer in func.allocs:
@@ -316,6 +332,10 @@ class _KernelEmitter:
         self.per_warp: dict[Buffer, int] = {}
         self.dims: dict[str, int] = {}
         self.group: dict[str, tuple[str, str]] = {}
+        self.stages = 1
+        self.block_index: dict[str, str] = {}
+        # A store redirected to a thread's register array (a computed 16-byte store).
+        self.redirect: tuple[Buffer, str] | None = None
         self.launch = Launch(name, (1, 1, 1), (1, 1, 1))
 
     # ---- planning ------------------------------------------------------------------------
@@ -412,18 +432,14 @@ class _KernelEmitter:
         if tiled:
             grid = tuple(self.dims.get(f"blockIdx.{a}", 1) for a in "xyz")
             block = (32, self.dims.get("threadIdx.y", 1), self.dims.get("threadIdx.z", 1))
-            self.group = {"block": ("tz_tid", "tz_nthreads"), "warp": ("threadIdx.x", "32"),
-                          "thread": ("0", "1")}
-            self._line("const int tz_tid = threadIdx.x + blockDim.x * (threadIdx.y + "
+            # Thread counts as constants: the copies unroll and their divisions are shifts.
+            self.group = {"block": ("tz_tid", str(block[0] * block[1] * block[2])),
+                          "warp": ("threadIdx.x", "32"), "thread": ("0", "1")}
+            self._line("const unsigned tz_tid = threadIdx.x + blockDim.x * (threadIdx.y + "
                        "blockDim.y * threadIdx.z);")
-            self._line("const int tz_nthreads = blockDim.x * blockDim.y * blockDim.z;")
             self._line("const int tz_warp = threadIdx.y + blockDim.y * threadIdx.z;")
-            warps = block[1] * block[2]
-            for buffer, layout in self.shared.items():
-                size = warps * self.per_warp[buffer] if buffer in self.per_warp else layout.size
-                name = self._buffer_name(buffer)
-                self._line(f"__shared__ __align__(128) {ctype(buffer.dtype)} {name}[{size}];")
-                self._line(f'tz_shared_declare({name}, "{name}");')
+            self._rasterise(grid)
+            dynamic = self._declare_shared(block[1] * block[2])
             for buffer, frag in self.frags.items():
                 self._line(f"{frag.type_text} {self._buffer_name(buffer)}"
                            f"[{frag.counts[0]}][{frag.counts[1]}];")
@@ -439,13 +455,54 @@ class _KernelEmitter:
             self.group = {"grid": ("(blockIdx.x * blockDim.x + threadIdx.x)",
                                    "(gridDim.x * blockDim.x)"), "thread": ("0", "1")}
             self._stmt(stmt, scope, "grid")
-        self.launch = Launch(self.name, grid, block, tiled)
+        self.launch = Launch(self.name, grid, block, tiled, dynamic if tiled else 0,
+                             self.stages)
         params = ", ".join(f"{ctype(b.dtype)}* __restrict__ {self.buffer_names[b]}"
                            for b in self.buffers)
         threads = block[0] * block[1] * block[2]
         head = (f'extern "C" __global__ void __launch_bounds__({threads}) '
                 f"{self.name}({params}) {{")
         return "\n".join([head, *self.lines, "}", ""])
+
+    def _rasterise(self, grid: tuple[int, int, int]) -> None:
+        """With blocks along x and y, declare the swizzled block coordinates the blockIdx.x/y
+        loops take (RASTER_ROWS); a bijection of the grid, so every tile is still computed
+        once."""
+        gx, gy = grid[0], grid[1]
+        if gx == 1 or gy == 1:
+            return
+        group = RASTER_ROWS * gx
+        self._line("// Rasterised: groups of block rows, column by column within each.")
+        self._line("const unsigned tz_block = blockIdx.x + gridDim.x * blockIdx.y;")
+        self._line(f"const unsigned tz_first = tz_block / {group}u * {RASTER_ROWS}u;")
+        self._line(f"const unsigned tz_rows = tz_min({gy}u - tz_first, {RASTER_ROWS}u);")
+        self._line(f"const int tz_block_y = tz_first + tz_block % {group}u % tz_rows;")
+        self._line(f"const int tz_block_x = tz_block % {group}u / tz_rows;")
+        self.block_index = {"blockIdx.x": "tz_block_x", "blockIdx.y": "tz_block_y"}
+
+    def _declare_shared(self, warps: int) -> int:
+        """Declare the shared arrays, each 128-byte aligned: static arrays when they fit
+        STATIC_SHARED_LIMIT together, else pointers into one dynamic array. Returns the
+        dynamic bytes (0 when static)."""
+        placed = []
+        offset = 0
+        for buffer, layout in self.shared.items():
+            size = warps * self.per_warp[buffer] if buffer in self.per_warp else layout.size
+            placed.append((buffer, size, offset))
+            offset += -(-size * max(buffer.dtype.bits // 8, 1) // 128) * 128
+        dynamic = offset if offset > STATIC_SHARED_LIMIT else 0
+        if dynamic:
+            self._line(f"TZ_DYNAMIC_SHARED(tz_dynamic_shared, {dynamic});")
+        for buffer, size, start in placed:
+            name = self._buffer_name(buffer)
+            if dynamic:
+                self._line(f"{ctype(buffer.dtype)}* const {name} = reinterpret_cast<"
+                           f"{ctype(buffer.dtype)}*>(tz_dynamic_shared + {start});")
+                self._line(f'tz_shared_declare({name}, {size}, "{name}");')
+            else:
+                self._line(f"__shared__ __align__(128) {ctype(buffer.dtype)} {name}[{size}];")
+                self._line(f'tz_shared_declare({name}, "{name}");')
+        return dynamic
 
     def _line(self, text: str) -> None:
         self.lines.append("  " * self.depth + text)
@@ -520,8 +577,9 @@ class _KernelEmitter:
             return _memory_accesses(stmt, self.registry)
         if isinstance(stmt, BufferStore):
             printer = self._printer(scope)
-            self._line(f"{self._element(stmt.buffer, stmt.indices, scope, 'store')} = "
-                       f"{printer(stmt.value)};")
+            target = (self.redirect[1] if self.redirect and self.redirect[0] is stmt.buffer
+                      else self._element(stmt.buffer, stmt.indices, scope, 'store'))
+            self._line(f"{target} = {printer(stmt.value)};")
             return _memory_accesses(stmt, self.registry)
         if isinstance(stmt, IntrinsicCall):
             if ctx != "warp" and self.dims:
@@ -536,15 +594,22 @@ class _KernelEmitter:
         returns (accesses before the first barrier, accesses after the last)."""
         pending: set = set()
         head: set | None = None
+        previous = None
         for stmt in stmts:
             touched = _memory_accesses(stmt, self.registry)
-            # A pipelined loop opens every step with its own wait and barrier.
-            opens_synced = isinstance(stmt, For) and stmt.var in self.pipelined.loops
+            # A pipelined loop opens every step with its own wait and barrier; prologue copies
+            # fill distinct stages.
+            opens_synced = isinstance(stmt, For) and stmt.var in self.pipelined.loops or (
+                previous is not None and self.pipelined.in_prologue(previous)
+                and self.pipelined.in_prologue(stmt))
+            previous = stmt
             if ctx in _BARRIERS and _conflict(pending, touched, ctx) and not opens_synced:
                 self._line(_BARRIERS[ctx])
                 head = pending if head is None else head
                 pending = set()
             pending |= self._stmt(stmt, scope, ctx)
+            if self.pipelined.commits_after(stmt):
+                self._line("tz_cp_async_commit();")
         return (pending if head is None else head), pending
 
     def _for(self, loop: For, scope: _Scope, ctx: str) -> set:
@@ -554,7 +619,7 @@ class _KernelEmitter:
         inner.names[loop.var] = name
         if loop.kind is ForKind.THREAD_BINDING:
             inner.threads[loop.var] = loop.thread
-            self._line(f"{{ const int {name} = {loop.thread};")
+            self._line(f"{{ const int {name} = {self.block_index.get(loop.thread, loop.thread)};")
             entered = "warp" if loop.thread.startswith("threadIdx") else ctx
             pending = self._stmt(loop.body, inner, entered)
             self._line("}")
@@ -578,16 +643,20 @@ class _KernelEmitter:
         return pending
 
     def _pipelined_for(self, loop: For, inner: _Scope, name: str) -> set:
-        """A double-buffered loop (:mod:`.pipeline`): its body is the guarded prefetch of the
-        next step, then the compute. The copies issued before the loop (the prologue) and
-        each prefetch are committed as one group; each step opens by waiting for the group
-        in flight and a barrier, after which every thread's copies are visible and every
-        warp has finished reading the stage the prefetch overwrites."""
+        """A multi-stage loop (:mod:`.pipeline`): its body is the guarded prefetch of a later
+        step, then the compute. Each step waits until at most ``N - 2`` of the committed
+        groups are in flight (its own tiles have landed) and passes a barrier, after which
+        every thread's copies are visible and every warp has finished reading the stage the
+        prefetch overwrites; it then commits its prefetch as one group."""
         prefetch, *rest = loop.body.stmts
-        self._line("tz_cp_async_commit();")
+        stages = self.pipelined.stages[loop.var]
+        self.stages = max(self.stages, stages)
+        # Unrolled by the stage count, each copy's stage indices ``(ko + s) % N`` are
+        # constants.
+        self._line(f"#pragma unroll {stages}")
         self._line(f"for (int {name} = 0; {name} < {loop.extent}; ++{name}) {{")
         self.depth += 1
-        self._line("tz_cp_async_wait_all();")
+        self._line(f"tz_cp_async_wait_group<{stages - 2}>();")
         self._line("__syncthreads();")
         self._stmt(prefetch, inner, "block")
         self._line("tz_cp_async_commit();")
@@ -601,7 +670,7 @@ class _KernelEmitter:
         """Deal the iterations of the nest's leading loops that bind no reduce iterator out
         to the threads of ``ctx``; the other loops run in each thread. Returns the memory
         accesses left unsynchronised (none in a warp, which synchronises after the nest)."""
-        lane = self._vector_lane(loops, realize, scope)
+        lane, computed = self._vector_lane(loops, realize, scope)
         if lane is not None:
             loops = loops[:-1]
         reduce_vars: set[Var] = set()
@@ -618,18 +687,26 @@ class _KernelEmitter:
         total = 1
         for loop in spread:
             total *= loop.extent
-        flat = self._fresh("tz_i")
         inner = scope.child()
-        self._line(f"for (int {flat} = {tid}; {flat} < {total}; {flat} += {count}) {{")
-        self.depth += 1
-        stride = total
-        for loop in spread:
-            stride //= loop.extent
+        interleave = lane is not None and self._interleaved_rows(spread, realize)
+        if ctx in ("block", "warp"):
+            values = self._unrolled_deal(spread, tid, int(count), total, interleave)
+        else:
+            flat = self._fresh("tz_i")
+            self._line(f"for (int {flat} = {tid}; {flat} < {total}; {flat} += {count}) {{")
+            self.depth += 1
+            values, stride = [], total
+            for loop in spread:
+                stride //= loop.extent
+                values.append(f"({flat} / {stride}) % {loop.extent}")
+        for loop, value in zip(spread, values):
             name = self._fresh(loop.var.name)
             inner.names[loop.var] = name
             inner.ranges[loop.var] = Interval(0, loop.extent - 1)
-            self._line(f"const int {name} = ({flat} / {stride}) % {loop.extent};")
-        if lane is not None:
+            self._line(f"const int {name} = {value};")
+        if lane is not None and computed:
+            self._vector_compute(lane, realize, inner)
+        elif lane is not None:
             self._vector_move(lane, realize, inner)
         else:
             stmt: Stmt = realize
@@ -643,25 +720,54 @@ class _KernelEmitter:
             return set()
         return _memory_accesses(realize, self.registry)
 
+    def _unrolled_deal(self, spread: list[For], tid: str, threads: int, total: int,
+                       interleave: bool) -> list[str]:
+        """Open the unrolled loop (and its guard) by which each of ``threads`` threads takes
+        its iterations of the nest (:mod:`.deal`); returns each loop's value as C text."""
+        step = self._fresh("tz_s")
+        dealt = deal([loop.extent for loop in spread], threads, tid, step, interleave)
+        if dealt.steps > 1:
+            self._line("#pragma unroll")
+        self._line(f"for (unsigned {step} = 0; {step} < {dealt.steps}u; ++{step}) {{")
+        self.depth += 1
+        if dealt.guarded:
+            self._line(f"if ({tid} + {step} * {threads}u >= {total}u) break;")
+        return [f"int({value})" for value in dealt.values]
+
+    def _interleaved_rows(self, spread: list[For], realize: BlockRealize) -> bool:
+        """Whether a 16-byte copy into a buffer that fragment loads read deals its pieces row
+        first: 8 consecutive threads take the same piece of 8 consecutive rows, which an odd
+        row pitch puts on 8 different bank groups (:mod:`.memory`); a warp still reads whole
+        rows of global memory. Needs the rows (the second-last spread loop) in eights."""
+        layout = self.shared.get(realize.block.writes[0].buffer)
+        return (layout is not None and layout.panel is not None and len(spread) >= 2
+                and spread[-2].extent % 8 == 0 and spread[-1].extent > 1)
+
     def _vector_lane(self, loops: list[For], realize: BlockRealize, scope: _Scope
-                     ) -> For | None:
-        """The nest's innermost loop when it is vectorized and moves one aligned 16-byte
-        piece per iteration of the others (:mod:`.vector`); otherwise None, and a comment
-        in the source says why a vectorized loop stays scalar."""
+                     ) -> tuple[For | None, bool]:
+        """(the nest's innermost loop, whether its values are computed) when it is vectorized
+        and moves one aligned 16-byte piece per iteration of the others (:mod:`.vector`): a
+        plain copy, or a computed store whose lanes a thread computes into registers; else
+        (None, False), and a comment in the source says why a vectorized loop stays
+        scalar."""
         if not loops or loops[-1].kind is not ForKind.VECTORIZED:
             if loops and realize.block.writes[0].buffer.scope == "shared":
                 self._line(f"// scalar copy: loop {comment_text(loops[-1].var.name)} is not "
                            "vectorized (the schedule vectorizes rows of a multiple of 16 bytes)")
-            return None
+            return None, False
         lane = loops[-1]
         ranges = dict(scope.ranges)
         for loop in loops:
             ranges[loop.var] = Interval(0, loop.extent - 1)
         _, reason = vector_copy(realize, lane.var, lane.extent, scope.env, ranges, self.shared)
-        if reason is not None:
-            self._line(f"// scalar copy: {comment_text(reason)}")
-            return None
-        return lane
+        if reason is None:
+            return lane, False
+        computed = vector_store(realize, lane.var, lane.extent, scope.env, ranges, self.shared)
+        if computed is None:
+            return lane, True
+        self._line(f"// scalar copy: {comment_text(reason)}; as a computed store: "
+                   f"{comment_text(computed)}")
+        return None, False
 
     def _vector_move(self, lane: For, realize: BlockRealize, scope: _Scope) -> None:
         """One 16-byte move: the copy's store and load at the first lane."""
@@ -678,6 +784,31 @@ class _KernelEmitter:
                             "address")
         move = "tz_cp_async16" if store.buffer in self.pipelined.staged else "tz_copy16"
         self._line(f"{move}(&{dst}, &{src});")
+
+    def _vector_compute(self, lane: For, realize: BlockRealize, scope: _Scope) -> None:
+        """A computed 16-byte store: the thread's lanes into a register array, then one
+        16-byte store at the first lane's element."""
+        store = realize.block.body
+        values = f"{self._fresh('tz_v')}"
+        self._line(f"alignas(16) {ctype(store.buffer.dtype)} {values}[{lane.extent}];")
+        inner = scope.child()
+        name = self._fresh(lane.var.name)
+        inner.names[lane.var] = name
+        inner.ranges[lane.var] = Interval(0, lane.extent - 1)
+        self._line("#pragma unroll")
+        self._line(f"for (int {name} = 0; {name} < {lane.extent}; ++{name}) {{")
+        self.depth += 1
+        self.redirect = (store.buffer, f"{values}[{name}]")
+        self._realize(realize, inner, "thread")
+        self.redirect = None
+        self.depth -= 1
+        self._line("}")
+        first = {lane.var: IntImm(0, lane.var.dtype)}
+        bound = {iv.var: substitute(b, first) for iv, b in zip(realize.block.iter_vars,
+                                                                 realize.bindings)}
+        indices = tuple(simplify(substitute(i, bound), scope.ranges) for i in store.indices)
+        self._line(f"tz_store16(&{self._element(store.buffer, indices, scope, 'address')}, "
+                   f"{values});")
 
     def _serial(self, stmt: Stmt, scope: _Scope) -> None:
         """Emit ``stmt`` as run by one thread."""

@@ -34,7 +34,7 @@ import numpy as np
 from targets.cuda.cexpr import ctype
 from targets.cuda.emit import CudaKernel
 
-__all__ = ["COPY_MODES", "EmulationError", "emulate"]
+__all__ = ["BANK_FIELDS", "COPY_MODES", "EmulationError", "emulate"]
 
 # When an asynchronous copy lands: at its thread's wait (a stage read before the wait is
 # stale), or at its issue (a stage still being read when the prefetch overwrites it is
@@ -116,8 +116,24 @@ def _aligned(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return raw[start:start + nbytes].view(dtype)[:int(np.prod(shape))].reshape(shape)
 
 
+# The fields of one record of the bank trace (``BankRecord`` in emulation/mma.h).
+BANK_FIELDS = ("kind", "warp", "barriers", "rank", "lane", "address", "bytes", "lines", "pitch")
+
+
+def _bank_records(library: ctypes.CDLL) -> np.ndarray:
+    """The bank trace of the last launch, one row of BANK_FIELDS per record."""
+    library.tz_bank_count.restype = ctypes.c_size_t
+    library.tz_bank_data.restype = ctypes.c_void_p
+    count = library.tz_bank_count()
+    if count == 0:
+        return np.zeros((0, len(BANK_FIELDS)), np.uint64)
+    words = (ctypes.c_uint64 * (count * len(BANK_FIELDS))).from_address(library.tz_bank_data())
+    return np.ctypeslib.as_array(words).reshape(count, len(BANK_FIELDS)).copy()
+
+
 def emulate(kernel: CudaKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray], *,
-            reverse: bool = False, copies: str = "at_wait") -> dict[str, np.ndarray]:
+            reverse: bool = False, copies: str = "at_wait",
+            banks: list[tuple[str, np.ndarray]] | None = None) -> dict[str, np.ndarray]:
     """Run ``kernel`` under the host emulation and return the parameters it writes, by name.
 
     ``inputs`` maps parameter names to arrays (or lists them in parameter order); others
@@ -125,7 +141,9 @@ def emulate(kernel: CudaKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.n
     decreasing order between barriers. ``copies`` (one of COPY_MODES) says when an
     asynchronous copy lands: at its thread's wait, or at its issue. Raises EmulationError
     when the build or a run fails, naming the race or the uninitialised read for a missing
-    barrier, and the buffer, element and thread of an out-of-bounds access.
+    barrier, and the buffer, element and thread of an out-of-bounds access. With a list
+    as ``banks``, each launch appends (kernel name, the shared accesses of its first block as
+    rows of BANK_FIELDS) for the bank model of :mod:`.banks`.
     """
     if copies not in COPY_MODES:
         raise ValueError(f"emulate: argument 'copies': expected one of "
@@ -147,7 +165,10 @@ def emulate(kernel: CudaKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.n
     args = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
     for launch in kernel.launches:
         entry = getattr(library, f"tz_launch_{launch.kernel}")
+        library.tz_bank_trace(int(banks is not None))
         if entry(args, int(reverse), int(copies == "at_issue")) != 0:
             raise EmulationError(f"{launch.kernel}: {library.tz_error().decode()}")
+        if banks is not None:
+            banks.append((launch.kernel, _bank_records(library)))
     by_name = {b.name: a for b, a in zip(kernel.buffers, arrays)}
     return {name: by_name[name].copy() for name in kernel.outputs}

@@ -2,18 +2,22 @@
 fragment arrays that stand for ``wmma.*`` buffers.
 
 Shared memory. A 2-D shared buffer read by fragment loads of tiles ``W`` columns wide is
-stored in **column panels** of width ``W``: element ``(r, c)`` at
-``(c / W) * panel_stride + r * P + c % W``, where ``P`` (the row pitch in a panel) is ``W``
-rounded up to 16 bytes. Each fragment tile is then one block with ``ldm = P`` starting at a
-multiple of ``16 * P`` elements, which keeps every ``load_matrix_sync`` pointer 32-byte
-aligned and ``ldm`` a multiple of 16 bytes (row-major int8 tiles at column 16, or 8-wide int8
-tiles at column 8, would not be) and the loads free of bank conflicts (a warp reads
-consecutive words). ``panel_stride`` is the panel's size plus 32 bytes, so the copy into
-shared memory, whose consecutive threads cross from one panel into the next, finds the next
-panel 8 banks further on instead of on the same banks. Leading dimensions (the two stages of a
-double buffer) select whole sets of panels, each 128-byte aligned. Other shared buffers are
-row-major with their rows padded by 16 bytes (4 banks) where that keeps the row size a
-multiple of 16 bytes.
+stored row-major when every tile column starts 32 bytes aligned (``W`` a multiple of 32
+bytes: 16 halves), else in **column panels** one tile wide (int8 tiles of 16 or 8 bytes):
+element ``(r, c)`` at ``(c / W) * panel_stride + r * P + c % W``. The row pitch ``P`` is the
+row (of the buffer, or of a panel) rounded up to an *odd* number of 16-byte units
+(:func:`padded_pitch`: 32-byte rows get 48, 64-byte rows 80, 16-byte rows stay 16). Each
+fragment tile is then one block with ``ldm = P``, 32-byte aligned, ``ldm`` a multiple of 16
+bytes, as ``load_matrix_sync`` requires. An odd pitch is what makes the accesses free of
+bank conflicts: a fragment load (``ldmatrix``) reads, per phase, one 16-byte piece of each of
+8 consecutive rows, and rows an odd number of 16-byte units apart fall on 8 different
+4-bank groups of the 32 banks; the cooperative copies into these buffers deal their 16-byte
+pieces so that 8 consecutive threads take one piece of 8 consecutive rows
+(``emit._cooperative``), the same pattern. ``tests/targets/cuda/test_banks.py`` checks both on
+the emitted kernels with the bank model of :mod:`.banks`. Leading dimensions (the stages of
+a double buffer) select whole sets of panels, each 128-byte aligned. Other shared buffers are
+row-major with their rows padded by 16 bytes where that keeps the row size a multiple of 16
+bytes.
 
 Fragments. A ``wmma.*`` buffer is a tile grid; each warp keeps only the fragments it touches.
 An access region's start, as an affine function of the loop variables, splits into the terms
@@ -30,7 +34,8 @@ from ir import Buffer, Expr, Var
 from ir.arith import Interval, LinearForm, bound_form, linearize, simplify
 from targets.cuda.cexpr import EmitError
 
-__all__ = ["FragmentLayout", "SharedLayout", "dense_offset", "shared_layout", "warp_split"]
+__all__ = ["FragmentLayout", "SharedLayout", "dense_offset", "padded_pitch", "panel_width",
+           "shared_layout", "warp_split"]
 
 
 def dense_offset(strides: tuple[int, ...], indices: list[str]) -> str:
@@ -59,7 +64,10 @@ class SharedLayout:
             return dense_offset(self.strides, indices)
         r, c = indices[-2:]
         w = self.panel
-        text = f"(({c}) / {w}) * {self.panel_stride} + ({r}) * {self.pitch} + ({c}) % {w}"
+        if w == self.buffer.shape[-1]:
+            text = f"({r}) * {self.pitch} + ({c})"
+        else:
+            text = f"(({c}) / {w}) * {self.panel_stride} + ({r}) * {self.pitch} + ({c}) % {w}"
         stages = [i for i, s in zip(indices, self.stage_strides) if s]
         if not stages:
             return text
@@ -76,6 +84,18 @@ class SharedLayout:
         return self.strides[-2] if layout == "row_major" else self.strides[-1]
 
 
+def padded_pitch(row_bytes: int) -> int:
+    """The bytes between rows of ``row_bytes`` that fragment loads read: an odd number of
+    16-byte units, so 8 consecutive rows start on 8 different groups of 4 banks."""
+    return 16 * (-(-row_bytes // 16) | 1)
+
+
+def panel_width(tile_width: int, cols: int, elem: int) -> int:
+    """The columns of a panel: all ``cols`` (row-major) when every tile's first column is
+    32-byte aligned in a row, else one tile's ``tile_width``."""
+    return cols if (tile_width * elem) % 32 == 0 else tile_width
+
+
 def shared_layout(buffer: Buffer, tile_width: int | None) -> SharedLayout:
     """The layout of shared ``buffer`` (module docs); ``tile_width`` is the width of the
     fragment tiles loaded from it, None when no fragment load reads it. In the panel layout,
@@ -83,17 +103,18 @@ def shared_layout(buffer: Buffer, tile_width: int | None) -> SharedLayout:
     elem = max(buffer.dtype.bits // 8, 1)
     shape = buffer.shape
     rows, cols = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
-    if tile_width is not None and len(shape) >= 2:
-        pitch = -(-tile_width * elem // 16) * 16 // elem
-        if cols % tile_width == 0 and (rows * pitch * elem) % 32 == 0:
-            stride = rows * pitch + 32 // elem
-            size = stride * (cols // tile_width)
+    if tile_width is not None and len(shape) >= 2 and cols % tile_width == 0:
+        width = panel_width(tile_width, cols, elem)
+        pitch = padded_pitch(width * elem) // elem
+        if (rows * pitch * elem) % 32 == 0:
+            stride = rows * pitch
+            size = stride * (cols // width)
             # Leading dimensions (the stages of a double buffer) index whole panel sets,
             # each starting 128 bytes aligned.
             whole = -(-size * elem // 128) * 128 // elem
             stage_strides = tuple(whole * _product(shape[d + 1:-2]) if shape[d] > 1 else 0
                                   for d in range(len(shape) - 2))
-            return SharedLayout(buffer, tile_width, pitch, stride, (),
+            return SharedLayout(buffer, width, pitch, stride, (),
                                 whole * _product(shape[:-2]), stage_strides)
     strides = list(buffer.effective_strides)
     if len(shape) >= 2 and (shape[-1] * elem) % 16 == 0:

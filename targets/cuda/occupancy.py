@@ -30,20 +30,25 @@ class Architecture:
     shared_granularity: int  # bytes; a block's shared memory is allocated in these units
     max_blocks_per_sm: int
     max_warps_per_sm: int
+    max_shared_per_block: int  # bytes a block may opt in to (dynamic shared memory)
+    sm_count: int  # SMs of the reference part (A100 SXM, H100 SXM), for waves
 
 
 # Compute capability 8.0 (A100) and 9.0 (H100): CUDA C++ Programming Guide, "Compute
 # Capabilities", table "Technical Specifications per Compute Capability"; allocation
-# granularities from the occupancy calculator's "GPU Data" sheet.
+# granularities from the occupancy calculator's "GPU Data" sheet; SM counts of the A100 SXM4
+# (108) and H100 SXM5 (132) from NVIDIA's architecture whitepapers.
 ARCHITECTURES = {
     "sm_80": Architecture(registers_per_sm=65536, max_registers_per_thread=255,
                           register_granularity=256, shared_per_sm=164 * 1024,
                           shared_reserved_per_block=1024, shared_granularity=128,
-                          max_blocks_per_sm=32, max_warps_per_sm=64),
+                          max_blocks_per_sm=32, max_warps_per_sm=64,
+                          max_shared_per_block=163 * 1024, sm_count=108),
     "sm_90": Architecture(registers_per_sm=65536, max_registers_per_thread=255,
                           register_granularity=256, shared_per_sm=228 * 1024,
                           shared_reserved_per_block=1024, shared_granularity=128,
-                          max_blocks_per_sm=32, max_warps_per_sm=64),
+                          max_blocks_per_sm=32, max_warps_per_sm=64,
+                          max_shared_per_block=227 * 1024, sm_count=132),
 }
 
 

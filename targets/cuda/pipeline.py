@@ -1,69 +1,102 @@
-"""Double buffering of the shared-memory stages of a tiled kernel's reduction loop.
+"""Multi-stage buffering of the shared-memory stages of a tiled kernel's reduction loop.
 
 The CUDA schedule leaves each step ``ko`` of the reduction as: copy the step's tiles into
 shared memory, then let the warps compute on them. :func:`software_pipeline` rewrites such a
-loop, in the IR, into two stages of every staged buffer and a prefetch one step ahead::
+loop, in the IR, into ``N`` stages of every staged buffer (``N`` = ``stages``, at most the
+loop's extent ``K``) and prefetches ``N - 1`` steps ahead::
 
-    copies(0) into stage 0                                   # prologue
+    copies(s) into stage s, for s in 0 .. N-2                # prologue, one group each
     for ko in range(K):
-        if ko + 1 < K:
-            copies(ko + 1) into stage (ko + 1) % 2           # the next step's tiles ...
-        compute(ko) from stage ko % 2                        # ... load while this one runs
+        if ko + N-1 < K:
+            copies(ko + N-1) into stage (ko + N-1) % N       # a later step's tiles ...
+        compute(ko) from stage ko % N                        # ... load while this one runs
 
-Each staged buffer ``S`` becomes ``S`` with a leading dimension of 2; every block touching
-it gets one more spatial iterator, the stage, bound to ``0``, ``(ko + 1) % 2`` or ``ko % 2``.
-Run in order, the result computes what the loop did (the host executor checks that). On a
-GPU the prefetch must not overwrite the stage that warps still read, and the compute must
-see the prefetched tiles complete: the backend issues the copies as ``cp.async``, commits
-them as one group, and opens every step with a wait for that group and a
-``__syncthreads()`` (which also orders the previous step's reads before the next prefetch).
+Each staged buffer ``S`` becomes ``S`` with a leading dimension of ``N``; every block
+touching it gets one more spatial iterator, the stage, bound to ``s``, ``(ko + N-1) % N`` or
+``ko % N``. Run in order, the result computes what the loop did (the host executor checks
+that). On a GPU the prefetch must not overwrite the stage that warps still read, and the
+compute must see its tiles complete: the backend issues the copies as ``cp.async``, commits
+each prologue stage and each step's prefetch as one group (an empty one on the last steps,
+so the count stays regular), and opens every step with ``cp.async.wait_group N-2`` (of the
+``N-1 + ko`` groups committed, the first ``ko + 1`` hold step ``ko``'s tiles) and a
+``__syncthreads()``, which also orders the reads of stage ``(ko - 1) % N`` in the step
+before ahead of this step's prefetch into it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ir import (Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, Expr, For,
-                ForKind, IfThenElse, IntImm, IterVar, Mutator, PrimFunc, Range, SeqStmt, Stmt,
-                Var,
+                ForKind, IfThenElse, IntImm, IterVar, Mutator, PrimFunc, Range, SeqStmt, Stmt, Var,
                 dtypes, substitute)
 from ir.visitor import post_order_visit
 
 __all__ = ["Pipelined", "software_pipeline"]
 
-STAGES = 2
+STAGES = 3
 
 
 @dataclass(frozen=True, slots=True)
 class Pipelined:
-    """A rewritten function: ``func``, the variables of its pipelined loops, and the double
-    buffers (``staged``, each with its original) that its prefetches fill."""
+    """A rewritten function: ``func``, the variables of its pipelined loops with their
+    stage counts (``stages``), the staged buffers (``staged``, each with its original) that
+    its prefetches fill, and the prologue statements after which a copy group is committed
+    (``commits``, compared by identity)."""
 
     func: PrimFunc
     loops: frozenset[Var]
     staged: dict[Buffer, Buffer]
+    stages: dict[Var, int] = field(default_factory=dict)
+    commits: tuple[Stmt, ...] = ()
+    prologue: tuple[Stmt, ...] = ()
+
+    def commits_after(self, stmt: Stmt) -> bool:
+        """Whether a copy group is committed after prologue statement ``stmt``."""
+        return any(stmt is c for c in self.commits)
+
+    def in_prologue(self, stmt: Stmt) -> bool:
+        """Whether ``stmt`` is a prologue copy (into a stage no other prologue copy
+        writes)."""
+        return any(stmt is p for p in self.prologue)
 
 
-def software_pipeline(func: PrimFunc) -> Pipelined:
-    """Double-buffer every block-level serial loop of ``func``'s root statements whose body
-    starts with copies from global into shared buffers used nowhere else, followed by warp
-    code reading them (module docs). A function without such a loop comes back as is."""
-    loops: set[Var] = set()
-    staged: dict[Buffer, Buffer] = {}
+def software_pipeline(func: PrimFunc, stages: int = STAGES) -> Pipelined:
+    """Stage ``stages`` deep (at least 2) every block-level serial loop of ``func``'s root
+    statements whose body starts with copies from global into shared buffers used nowhere
+    else, followed by warp code reading them (module docs). A function without such a loop
+    comes back as is."""
+    if not isinstance(stages, int) or stages < 2:
+        raise ValueError(f"software_pipeline: argument 'stages': expected an int of at least "
+                         f"2, got {stages!r}")
+    plan = _Plan(stages)
     root = func.body.block
-    body = _rewrite(root.body, root.body, loops, staged)
+    body = _rewrite(root.body, root.body, plan)
     if body is root.body:
         return Pipelined(func, frozenset(), {})
-    doubled = {old: new for new, old in staged.items()}
+    doubled = {old: new for new, old in plan.staged.items()}
     allocs = tuple(doubled.get(b, b) for b in root.alloc_buffers)
     block = replace(root, body=body, alloc_buffers=allocs)
     result = PrimFunc(func.name, func.params, replace(func.body, block=block), func.loc)
-    return Pipelined(result, frozenset(loops), staged)
+    return Pipelined(result, frozenset(plan.stages), plan.staged, plan.stages,
+                     tuple(plan.commits), tuple(plan.prologue))
 
 
-def _rewrite(stmt: Stmt, root: Stmt, loops: set[Var], staged: dict[Buffer, Buffer]) -> Stmt:
+@dataclass
+class _Plan:
+    """What the rewrite has done so far: the stage count asked for, and per loop rewritten
+    its stages, the staged buffers, the prologue's statements and its group ends."""
+
+    wanted: int
+    stages: dict[Var, int] = field(default_factory=dict)
+    staged: dict[Buffer, Buffer] = field(default_factory=dict)
+    commits: list[Stmt] = field(default_factory=list)
+    prologue: list[Stmt] = field(default_factory=list)
+
+
+def _rewrite(stmt: Stmt, root: Stmt, plan: _Plan) -> Stmt:
     if isinstance(stmt, SeqStmt):
-        parts = tuple(_rewrite(s, root, loops, staged) for s in stmt.stmts)
+        parts = tuple(_rewrite(s, root, plan) for s in stmt.stmts)
         flat: list[Stmt] = []
         for part in parts:
             flat.extend(part.stmts if isinstance(part, SeqStmt) else (part,))
@@ -73,26 +106,31 @@ def _rewrite(stmt: Stmt, root: Stmt, loops: set[Var], staged: dict[Buffer, Buffe
         return stmt
     copies = _leading_copies(stmt, root)
     if copies is None:
-        body = _rewrite(stmt.body, root, loops, staged)
+        body = _rewrite(stmt.body, root, plan)
         return stmt if body is stmt.body else replace(stmt, body=body)
     count = len(copies)
     body = stmt.body.stmts
-    doubled = {b: b.with_(shape=(STAGES, *b.shape), strides=None) for b in copies}
+    n = min(plan.wanted, stmt.extent)
+    staged = {b: b.with_(shape=(n, *b.shape), strides=None) for b in copies}
     ko = stmt.var
-    one = IntImm(1, ko.dtype)
-    stage_next = (ko + one) % IntImm(STAGES, ko.dtype)
-    prologue = [_staged(_renamed(substitute(c, {ko: IntImm(0, ko.dtype)})), doubled,
-                        IntImm(0, ko.dtype)) for c in body[:count]]
-    # (ko + 1) % K, not ko + 1: the guard skips the last step, and the bindings stay in
-    # their ranges for every ko.
-    following = (ko + one) % IntImm(stmt.extent, ko.dtype)
-    prefetch = [_staged(substitute(c, {ko: following}), doubled, stage_next)
-                for c in body[:count]]
-    rest = [_staged(s, doubled, ko % IntImm(STAGES, ko.dtype)) for s in body[count:]]
-    guard = IfThenElse(ko + one < IntImm(stmt.extent, ko.dtype), _seq(prefetch))
+    ahead = IntImm(n - 1, ko.dtype)
+    prologue: list[Stmt] = []
+    for s in range(n - 1):
+        step = IntImm(s, ko.dtype)
+        prologue += [_staged(_renamed(substitute(c, {ko: step})), staged, step, n)
+                     for c in body[:count]]
+        plan.commits.append(prologue[-1])
+    plan.prologue += prologue
+    # (ko + N-1) % K, not ko + N-1: the guard skips the last steps, and the bindings stay
+    # in their ranges for every ko.
+    following = (ko + ahead) % IntImm(stmt.extent, ko.dtype)
+    prefetch = [_staged(substitute(c, {ko: following}), staged,
+                        (ko + ahead) % IntImm(n, ko.dtype), n) for c in body[:count]]
+    rest = [_staged(s, staged, ko % IntImm(n, ko.dtype), n) for s in body[count:]]
+    guard = IfThenElse(ko + ahead < IntImm(stmt.extent, ko.dtype), _seq(prefetch))
     loop = replace(stmt, body=_seq([guard, *rest]))
-    loops.add(ko)
-    staged.update({new: old for old, new in doubled.items()})
+    plan.stages[ko] = n
+    plan.staged.update({new: old for old, new in staged.items()})
     return _seq([*prologue, loop])
 
 
@@ -175,16 +213,18 @@ class _Rename(Mutator):
         return self.fresh.get(var, var)
 
 
-def _staged(stmt: Stmt, doubled: dict[Buffer, Buffer], stage: Expr) -> Stmt:
-    """``stmt`` with every block touching a doubled buffer given a stage iterator bound to
-    ``stage``, through which it indexes the buffer's leading dimension."""
-    return _StageBlocks(doubled, stage).visit(stmt)
+def _staged(stmt: Stmt, doubled: dict[Buffer, Buffer], stage: Expr, stages: int) -> Stmt:
+    """``stmt`` with every block touching a staged buffer given a stage iterator (of
+    ``stages``) bound to ``stage``, through which it indexes the buffer's leading
+    dimension."""
+    return _StageBlocks(doubled, stage, stages).visit(stmt)
 
 
 class _StageBlocks(Mutator):
-    def __init__(self, doubled: dict[Buffer, Buffer], stage: Expr) -> None:
+    def __init__(self, doubled: dict[Buffer, Buffer], stage: Expr, stages: int) -> None:
         self.doubled = doubled
         self.stage = stage
+        self.stages = stages
 
     def visit_BlockRealize(self, realize: BlockRealize) -> BlockRealize:
         if not any(_uses(realize.block, b) for b in self.doubled):
@@ -192,7 +232,7 @@ class _StageBlocks(Mutator):
         var = Var("stage", dtypes.int32)
         inner = _AddStage(self.doubled, var)
         block: Block = realize.block
-        block = replace(block, iter_vars=(*block.iter_vars, IterVar(var, STAGES)),
+        block = replace(block, iter_vars=(*block.iter_vars, IterVar(var, self.stages)),
                         reads=inner.visit(block.reads), writes=inner.visit(block.writes),
                         body=inner.visit(block.body))
         return replace(realize, block=block, bindings=(*realize.bindings, self.stage))

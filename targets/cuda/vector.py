@@ -21,7 +21,7 @@ from ir.arith import Interval, linearize, simplify
 from ir.visitor import post_order_visit
 from targets.cuda.memory import SharedLayout
 
-__all__ = ["VECTOR_BYTES", "vector_copy"]
+__all__ = ["VECTOR_BYTES", "vector_copy", "vector_store"]
 
 VECTOR_BYTES = 16
 
@@ -54,6 +54,26 @@ def vector_copy(realize: BlockRealize, lane: Var, lanes: int, env: dict[Var, Exp
         if reason is not None:
             return store, f"{buffer.name}: {reason}"
     return store, None
+
+
+def vector_store(realize: BlockRealize, lane: Var, lanes: int, env: dict[Var, Expr],
+                 ranges: dict[Var, Interval], shared: dict) -> str | None:
+    """None when the loop over ``lane`` around ``realize`` (a computed store, an epilogue's)
+    writes 16 consecutive aligned bytes, so each thread can compute its lanes into registers
+    and store them at once; else the reason."""
+    store = realize.block.body
+    if not isinstance(store, BufferStore):
+        return "the block is not a single store"
+    if lanes * max(store.buffer.dtype.bits // 8, 1) != VECTOR_BYTES:
+        return f"{lanes} lanes of {store.buffer.dtype} are not {VECTOR_BYTES} bytes"
+    if not (realize.predicate.dtype.is_bool and getattr(realize.predicate, "value", 0) == 1):
+        return "the store is guarded by a predicate"
+    inner = dict(env)
+    for iv, binding in zip(realize.block.iter_vars, realize.bindings):
+        inner[iv.var] = substitute(binding, env)
+    placed = tuple(simplify(substitute(i, inner), ranges) for i in store.indices)
+    reason = _access_reason(store.buffer, placed, lane, lanes, shared.get(store.buffer))
+    return None if reason is None else f"{store.buffer.name}: {reason}"
 
 
 def _access_reason(buffer, indices: tuple[Expr, ...], lane: Var, lanes: int,

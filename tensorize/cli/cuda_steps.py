@@ -2,10 +2,10 @@
 for each architecture (with what ptxas says of each kernel's registers, shared memory and
 spills, and the occupancy they allow), run it under the host emulation of the warp matrix API
 (asynchronous copies landing at their wait, and again at their issue), and run it on a GPU
-where pycuda finds one.
+where CuPy finds one.
 
 Each step reports through the run's report; a step whose tool is missing here (nvcc, a host
-C++ compiler, pycuda and a driver) is reported as skipped with the reason, never as passed.
+C++ compiler, CuPy and a driver) is reported as skipped with the reason, never as passed.
 """
 
 from __future__ import annotations
@@ -15,28 +15,109 @@ from typing import Any
 
 import numpy as np
 
-from ir import PrimFunc
+from intrinsics import Registry
+from ir import PrimFunc, ScheduleError
 from targets import cuda
+from targets.cuda import occupancy as sm_limits
 from targets.cuda.compile import KernelResources, SassMix, cuobjdump_path, resource_usage, sass_mix
 from targets.cuda.emulate import COPY_MODES
 from targets.cuda.occupancy import occupancy
+from targets.cuda.pipeline import STAGES
+from targets.cuda.run import gpu_unavailable
+from tensorize.engine import Tensorized, auto_tensorize
+from tensorize.engine.cuda_schedule import CudaTiling, TilingFigures, TilingTrial, search_tilings
 
 # The architectures every emitted kernel is compiled for: Ampere (cp.async) and Hopper.
 ARCHITECTURES = ("sm_80", "sm_90")
 
 
+def tune_cuda(func: PrimFunc, registry: Registry, arch: str = "sm_80", measured: int = 6
+              ) -> tuple[Tensorized, int, list[TilingTrial]]:
+    """The tensorization of ``func`` for cuda with the tiling and stages the static search
+    ranks best on ``arch`` (``tensorize.engine.cuda_schedule``: each of the best
+    ``measured`` estimates compiled, its registers and shared memory from ptxas and its
+    non-MMA instructions per MMA from the SASS where cuobjdump exists), the stages, and the
+    trials. Without a tensorized block, without nvcc, or where no candidate tiling fits the
+    GEMM (too small for any block tile), the engine's own tiling stands."""
+    first = auto_tensorize(func, "cuda", registry=registry)
+    done = [b for b in first.blocks if b.intrinsic is not None]
+    if not done or cuda.nvcc_path() is None:
+        return first, STAGES, []
+    intrinsic = registry.get(done[0].intrinsic)
+    shape = tuple(iv.extent for iv in intrinsic.iter_vars)
+    extents = tuple(done[0].extents[-3:])
+    batch = int(np.prod(done[0].extents[:-3], dtype=np.int64))
+    elem = max(intrinsic.operands[0].dtype.bits // 8, 1)
+
+    def measure(tiling: CudaTiling, stages: int) -> TilingFigures | None:
+        try:
+            tensorized = auto_tensorize(func, "cuda", registry=registry, tiling=tiling)
+            return _figures(cuda.emit(tensorized.func, stages=stages), arch)
+        except (ScheduleError, cuda.EmitError, cuda.CompileError):
+            return None
+
+    trials = search_tilings(extents, shape, elem, batch, sm_limits.ARCHITECTURES[arch],
+                            lambda r, s, t: occupancy(arch, r, s, t), measure, measured)
+    if not trials:
+        return first, STAGES, []
+    best = trials[0]
+    if not best.measured:
+        return first, STAGES, trials
+    return (auto_tensorize(func, "cuda", registry=registry, tiling=best.tiling), best.stages,
+            trials)
+
+
+def tensorize_tuned(func: PrimFunc, registry: Registry, report: Any) -> tuple[Tensorized, int]:
+    """``--tune`` on ``--target cuda``: :func:`tune_cuda`, one ``tune`` line per measured
+    trial (its tiles, figures and modelled cycles) and the trials in the JSON under
+    ``tune``; returns the tensorization and the stages to emit with."""
+    result, stages, trials = tune_cuda(func, registry)
+    if not trials:
+        report.skip("tune", "nothing to tune: no tensorized block, no nvcc to measure with, "
+                            "or no candidate block tile fits the GEMM; the engine's tiling "
+                            "stands")
+        return result, stages
+    done = next(b for b in result.blocks if b.intrinsic is not None)
+    shape = tuple(iv.extent for iv in registry.get(done.intrinsic).iter_vars)
+    for trial in (t for t in trials if t.measured):
+        report.step("tune", True, trial.describe(shape))
+    report.data["tune"] = [{"warps": list(t.tiling.warps), "fragments": list(t.tiling.fragments),
+                            "k_steps": t.tiling.k_steps, "stages": t.stages,
+                            "measured": t.measured,
+                            "cycles": t.cycles if t.blocks_per_sm else None} for t in trials]
+    return result, stages
+
+
+def _figures(kernel: cuda.CudaKernel, arch: str) -> TilingFigures | None:
+    """The tensorized launch's figures on ``arch``: ptxas resources (dynamic shared memory
+    added) and, where cuobjdump exists, non-MMA instructions per MMA in its k loop; None
+    when no launch is tiled (the engine refused the tiling)."""
+    launch = next((l for l in kernel.launches if l.tiled), None)
+    if launch is None:
+        return None
+    (r,) = [r for r in resource_usage(kernel, arch) if r.kernel == launch.kernel]
+    other = None
+    if cuobjdump_path() is not None:
+        (mix,) = [m for m in sass_mix(kernel, arch) if m.kernel == launch.kernel]
+        other = mix.other_per_mma if mix.mma else None
+    return TilingFigures(r.registers, r.shared_bytes + launch.dynamic_shared,
+                         r.spill_stores + r.spill_loads, other)
+
+
 def run_cuda(func: PrimFunc, reference: dict[str, np.ndarray], inputs: dict[str, np.ndarray],
-             report: Any, compare: Any, emitted: list[str], emit_code: bool
-             ) -> dict[str, np.ndarray]:
-    """Emit ``func`` (tensorized for cuda) as CUDA C++ and check it every way this machine
-    allows; returns the outputs of the most faithful run (GPU, else emulation, else
-    ``reference``)."""
-    kernel = cuda.emit(func)
+             report: Any, compare: Any, emitted: list[str], emit_code: bool,
+             stages: int = STAGES) -> dict[str, np.ndarray]:
+    """Emit ``func`` (tensorized for cuda) as CUDA C++ with ``stages`` cp.async stages and
+    check it every way this machine allows; returns the outputs of the most faithful run
+    (GPU, else emulation, else ``reference``)."""
+    kernel = cuda.emit(func, stages=stages)
     launches = "; ".join(f"{l.kernel} grid {l.grid} block {l.block}" for l in kernel.launches)
     report.step("emit", True, f"CUDA C++, {len(kernel.source.splitlines())} lines, "
                               f"{len(kernel.launches)} kernel(s): {launches}")
     report.data["cuda"] = {"launches": [{"kernel": l.kernel, "grid": list(l.grid),
-                                         "block": list(l.block)} for l in kernel.launches],
+                                         "block": list(l.block), "stages": l.stages,
+                                         "dynamic_shared": l.dynamic_shared}
+                                        for l in kernel.launches],
                            "params": list(kernel.params)}
     if emit_code:
         emitted.append(_with_launches(kernel))
@@ -48,7 +129,10 @@ def run_cuda(func: PrimFunc, reference: dict[str, np.ndarray], inputs: dict[str,
 def _with_launches(kernel: cuda.CudaKernel) -> str:
     """The source, preceded by how to launch it (one comment line per kernel, in order)."""
     lines = [f"// launch in order, arguments ({', '.join(kernel.params)}):"]
-    lines += [f"//   {l.kernel}<<<dim3{l.grid}, dim3{l.block}>>>" for l in kernel.launches]
+    lines += [f"//   {l.kernel}<<<dim3{l.grid}, dim3{l.block}"
+              + (f", {l.dynamic_shared}>>> after cudaFuncSetAttribute({l.kernel}, "
+                 f"cudaFuncAttributeMaxDynamicSharedMemorySize, {l.dynamic_shared})"
+                 if l.dynamic_shared else ">>>") for l in kernel.launches]
     return "\n".join(lines) + "\n" + kernel.source
 
 
@@ -83,9 +167,10 @@ def _ptxas(kernel: cuda.CudaKernel, arch: str, report: Any, disassemble: bool) -
         report.step("ptxas", False, str(err).splitlines()[0])
         return
     threads = {l.kernel: l.block[0] * l.block[1] * l.block[2] for l in kernel.launches}
+    dynamic = {l.kernel: l.dynamic_shared for l in kernel.launches}
     order = list(threads)
     for r in sorted(resources, key=lambda r: order.index(r.kernel)):
-        line, data = _resources(r, threads[r.kernel])
+        line, data = _resources(r, threads[r.kernel], dynamic[r.kernel])
         report.step("ptxas", True, line)
         if r.kernel in mixes:
             data["sass"] = _sass(mixes[r.kernel], arch, report)
@@ -102,16 +187,20 @@ def _sass(mix: SassMix, arch: str, report: Any) -> dict[str, Any]:
     return {"mma": mix.mma, "other": mix.other, "scope": mix.scope}
 
 
-def _resources(r: KernelResources, threads: int) -> tuple[str, dict[str, Any]]:
-    """The report line and the JSON record of one kernel on one architecture."""
-    o = occupancy(r.arch, r.registers, r.shared_bytes, threads)
+def _resources(r: KernelResources, threads: int, dynamic: int) -> tuple[str, dict[str, Any]]:
+    """The report line and the JSON record of one kernel on one architecture; ``dynamic``
+    bytes of dynamic shared memory add to the static ones ptxas reports."""
+    shared = r.shared_bytes + dynamic
+    o = occupancy(r.arch, r.registers, shared, threads)
     spills = r.spill_stores + r.spill_loads
-    line = (f"{r.kernel} {r.arch}: {r.registers} registers, {r.shared_bytes} B shared, "
+    kind = f" ({dynamic} dynamic)" if dynamic else ""
+    line = (f"{r.kernel} {r.arch}: {r.registers} registers, {shared} B shared{kind}, "
             f"{spills} spill bytes, {r.stack_frame} B stack; {threads} threads per block, "
             f"occupancy {o.warps} warps of {o.max_warps} ({o.fraction:.0%}) limited by "
             f"{o.limited_by}")
     data = {"kernel": r.kernel, "arch": r.arch, "registers": r.registers,
-            "shared_bytes": r.shared_bytes, "spill_stores": r.spill_stores,
+            "shared_bytes": shared, "dynamic_shared_bytes": dynamic,
+            "spill_stores": r.spill_stores,
             "spill_loads": r.spill_loads, "stack_frame": r.stack_frame,
             "threads_per_block": threads, "blocks_per_sm": o.blocks, "warps_per_sm": o.warps,
             "occupancy": o.fraction, "limited_by": o.limited_by}
@@ -158,10 +247,9 @@ def _emulate_once(kernel: cuda.CudaKernel, inputs: dict[str, np.ndarray],
 def _on_gpu(kernel: cuda.CudaKernel, inputs: dict[str, np.ndarray],
             reference: dict[str, np.ndarray], report: Any, compare: Any
             ) -> dict[str, np.ndarray] | None:
-    try:
-        import pycuda.autoinit  # noqa: F401  (creates the context, or fails without a driver)
-    except Exception as err:  # ImportError without pycuda, pycuda's own errors without a GPU
-        report.skip("gpu", f"no CUDA device to run on ({type(err).__name__}: {err})")
+    reason = gpu_unavailable()
+    if reason is not None:
+        report.skip("gpu", f"no CUDA device to run on ({reason})")
         return None
     run = cuda.run(kernel, inputs, repeat=10)
     for name, expected in reference.items():

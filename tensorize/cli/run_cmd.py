@@ -27,7 +27,7 @@ skip with the reason when this machine lacks what the step needs):
      executed); a kernel no engine here can run (a feature the host lacks) fails, with
      the reason, and is never run;
    - cuda: emit CUDA C++ with WMMA, compile it with nvcc for sm_80 and sm_90, run it under
-     the host's emulation of WMMA and the thread model, and on a GPU where pycuda finds one;
+     the host's emulation of WMMA and the thread model, and on a GPU where CuPy finds one;
    - host (the default): the kernel runs on the reference executor;
 5. when the file defines reference(...), a numpy function taking the kernel's inputs in
    parameter order and returning its output(s), compare the outputs with it as well
@@ -103,6 +103,7 @@ examples:
   tensorize run KERNEL.py --target arm --features +i8mm       # also smmla/usdot
   tensorize run KERNEL.py --target x86                        # AVX-512 VNNI, run natively
   tensorize run KERNEL.py --target x86 --tune                 # time register tiles, cache
+  tensorize run KERNEL.py --target cuda --tune                # search tiles and stages
   tensorize run KERNEL.py --target mine --intrinsics-dir DIR  # a target you describe
   tensorize run KERNEL.py --target cuda --emit code -o k.cu   # the CUDA C++ and its launches
 """
@@ -145,7 +146,9 @@ def register(subparsers: Any) -> None:
                              "the best few, keep the fastest; a CPU target: rank the register "
                              "tiles that fit by the estimate, run the best few, keep the one "
                              "that executes the fewest instructions (emulated) or runs fastest "
-                             "(native), and cache it for later runs")
+                             "(native), and cache it for later runs; cuda: search block tile, "
+                             "warp tile, k tile and cp.async stages with the static cost model, "
+                             "compile the best few, keep the cheapest")
     parser.add_argument("--machine", metavar="FILE.yaml",
                         help="NPU: the machine to run on, a YAML file with a machine: section "
                              "(and, optionally, its own NPU family of intrinsics, which then "
@@ -243,8 +246,8 @@ def handle(args: argparse.Namespace) -> int:
     else:
         registry = default_registry(args.intrinsics_dir)
     kind = _target_kind(args.target, args.features, registry)
-    if args.tune and kind not in ("npu", "cpu"):
-        raise UsageError(f"--tune requires --target npu or a CPU target "
+    if args.tune and kind not in ("npu", "cpu", "cuda"):
+        raise UsageError(f"--tune requires --target npu, cuda or a CPU target "
                          f"({_cpu_targets(registry)}), got --target {args.target}")
     features = _features(args.features, args.target, registry) if kind == "cpu" else None
     if args.intrinsic:
@@ -445,6 +448,10 @@ def _tensorize(func: PrimFunc, args: argparse.Namespace, features: str | None,
 
         result, tiles = tensorize_cpu(func, args.target, features, registry, args.intrinsic,
                                       args.tune, report)
+    elif args.tune and args.target == "cuda":
+        from tensorize.cli.cuda_steps import tensorize_tuned
+
+        result, args.cuda_stages = tensorize_tuned(func, registry, report)
     elif args.tune:
         from simulator import load_machine
         from tensorize.engine.tune import tune_npu
@@ -519,7 +526,7 @@ def _run_target(func: PrimFunc, result: Tensorized, inputs: dict[str, np.ndarray
         from tensorize.cli.cuda_steps import run_cuda
 
         outputs = run_cuda(result.func, outputs, inputs, report, compare, emitted,
-                           "code" in args.emit)
+                           "code" in args.emit, **_cuda_stages(args))
     else:
         report.skip("run", f"no code generator serves target {args.target} (kind "
                            f"{registry.target_kind(args.target)}); only its tensorized IR "
@@ -641,3 +648,9 @@ def _check_reference(expected: dict[str, np.ndarray] | None, outputs: dict[str, 
 def _reduction_blocks(func: PrimFunc) -> set[str]:
     return {s.block.name for s, _ in tree.walk_stmts(func) if isinstance(s, BlockRealize)
             and any(iv.kind is IterKind.REDUCE for iv in s.block.iter_vars)}
+
+
+def _cuda_stages(args: argparse.Namespace) -> dict[str, int]:
+    """The cp.async stages ``--tune`` chose for cuda (none: the emitter's default)."""
+    stages = getattr(args, "cuda_stages", None)
+    return {} if stages is None else {"stages": stages}

@@ -163,8 +163,9 @@ def target_features(target: str, registry: Registry | None = None) -> str | None
 
 def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = None,
                    intrinsic: str | None = None, config: MachineConfig | None = None,
-                   tiling: NpuTiling | cpu_schedule.CpuTiling | cpu_schedule.TileChoice | None
-                   = None, features: str | None = None) -> Tensorized:
+                   tiling: NpuTiling | cpu_schedule.CpuTiling | cpu_schedule.TileChoice
+                   | cuda_schedule.CudaTiling | None = None, features: str | None = None
+                   ) -> Tensorized:
     """Tensorize every block of ``func`` that an intrinsic of ``target`` can compute.
 
     ``intrinsic`` restricts the search to one compute intrinsic of ``target`` (by name;
@@ -174,7 +175,8 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = N
     target's own), and with them the intrinsics tried. For the NPU, ``config`` is the
     machine (default: the built-in one) and ``tiling`` overrides the chosen tile; for a CPU
     target, ``tiling`` is a register tile or a choice of one per block
-    (``cpu_schedule.TileChoice``).
+    (``cpu_schedule.TileChoice``); for cuda, the block, warp and k tiles
+    (``cuda_schedule.CudaTiling``).
     """
     start = time.perf_counter()
     registry = registry or default_registry()

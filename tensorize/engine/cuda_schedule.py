@@ -32,7 +32,7 @@ fragments that warp's threads touch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,8 @@ from ir.visitor import post_order_visit
 from tensorize.match.result import Match
 from tensorize.schedule import Schedule, tree
 
-__all__ = ["CudaTiling", "choose_tiling", "schedule", "schedule_cuda"]
+__all__ = ["CudaTiling", "TilingFigures", "TilingTrial", "choose_tiling", "estimate",
+           "model_cycles", "schedule", "schedule_cuda", "search_tilings", "tiling_candidates"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,16 +67,24 @@ def _largest_divisor(count: int, choices: tuple[int, ...]) -> int:
 
 def choose_tiling(extents: tuple[int, int, int], shape: tuple[int, int, int],
                   elem_bytes: int) -> CudaTiling:
-    """The tiling for padded extents (m, n, k) and fragment shape (tm, tn, tk): block tiles
-    of up to 8 x 8 fragments, split over 2 x 4 warps (2 x 2 fragments per warp when the
-    tile is 4 x 4), and 32-deep stages for 2-byte inputs (a 1-byte input's second 16-column
-    step would not be 32-byte aligned for load_matrix_sync in row-major shared memory)."""
+    """The tiling for padded extents (m, n, k) and fragment shape (tm, tn, tk): where the
+    extents take 8 x 16 fragments, CUTLASS's 128 x 256 block of 2 x 4 warps of 64 x 64 (4 x 4
+    fragments, the static search's best for large GEMMs); else block tiles of up to 8 x 8
+    fragments, split over 2 x 4 warps (2 x 2 fragments per warp when the tile is 4 x 4);
+    and 2 fragment steps per stage where they divide k: for 2-byte inputs
+    always, for 1-byte inputs when the k loop keeps at least 4 steps for the pipeline (the
+    backend's 16-byte panels keep each int8 tile 32-byte aligned); else 1."""
     m_tiles, n_tiles, k_tiles = (e // s for e, s in zip(extents, shape))
+    if elem_bytes >= 2:
+        kt = _largest_divisor(k_tiles, (2, 1))
+    else:
+        kt = 2 if k_tiles % 2 == 0 and k_tiles // 2 >= 4 else 1
+    if m_tiles % 8 == 0 and n_tiles % 16 == 0:
+        return CudaTiling((2, 4), (4, 4), kt)
     bm = _largest_divisor(m_tiles, (8, 4, 2, 1))
     bn = _largest_divisor(n_tiles, (8, 4, 2, 1))
     wy = 2 if bm >= 2 else 1
     wx = 4 if bn >= 8 else (2 if bn >= 2 else 1)
-    kt = _largest_divisor(k_tiles, (2, 1)) if elem_bytes >= 2 else 1
     return CudaTiling((wy, wx), (bm // wy, bn // wx), kt)
 
 
@@ -262,6 +271,7 @@ def _warp_tile(sch: Schedule, stage, loops: tuple[list, list], tiling: CudaTilin
     sch.reorder(wr, wc, fr, fc, ri)
     if epilogue is not None:
         sch.reverse_compute_at(epilogue, fc)
+        _vectorize_copy(sch, epilogue)
     _tensorize_first(sch, ri, candidates)
     sch.bind(wr, "threadIdx.z")
     sch.bind(wc, "threadIdx.y")
@@ -311,3 +321,165 @@ def _operand_buffers(sch: Schedule, block_name: str) -> tuple[str, str, str]:
 
     post_order_visit(store.value, visit)
     return found[(0, 2)], found[(2, 1)], store.buffer.name
+
+
+# ---- the static tiling search ---------------------------------------------------------------
+#
+# Candidates are (tiling, stages) pairs whose block tile divides the padded extents. Each is
+# first estimated without compiling (registers and shared memory from the tile sizes), the
+# best ``measured`` are compiled by the caller's ``measure`` (ptxas registers and shared
+# memory, the SASS mix, the modelled bank conflicts), and all are ranked by one cost model:
+#
+#   blocks per SM   occupancy from registers and shared memory (the occupancy calculator)
+#   waves           ceil(blocks / (blocks per SM x SM count))
+#   issue           blocks per SM x MMAs per block / 4 sub-partitions
+#                   x max(MMA_CYCLES, 1 + non-MMA per MMA + bank conflicts per MMA)
+#   global          blocks per SM x (BM + BN) x K x element bytes / GLOBAL_BYTES_PER_CYCLE
+#   shared          blocks per SM x bytes the warps' fragment loads read / SHARED_BYTES_PER_CYCLE
+#   cycles          waves x max(issue, global, shared)
+#                   x max(1, 2 / warps per sub-partition)     (too few warps hide no latency)
+#
+# MMAs are m16n8k16 HMMA/IMMA (two per 16 x 16 x 16 WMMA); MMA_CYCLES is the tensor pipe's
+# issue interval for one on an sm_80 sub-partition (1024 dense fp16 FMA per clock per SM).
+# GLOBAL_BYTES_PER_CYCLE is an SM's share of the L2 bandwidth (about 5 TB/s over 108 SMs at
+# 1.4 GHz on an A100: an estimate); SHARED_BYTES_PER_CYCLE is 32 banks of 4 bytes.
+
+MMA_CYCLES = 8
+GLOBAL_BYTES_PER_CYCLE = 32
+SHARED_BYTES_PER_CYCLE = 128
+WARP_GRIDS = ((2, 2), (2, 4), (4, 2))
+FRAGMENT_GRIDS = ((2, 2), (4, 2), (2, 4), (4, 4))
+STAGE_CHOICES = (2, 3, 4)
+
+
+@dataclass(frozen=True, slots=True)
+class TilingFigures:
+    """What one candidate compiles to: ``registers`` per thread, ``shared_bytes`` per block
+    (static plus dynamic), ``spills`` (bytes), non-MMA instructions per MMA in the k loop and
+    modelled bank conflicts per MMA (None: not measured, the estimate stands in)."""
+
+    registers: int
+    shared_bytes: int
+    spills: int = 0
+    other_per_mma: float | None = None
+    conflicts_per_mma: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TilingTrial:
+    """One candidate of the search: its tiling and stages, the figures it was ranked by
+    (``measured`` when compiled), and what the cost model makes of them."""
+
+    tiling: CudaTiling
+    stages: int
+    figures: TilingFigures
+    measured: bool
+    blocks_per_sm: int
+    waves: int
+    cycles: float
+
+    def describe(self, shape: tuple[int, int, int]) -> str:
+        """One line: block and warp tiles, stages, figures and modelled cycles."""
+        bm, bn, bk = self.tiling.block_tile(*shape)
+        f = self.figures
+        how = "measured" if self.measured else "estimated"
+        other = ("non-MMA instructions unknown (no cuobjdump)" if f.other_per_mma is None
+                 else f"{f.other_per_mma:.2f} non-MMA instructions per MMA")
+        conflicts = ("bank conflicts not modelled" if f.conflicts_per_mma is None
+                     else f"{f.conflicts_per_mma:.2f} bank conflicts per MMA")
+        fit = (f"{self.blocks_per_sm} blocks/SM, {self.waves} waves, {self.cycles:.3g} cycles"
+               if self.blocks_per_sm else "does not fit on an SM")
+        return (f"block {bm}x{bn}x{bk}, warps {self.tiling.warps[0]}x{self.tiling.warps[1]} "
+                f"of {bm // self.tiling.warps[0]}x{bn // self.tiling.warps[1]}, "
+                f"{self.stages} stages ({how}: {f.registers} registers, {f.shared_bytes} B "
+                f"shared, {f.spills} spill bytes, {other}, {conflicts}): {fit}")
+
+
+def tiling_candidates(extents: tuple[int, int, int], shape: tuple[int, int, int],
+                      elem_bytes: int) -> list[tuple[CudaTiling, int]]:
+    """Every (tiling, stages) whose block tile divides the padded extents (m, n, k): warps
+    2x2, 2x4 or 4x2, fragments 2x2 to 4x4 a warp, 2 or 4 fragment steps per stage (1 or 2
+    for 1-byte inputs), 2 to 4 stages (at most the k loop's steps)."""
+    m_tiles, n_tiles, k_tiles = (e // s for e, s in zip(extents, shape))
+    found = []
+    for wy, wx in WARP_GRIDS:
+        for fm, fn in FRAGMENT_GRIDS:
+            if m_tiles % (wy * fm) or n_tiles % (wx * fn):
+                continue
+            for kt in ((2, 4) if elem_bytes >= 2 else (1, 2)):
+                if k_tiles % kt:
+                    continue
+                for stages in STAGE_CHOICES:
+                    if stages <= max(k_tiles // kt, 2):
+                        found.append((CudaTiling((wy, wx), (fm, fn), kt), stages))
+    return found
+
+
+def estimate(tiling: CudaTiling, stages: int, shape: tuple[int, int, int],
+             elem_bytes: int) -> TilingFigures:
+    """Figures without compiling: an accumulator tile of 8 registers per 16 x 16 fragment,
+    4 per A and B fragment and 40 for addresses; the padded shared stages (rows padded by
+    16 bytes, as the backend lays them out). Non-MMA instructions and conflicts unknown."""
+    fm, fn = tiling.fragments
+    bm, bn, bk = tiling.block_tile(*shape)
+    registers = 8 * fm * fn + 4 * (fm + fn) + 40
+    stage = bm * (bk * elem_bytes + 16) + bk * (bn * elem_bytes + 16)
+    return TilingFigures(registers, stages * stage)
+
+
+def model_cycles(tiling: CudaTiling, figures: TilingFigures, extents: tuple[int, int, int],
+                 shape: tuple[int, int, int], elem_bytes: int, batch: int, limits: Any,
+                 occupancy: Any) -> tuple[int, int, float]:
+    """(blocks per SM, waves, cycles) of the cost model (section comment) on an architecture
+    with ``limits`` (its ``sm_count``) and ``occupancy(registers, shared, threads)``."""
+    bm, bn, _ = tiling.block_tile(*shape)
+    warps = tiling.warps[0] * tiling.warps[1]
+    fit = occupancy(figures.registers, figures.shared_bytes, 32 * warps)
+    if fit.blocks == 0 or figures.spills:
+        return 0, 0, float("inf")
+    blocks = (extents[0] // bm) * (extents[1] // bn) * batch
+    waves = -(-blocks // (fit.blocks * limits.sm_count))
+    k = extents[2]
+    mmas = (bm // 16) * (bn // 8) * (k // 16)
+    other = figures.other_per_mma if figures.other_per_mma is not None else 2.0
+    conflicts = figures.conflicts_per_mma or 0.0
+    issue = fit.blocks * mmas / 4 * max(MMA_CYCLES, 1 + other + conflicts)
+    global_ = fit.blocks * (bm + bn) * k * elem_bytes / GLOBAL_BYTES_PER_CYCLE
+    fragments = warps * (tiling.fragments[0] * shape[0] + tiling.fragments[1] * shape[1])
+    shared = fit.blocks * fragments * shape[2] * (k // shape[2]) * elem_bytes
+    hiding = max(1.0, 2.0 / (fit.warps / 4))
+    busiest = max(issue, global_, shared / SHARED_BYTES_PER_CYCLE)
+    return fit.blocks, waves, waves * busiest * hiding
+
+
+def search_tilings(extents: tuple[int, int, int], shape: tuple[int, int, int],
+                   elem_bytes: int, batch: int, limits: Any, occupancy: Any,
+                   measure: Callable[[CudaTiling, int], TilingFigures | None],
+                   measured: int = 6) -> list[TilingTrial]:
+    """The candidates (:func:`tiling_candidates`) ranked by modelled cycles, best first:
+    all estimated, the best ``measured`` of them then measured (``measure`` returns None for
+    one that does not compile) and ranked again on what they measured. Unmeasured trials
+    rank after measured ones; equal cycles go to larger block tiles (less traffic per MMA
+    where the tensor pipe hides it), then more stages (the model does not see the latency
+    they hide), then fewer non-MMA instructions per MMA."""
+    def trial(tiling: CudaTiling, stages: int, figures: TilingFigures,
+              done: bool) -> TilingTrial:
+        fit = model_cycles(tiling, figures, extents, shape, elem_bytes, batch, limits,
+                           occupancy)
+        return TilingTrial(tiling, stages, figures, done, *fit)
+
+    estimated = sorted((trial(t, s, estimate(t, s, shape, elem_bytes), False)
+                        for t, s in tiling_candidates(extents, shape, elem_bytes)), key=_rank)
+    trials = []
+    for n, guess in enumerate(estimated):
+        figures = measure(guess.tiling, guess.stages) if n < measured else None
+        trials.append(guess if figures is None else trial(guess.tiling, guess.stages,
+                                                          figures, True))
+    return sorted(trials, key=_rank)
+
+
+def _rank(trial: TilingTrial) -> tuple:
+    other = trial.figures.other_per_mma
+    (wy, wx), (fm, fn) = trial.tiling.warps, trial.tiling.fragments
+    return (not trial.measured, trial.cycles, -wy * wx * fm * fn, -trial.stages,
+            float("inf") if other is None else other)

@@ -6,9 +6,10 @@
 // reaches __syncthreads() (or __syncwarp(), or its end), in increasing or decreasing thread
 // order, and releases a barrier once every thread of the block (of the warp) waits at it.
 // A thread that finishes while others wait at a barrier is reported as barrier divergence.
-// Asynchronous copies (cp.async) land when their thread waits for them, or, in the other mode
-// a run can choose (copies_at_issue), when issued: a stage overwritten early or late shows
-// in one of the two. A thread ending with copies it never waited for is reported.
+// Asynchronous copies (cp.async) land when their thread waits for their committed group
+// (tz_cp_async_wait_group<N> lands the oldest groups until N are left in flight), or, in the
+// other mode a run can choose (copies_at_issue), when issued: a stage overwritten early or
+// late shows in one of the two. A thread ending with copies it never waited for is reported.
 // __shared__ variables are function statics: one copy, shared by the block's threads.
 //
 // Shared memory is checked. The emitted source declares each shared array
@@ -29,6 +30,9 @@
 // tz_shared_load/tz_shared_store outside its array, and a copy or wmma operation whose bytes
 // run past the end of the buffer they start in (or start in none), is reported with the
 // buffer, the element and the thread. Plain global loads and stores are not checked.
+//
+// Banks. A run can ask for the trace of its first block's shared accesses (tz_bank_trace),
+// which targets/cuda/banks.py models for bank conflicts.
 //
 // Fragments. Every lane holds the whole tile, row-major, and every lane performs each wmma
 // operation on its own copy; the hardware's distribution of elements over lanes is not
@@ -73,8 +77,10 @@ struct Thread {
   tz_dim3 index;
   State state;
   size_t collectives;
+  unsigned barriers, accesses;  // barriers passed; shared accesses since the last one
   char* stack;
-  std::vector<AsyncCopy> issued, committed;  // cp.async copies not yet performed
+  std::vector<AsyncCopy> issued;                 // cp.async copies not yet committed
+  std::vector<std::vector<AsyncCopy>> groups;    // committed groups not yet waited for
 };
 
 struct Collective {
@@ -268,6 +274,27 @@ inline void touch(const void* pointer, size_t bytes, Mode mode, bool collective 
   }
 }
 
+// The bank trace: when a run asks for it, the shared accesses of the launch's first block,
+// for the bank model of targets/cuda/banks.py. One record per access of a thread (per warp
+// for a fragment load, by lane 0), keyed by the warp, the barriers its thread passed and
+// the access's rank since the last one: the lanes' records with one key are one instruction.
+struct BankRecord {
+  uint64_t kind, warp, barriers, rank, lane, address, bytes, lines, pitch;
+};
+enum BankKind { SCALAR_ACCESS = 0, COPY_ACCESS = 1, FRAGMENT_LOAD = 2 };
+inline bool trace_banks = false;
+inline std::vector<BankRecord> bank_records;
+inline void record_bank(BankKind kind, const void* pointer, size_t bytes, size_t lines = 1,
+                        size_t pitch = 0) {
+  if (!trace_banks || block_index.x || block_index.y || block_index.z) return;
+  if (!shared_array(pointer)) return;
+  unsigned id = linear_id(current->index);
+  unsigned rank = current->accesses++;
+  if (kind == FRAGMENT_LOAD && id % 32) return;
+  bank_records.push_back({uint64_t(kind), id / 32, current->barriers, rank, id % 32,
+                          reinterpret_cast<uintptr_t>(pointer), bytes, lines, pitch});
+}
+
 // A new block: its shared memory is undefined, and no barrier has passed.
 inline void reset_shared(unsigned warps) {
   for (auto& array : shared_arrays) array.state.assign(array.bytes, ByteState{});
@@ -277,6 +304,8 @@ inline void reset_shared(unsigned warps) {
 
 inline void wait(State state) {
   current->state = state;
+  ++current->barriers;
+  current->accesses = 0;
   swapcontext(&current->context, &scheduler);
 }
 
@@ -310,7 +339,8 @@ inline void land(const AsyncCopy& copy) { std::memcpy(copy.dst, copy.src, 16); }
 
 inline void entry() {
   (*kernel_body)();
-  size_t pending = current->issued.size() + current->committed.size();
+  size_t pending = current->issued.size();
+  for (auto& group : current->groups) pending += group.size();
   if (pending) fail("%zu asynchronous copies were never waited for", pending);
   current->state = DONE;
 }
@@ -337,8 +367,9 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
           th.index = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
           th.state = RUNNING;
           th.collectives = 0;
+          th.barriers = th.accesses = 0;
           th.issued.clear();
-          th.committed.clear();
+          th.groups.clear();
           th.stack = stacks[t].data();
           getcontext(&th.context);
           th.context.uc_stack.ss_sp = th.stack;
@@ -404,6 +435,15 @@ template <class T, size_t N> inline void tz_shared_declare(T (&array)[N], const 
   tz::shared_arrays.push_back({base, sizeof array, sizeof(T), name,
                                std::vector<tz::ByteState>(sizeof array)});
 }
+// A region of the dynamic shared array, as an array of `count` elements.
+template <class T> inline void tz_shared_declare(T* base, size_t count, const char* name) {
+  const char* start = reinterpret_cast<const char*>(base);
+  if (tz::shared_array(start)) return;
+  tz::shared_arrays.push_back({start, count * sizeof(T), sizeof(T), name,
+                               std::vector<tz::ByteState>(count * sizeof(T))});
+}
+// Dynamic shared memory (extern __shared__ on a GPU): a function static here, like the others.
+#define TZ_DYNAMIC_SHARED(name, bytes) static __attribute__((aligned(128))) unsigned char name[bytes]
 // A global buffer of the launch, by name, for the bounds checks.
 inline void tz_global_declare(const void* base, size_t bytes, size_t element, const char* name) {
   tz::global_buffers.push_back({static_cast<const char*>(base), bytes, element, name});
@@ -425,11 +465,13 @@ template <class T> inline T* shared_element(T* a, int i, const char* what) {
 template <class T> inline T tz_shared_load(const T* a, int i) {
   const T* p = tz::shared_element(const_cast<T*>(a), i, "read");
   tz::touch(p, sizeof(T), tz::READ);
+  tz::record_bank(tz::SCALAR_ACCESS, p, sizeof(T));
   return *p;
 }
 template <class T> inline T& tz_shared_store(T* a, int i) {
   T* p = tz::shared_element(a, i, "written");
   tz::touch(p, sizeof(T), tz::WRITE);
+  tz::record_bank(tz::SCALAR_ACCESS, p, sizeof(T));
   return *p;
 }
 
@@ -442,6 +484,20 @@ inline void tz_copy16(void* dst, const void* src) {
   if (tz::error_text[0]) return;
   tz::touch(src, 16, tz::READ);
   tz::touch(dst, 16, tz::WRITE);
+  tz::record_bank(tz::COPY_ACCESS, src, 16);
+  tz::record_bank(tz::COPY_ACCESS, dst, 16);
+  std::memcpy(dst, src, 16);
+}
+
+// A 16-byte store of values the thread computed (src is its own local array): dst must be
+// 16-byte aligned and inside one buffer.
+inline void tz_store16(void* dst, const void* src) {
+  if (reinterpret_cast<uintptr_t>(dst) % 16)
+    tz::fail("16-byte store to %p: the address is not 16-byte aligned", dst);
+  tz::check_bounds(dst, 16, "written");
+  if (tz::error_text[0]) return;
+  tz::touch(dst, 16, tz::WRITE);
+  tz::record_bank(tz::COPY_ACCESS, dst, 16);
   std::memcpy(dst, src, 16);
 }
 
@@ -456,22 +512,35 @@ inline void tz_cp_async16(void* dst, const void* src) {
   tz::check_bounds(dst, 16, "written");
   if (tz::error_text[0]) return;
   tz::touch(dst, 16, tz::ISSUE);
+  tz::record_bank(tz::COPY_ACCESS, dst, 16);
   tz::current->issued.push_back({dst, src});
   if (tz::copies_at_issue) tz::land(tz::current->issued.back());
 }
+// A group may be empty (a step with nothing left to prefetch commits one all the same).
 inline void tz_cp_async_commit() {
   auto& t = *tz::current;
-  t.committed.insert(t.committed.end(), t.issued.begin(), t.issued.end());
+  t.groups.push_back(t.issued);
   t.issued.clear();
 }
-inline void tz_cp_async_wait_all() {
-  for (auto& copy : tz::current->committed) {
-    tz::touch(copy.dst, 16, tz::LAND);
-    if (!tz::copies_at_issue) tz::land(copy);
+// The oldest groups land until at most N are in flight.
+template <int N> inline void tz_cp_async_wait_group() {
+  auto& groups = tz::current->groups;
+  while (groups.size() > size_t(N)) {
+    for (auto& copy : groups.front()) {
+      tz::touch(copy.dst, 16, tz::LAND);
+      if (!tz::copies_at_issue) tz::land(copy);
+    }
+    groups.erase(groups.begin());
   }
-  tz::current->committed.clear();
 }
 inline void __syncwarp(unsigned = 0xffffffffu) { tz::wait(tz::AT_WARP_BARRIER); }
+
+extern "C" void tz_bank_trace(int on) {
+  tz::trace_banks = on;
+  tz::bank_records.clear();
+}
+extern "C" size_t tz_bank_count() { return tz::bank_records.size(); }
+extern "C" const tz::BankRecord* tz_bank_data() { return tz::bank_records.data(); }
 
 namespace nvcuda {
 namespace wmma {
@@ -529,6 +598,8 @@ inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const P* p, u
   if (!tz_touch_tile(p, ldm, columns ? F::cols : F::rows, columns ? F::rows : F::cols,
                      tz::READ))
     return;
+  tz::record_bank(tz::FRAGMENT_LOAD, p, (columns ? F::rows : F::cols) * sizeof(P),
+                  columns ? F::cols : F::rows, ldm * sizeof(P));
   for (int i = 0; i < F::rows; ++i)
     for (int j = 0; j < F::cols; ++j)
       f.x[i * F::cols + j] = std::is_same<Layout, col_major>::value ? p[i + j * ldm]
@@ -541,6 +612,8 @@ inline void load_matrix_sync(fragment<accumulator, M, N, K, T>& f, const P* p, u
   tz::collective("load_matrix_sync", p, ldm, sizeof(P), &f);
   bool columns = layout == mem_col_major;
   if (!tz_touch_tile(p, ldm, columns ? N : M, columns ? M : N, tz::READ)) return;
+  tz::record_bank(tz::FRAGMENT_LOAD, p, (columns ? M : N) * sizeof(P), columns ? N : M,
+                  ldm * sizeof(P));
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j)
       f.x[i * N + j] = layout == mem_col_major ? p[i + j * ldm] : p[i * ldm + j];

@@ -8,7 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from targets import cuda
-from tests.targets.cuda.helpers import TENSORIZED, emitted
+from targets.cuda.pipeline import software_pipeline
+from tests.targets.cuda.helpers import TENSORIZED, emitted, tensorized
 
 pytestmark = pytest.mark.skipif(cuda.nvcc_path() is None, reason="nvcc not installed")
 
@@ -35,11 +36,13 @@ def test_copies_into_shared_memory_are_128_bit_loads_and_stores(name):
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("name", ["gemm_fp16", "gemm_int8", "conv2d_nhwc_int8"])
-def test_double_buffered_stages_are_filled_by_cp_async(name, arch):
+def test_staged_buffers_are_filled_by_cp_async(name, arch):
     ptx = cuda.compile(emitted(name), arch).decode()
     assert re.search(r"cp\.async\.cg\.shared\.global \[%r\d+\], \[%rd\d+\], 16;", ptx)
     assert "cp.async.commit_group;" in ptx
-    assert "cp.async.wait_group 0;" in ptx
+    # N stages (3, or the loop's steps when fewer): each step waits for all but N - 2 groups.
+    (stages,) = software_pipeline(tensorized(name)).stages.values()
+    assert f"cp.async.wait_group {stages - 2};" in ptx
 
 
 def test_cubin_output():
@@ -53,3 +56,13 @@ def test_nvcc_errors_are_reported_with_its_diagnostics():
                              kernel.params, kernel.buffers, kernel.outputs)
     with pytest.raises(cuda.CompileError, match="nvcc -arch=sm_80 failed on gemm_int8"):
         cuda.compile(broken, "sm_80")
+
+
+@pytest.mark.parametrize("name", ["matmul_relu_fp16", "matmul_requant_int8"])
+def test_fused_epilogues_store_16_bytes_at_once(name):
+    # Each lane computes 16 bytes of the output (4 floats, 16 int8) into registers and
+    # stores them with one 128-bit store; the register array stays out of local memory.
+    kernel = emitted(name)
+    assert re.search(r"tz_store16\(&\w+\[", kernel.source)
+    ptx = cuda.compile(kernel, "sm_80").decode()
+    assert "st.global.v4" in ptx and ".local" not in ptx

@@ -22,8 +22,13 @@ def _calls(func) -> list[str]:
     return found
 
 
-def test_tiling_for_a_large_gemm_is_two_by_four_warps_of_four_by_two_fragments():
-    assert choose_tiling((4096, 4096, 4096), (16, 16, 16), 2) == CudaTiling((2, 4), (4, 2), 2)
+def test_tiling_for_a_large_gemm_is_two_by_four_warps_of_64_by_64():
+    assert choose_tiling((4096, 4096, 4096), (16, 16, 16), 2) == CudaTiling((2, 4), (4, 4), 2)
+    assert choose_tiling((4096, 4096, 4096), (16, 16, 16), 1) == CudaTiling((2, 4), (4, 4), 2)
+
+
+def test_tiling_below_256_columns_is_two_by_four_warps_of_four_by_two_fragments():
+    assert choose_tiling((128, 128, 64), (16, 16, 16), 2) == CudaTiling((2, 4), (4, 2), 2)
 
 
 def test_tiling_for_int8_keeps_one_fragment_step_per_stage():

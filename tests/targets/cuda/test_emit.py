@@ -34,18 +34,19 @@ def test_shared_stage_is_fenced_before_and_after_its_readers():
 def test_double_buffered_step_waits_then_prefetches_then_computes():
     source = emitted("gemm_fp16").source
     before, loop = source.split("for (int k_0", 1)
-    # Prologue: both stage-0 copies are issued and committed before the loop.
+    # Prologue: both stage-0 copies are issued and committed before the loop, which is
+    # unrolled by its 2 stages (64^3 has two 32-deep steps).
     assert before.count("tz_cp_async16(&") == 2 and before.rstrip().endswith(
-        "tz_cp_async_commit();")
-    order = ["tz_cp_async_wait_all();", "__syncthreads();", "if (((k_0 + 1) < 2))",
-             "tz_cp_async16(&A_shared[(((k_0 + 1) % 2)) * 2112 + ", "tz_cp_async_commit();",
+        "tz_cp_async_commit();\n  #pragma unroll 2")
+    order = ["tz_cp_async_wait_group<0>();", "__syncthreads();", "if (((k_0 + 1) < 2))",
+             "tz_cp_async16(&A_shared[(((k_0 + 1) % 2)) * 2560 + ", "tz_cp_async_commit();",
              "load_matrix_sync", "mma_sync"]
     positions = [loop.index(text) for text in order]
     assert positions == sorted(positions)
     assert loop.count("__syncthreads();") == 1
     # The fragment loads read the current stage.
     stage = re.search(r"const int (stage(_\d+)?) = \(k_0 % 2\);", loop).group(1)
-    assert f"(&A_shared[({stage}) * 2112 + " in loop
+    assert f"(&A_shared[({stage}) * 2560 + " in loop
 
 
 def test_copies_into_shared_memory_move_16_bytes_at_once():

@@ -154,10 +154,10 @@ def test_double_buffered_gemm_is_exact_in_both_thread_orders():
 
 def test_a_missing_barrier_after_the_wait_is_reported():
     kernel, inputs, _ = _pipelined_gemm()
-    text = "tz_cp_async_wait_all();\n    __syncthreads();"
+    text = "tz_cp_async_wait_group<1>();\n    __syncthreads();"
     assert kernel.source.count(text) == 1
     broken = dataclasses.replace(kernel, source=kernel.source.replace(
-        text, "tz_cp_async_wait_all();"))
+        text, "tz_cp_async_wait_group<1>();"))
     _reports(broken, inputs, False,
              READ_AFTER_WRITE.format(buffer="A_shared", reader=WARP, writer=THREAD))
     _reports(broken, inputs, True,
@@ -167,7 +167,7 @@ def test_a_missing_barrier_after_the_wait_is_reported():
 def test_a_missing_wait_is_reported():
     kernel, inputs, _ = _pipelined_gemm()
     broken = dataclasses.replace(kernel, source=kernel.source.replace(
-        "    tz_cp_async_wait_all();\n", ""))
+        "    tz_cp_async_wait_group<1>();\n", ""))
     with pytest.raises(cuda.EmulationError, match="asynchronous copies were never waited for"):
         cuda.emulate(broken, inputs)
 
@@ -181,19 +181,19 @@ def test_a_wait_at_the_end_of_the_step_is_reported():
 
 def _wait_at_step_end(kernel: cuda.CudaKernel) -> cuda.CudaKernel:
     """``kernel`` with each step's wait moved from its start to its end."""
-    source = kernel.source.replace("    tz_cp_async_wait_all();\n", "", 1)
+    source = kernel.source.replace("    tz_cp_async_wait_group<1>();\n", "", 1)
     head, loop = source.split("for (int k_0", 1)
     body_end = loop.index("\n  }\n")
-    loop = loop[:body_end] + "\n    tz_cp_async_wait_all();" + loop[body_end:]
+    loop = loop[:body_end] + "\n    tz_cp_async_wait_group<1>();" + loop[body_end:]
     return dataclasses.replace(kernel, source=head + "for (int k_0" + loop)
 
 
 def test_a_wrong_stage_index_is_reported():
     kernel, inputs, _ = _pipelined_gemm()
     # The fragment loads read the stage being prefetched instead of the current one.
-    assert kernel.source.count("= (k_0 % 2);") == 2
+    assert kernel.source.count("= (k_0 % 3);") == 2
     broken = dataclasses.replace(kernel, source=kernel.source.replace(
-        "= (k_0 % 2);", "= ((k_0 + 1) % 2);"))
+        "= (k_0 % 3);", "= ((k_0 + 2) % 3);"))
     _reports(broken, inputs, False, IN_FLIGHT)
     # In reverse order the last threads' copies for the next step come after the other
     # warps' fragment loads of that stage.

@@ -20,11 +20,11 @@ from tests.tensorize.engine.suite import suite
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
                                 reason="no host C++ compiler to build the emulation")
 
-WAIT_AND_BARRIER = "tz_cp_async_wait_all();\n    __syncthreads();"
+WAIT_AND_BARRIER = "tz_cp_async_wait_group<1>();\n    __syncthreads();"
 # The step's compute starts after the prefetch is committed.
 COMPUTE = "    tz_cp_async_commit();\n    { const int i_1"
-A_PREFETCH = "&A[(ax0_5) * 64 + (((k_0 + 1) % 4) * 16)]"
-A_FRAGMENT_LDM = "(0) % 16]), 16);"
+A_PREFETCH = "&A[(ax0_9) * 64 + (((k_0 + 2) % 4) * 16)]"
+A_FRAGMENT_LDM = " + (0)]), 16);"
 
 
 def _gemm() -> tuple[cuda.CudaKernel, dict[str, np.ndarray]]:
@@ -60,7 +60,7 @@ def test_a_barrier_after_the_prefetch_is_reported(copies):
     # The prefetch then overwrites the stage that warps later in the order have yet to read
     # in the step before: a write after their fragment loads' read.
     kernel, inputs = _gemm()
-    broken = _edited(kernel, (WAIT_AND_BARRIER, "tz_cp_async_wait_all();"),
+    broken = _edited(kernel, (WAIT_AND_BARRIER, "tz_cp_async_wait_group<1>();"),
                      (COMPUTE, COMPUTE.replace("\n", "\n    __syncthreads();\n", 1)))
     pattern = WRITE_AFTER_READ.format(buffer="A_shared", writer=THREAD, reader=WARP)
     for reverse in (False, True):
@@ -80,13 +80,13 @@ def test_a_tile_offset_one_tile_off_is_reported_out_of_bounds(copies):
 def test_a_wrong_ldm_is_reported(copies):
     kernel, inputs = _gemm()
     # Not a multiple of 16 bytes: refused by the operation's own check.
-    _caught(_edited(kernel, (A_FRAGMENT_LDM, "(0) % 16]), 8);")), inputs,
+    _caught(_edited(kernel, (A_FRAGMENT_LDM, " + (0)]), 8);")), inputs,
             "load_matrix_sync: ldm 8 elements is not a multiple of 16 bytes", copies=copies)
-    # Aligned but twice the row pitch: the last fragment of the second stage runs past the
+    # Aligned but twice the row pitch: the last fragment of the third stage runs past the
     # end of the array.
-    _caught(_edited(kernel, (A_FRAGMENT_LDM, "(0) % 16]), 32);")), inputs,
-            r"thread \(\d+, \d+, \d+\): shared A_shared\[1\d\d\d\.\.2\d\d\d\] out of bounds: "
-            r"read outside its 2304 elements", copies=copies)
+    _caught(_edited(kernel, (A_FRAGMENT_LDM, " + (0)]), 32);")), inputs,
+            r"thread \(\d+, \d+, \d+\): shared A_shared\[2\d\d\d\.\.3\d\d\d\] out of bounds: "
+            r"read outside its 3072 elements", copies=copies)
 
 
 @pytest.mark.parametrize("copies", COPY_MODES)
@@ -104,7 +104,7 @@ def test_a_global_write_under_an_in_flight_copy_differs_between_the_modes():
             "    tz_cp_async_commit();\n"
             "    C[4 * t] = 7;\n"
             "  }\n"
-            "  tz_cp_async_wait_all();\n"
+            "  tz_cp_async_wait_group<0>();\n"
             "  __syncthreads();\n"
             "  if (t < 16) C[4 * t + 1] = tz_shared_load(s, 4 * t);\n")
     kernel = _race_kernel(body)
@@ -137,3 +137,12 @@ def test_a_warp_offset_one_staging_tile_off_is_reported_out_of_bounds():
     _caught(broken, random_inputs(func, seed=2),
             r"thread \(\d+, 1, 1\): shared Y_shared\[1[2-5]\d\d\] out of bounds: read outside its "
             r"1280 elements")
+
+
+def test_a_misaligned_epilogue_store_is_reported():
+    # The fused epilogue's 16-byte store one float further on: not 16-byte aligned.
+    kernel = emitted("matmul_relu_fp16")
+    store = "tz_store16(&C[(((ax0_0_2 * 16) + ax0_5)) * 32 + ((ax1_0_4 * 16) + (ax1_0_5 * 4))]"
+    broken = _edited(kernel, (store, store[:-1] + " + 1]"))
+    _caught(broken, random_inputs(suite()["matmul_relu_fp16"]),
+            r"16-byte store to 0x[0-9a-f]+: the address is not 16-byte aligned")

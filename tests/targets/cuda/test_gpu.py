@@ -1,4 +1,4 @@
-"""targets.cuda.run on a GPU (skipped without pycuda and a CUDA driver)."""
+"""targets.cuda.run on a GPU (skipped without CuPy and a CUDA device)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,16 @@ import numpy as np
 import pytest
 
 from targets import cuda, host
+from targets.cuda.run import gpu_unavailable
 from tests.targets.cuda.helpers import emitted, random_inputs
 from tests.tensorize.engine.suite import suite
 
-pytest.importorskip("pycuda.driver")
+REASON = gpu_unavailable()
 
 
+@pytest.mark.skipif(REASON is not None, reason=f"no CUDA device: {REASON}")
 @pytest.mark.parametrize("name", ["gemm_int8", "gemm_fp16", "conv2d_nhwc_int8"])
 def test_gpu_run_matches_the_reference(name):
-    try:
-        import pycuda.autoinit  # noqa: F401
-    except Exception as err:
-        pytest.skip(f"no CUDA device: {err}")
     inputs = random_inputs(suite()[name])
     expected = host.run(suite()[name], inputs)
     actual = cuda.run(emitted(name), inputs).outputs

@@ -10,6 +10,7 @@ import pytest
 
 from targets import cuda
 from targets.cuda.compile import cuobjdump_path
+from targets.cuda.run import gpu_unavailable
 from tensorize.cli import main
 from tests.tensorize.cli.test_run_cmd import SMALL_GEMM
 
@@ -51,9 +52,11 @@ def test_cuda_run_reports_ptxas_resources_and_occupancy(gemm, capsys):
     if cuobjdump_path() is None:
         assert "skip sass        cuobjdump not found" in out
     else:
+        # Its two-step k loop is unrolled by its two stages: 2 MMA a step, none in a loop.
         for arch in ("sm_80", "sm_90"):
-            assert re.search(rf"ok   sass        gemm_k\d {arch}: 2 MMA and \d+ other "
-                             r"instructions in its k loop: [\d.]+ per MMA", out)
+            assert re.search(rf"ok   sass        gemm_k\d {arch}: 4 MMA and \d+ other "
+                             r"instructions in the kernel \(no loop holds an MMA\): [\d.]+ "
+                             r"per MMA", out)
 
 
 @needs_nvcc
@@ -71,11 +74,7 @@ def test_json_report_carries_the_ptxas_records(gemm, capsys):
 
 
 def test_cuda_run_without_a_device_reports_a_skip(gemm, capsys):
-    try:
-        import pycuda.autoinit  # noqa: F401
-    except Exception:
-        pass
-    else:
+    if gpu_unavailable() is None:
         pytest.skip("a CUDA device is present")
     main(["run", gemm, "--target", "cuda", "--quiet"])
     assert "skip gpu         no CUDA device to run on" in capsys.readouterr().out
@@ -109,7 +108,33 @@ def test_json_report_lists_the_launches(gemm, capsys):
     assert main(["run", gemm, "--target", "cuda", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     launches = report["cuda"]["launches"]
-    # The tensorized kernel runs whole warps: its block's x dimension is one warp.
-    assert any(launch["block"][0] == 32 for launch in launches)
+    # The tensorized kernel runs whole warps: its block's x dimension is one warp; its two
+    # k steps take two cp.async stages in static shared memory.
+    (tiled,) = [launch for launch in launches if launch["block"][0] == 32]
+    assert (tiled["stages"], tiled["dynamic_shared"]) == (2, 0)
     skipped = [s["step"] for s in report["steps"] if s.get("skipped")]
     assert "gpu" in skipped or "gpu_ms" in report["cuda"]
+
+
+@needs_nvcc
+def test_tune_on_a_gemm_smaller_than_every_block_tile_says_skip(gemm, capsys):
+    assert main(["run", gemm, "--target", "cuda", "--tune", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "skip tune        nothing to tune" in out
+    assert "all 800 elements equal (exact)" in out
+
+
+@pytest.mark.slow
+@needs_nvcc
+@needs_cxx
+def test_tune_on_cuda_reports_its_trials_and_emits_the_chosen_stages(capsys):
+    assert main(["run", "examples/script/gemm_int8.py", "--target", "cuda", "--tune",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    trials = report["tune"]
+    assert trials and all(t["stages"] >= 2 for t in trials)
+    # The kernel that ran is emitted with the stages of the search's best trial (fewer only
+    # where its k loop is shorter), and its emulation is still exact.
+    best = trials[0]["stages"]
+    assert all(launch["stages"] <= best for launch in report["cuda"]["launches"])
+    assert report["ok"]
