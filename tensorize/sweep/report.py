@@ -1,12 +1,15 @@
 """What a finished sweep says: per machine (all its workloads together) the total cycles,
 utilisation and area proxy; the Pareto front of cycles against the area proxy; the best
-machine per workload; and the failed points. Data first (:func:`summarize`), then text
+machine per workload; each swept model's total on the fastest machines; and the failed
+points. Data first (:func:`summarize`), then text
 (:func:`summary_text`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+from tensorize.sweep.model_totals import model_totals_text
 
 
 def machines(rows: Sequence[dict[str, Any]], workloads: int) -> list[dict[str, Any]]:
@@ -57,14 +60,17 @@ def best_per_workload(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any
     return best
 
 
-def summarize(rows: Sequence[dict[str, Any]], workloads: int) -> dict[str, Any]:
-    """The summary as data: counts, best per workload, the Pareto front, failures."""
+def summarize(rows: Sequence[dict[str, Any]], workloads: int,
+              model_totals: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The summary as data: counts, best per workload, the Pareto front, failures, and
+    each model's total per machine (:func:`tensorize.sweep.model_totals.model_totals`)."""
     entries = machines(rows, workloads)
     failed = [r for r in sorted(rows, key=lambda r: r["index"]) if r.get("error")]
     return {"points": len(rows), "failed": len(failed), "machines_complete": len(entries),
             "best": best_per_workload(rows), "pareto": pareto_front(entries),
             "failures": [{"key": r["key"], "workload": r["workload"], "fields": r["fields"],
-                          "error": r["error"]} for r in failed]}
+                          "error": r["error"]} for r in failed],
+            "model_totals": list(model_totals)}
 
 
 def _fields(fields: dict[str, Any]) -> str:
@@ -90,6 +96,9 @@ def summary_text(summary: dict[str, Any], shown_failures: int = 10) -> str:
         for entry in front:
             lines.append(f"{entry['pes']:>7,}{entry['sram_bytes']:>12,}{entry['cycles']:>12,}"
                          f"{100 * entry['utilisation']:>7.1f}%  {_fields(entry['fields'])}")
+    if summary.get("model_totals"):
+        lines.append("")
+        lines.append(model_totals_text(summary["model_totals"]))
     failures = summary["failures"]
     if failures:
         lines.append("")

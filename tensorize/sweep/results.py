@@ -28,19 +28,26 @@ CSV = "results.csv"
 MEASURES = ("cycles", "utilisation", "dram_bytes", "macs", "pes", "sram_bytes")
 
 
-def csv_columns(fields: Sequence[str]) -> list[str]:
-    """The table's columns: the point's key and workload, the varied machine fields, the
-    measures, the error."""
-    return ["key", "workload", *fields, *MEASURES, "error"]
+# What a model's workload adds to its rows: the model file, the layers sharing the kernel.
+MODEL_COLUMNS = ("model", "layers", "count")
+
+
+def csv_columns(fields: Sequence[str], models: bool = False) -> list[str]:
+    """The table's columns: the point's key and workload (with ``models``, the model file,
+    the layers sharing the workload's kernel and their count), the varied machine fields,
+    the measures, the error."""
+    return ["key", "workload", *(MODEL_COLUMNS if models else ()), *fields, *MEASURES,
+            "error"]
 
 
 class ResultStore:
     """The rows of one sweep's output directory; ``done`` holds the finished rows by key
-    (the last row of a key wins: a failed point that later ran replaces its failure)."""
+    (the last row of a key wins: a failed point that later ran replaces its failure);
+    ``models``: the table has the model columns."""
 
-    def __init__(self, directory: Path, fields: Sequence[str]) -> None:
+    def __init__(self, directory: Path, fields: Sequence[str], models: bool = False) -> None:
         self.directory = directory
-        self.columns = csv_columns(fields)
+        self.columns = csv_columns(fields, models)
         directory.mkdir(parents=True, exist_ok=True)
         self.jsonl_path = directory / JSONL
         self.csv_path = directory / CSV
@@ -92,10 +99,20 @@ class ResultStore:
         buffer = io.StringIO()
         values = {**row.get("fields", {}), **row}
         csv.writer(buffer, lineterminator="\n").writerow(
-            ["" if values.get(c) is None else values.get(c) for c in self.columns])
+            [_cell(values.get(c)) for c in self.columns])
         return buffer.getvalue()
 
     def close(self) -> None:
         """Close both files."""
         self._jsonl.close()
         self._csv.close()
+
+
+def _cell(value: Any) -> Any:
+    """A table cell: empty for None, a list's items separated by spaces (a model workload's
+    layer names)."""
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return " ".join(map(str, value))
+    return value

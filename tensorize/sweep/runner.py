@@ -5,7 +5,8 @@ Each row (``results.jsonl``) holds the point's ``key`` and ``index``, the ``work
 varied ``fields``, the area proxy (``pes``, ``sram_bytes``), ``machine_file`` (the point's
 machine under ``machines/`` in the output directory: ``tensorize run KERNEL --target npu
 --machine OUT/machines/FILE`` reproduces the point), and what the point measured
-(:func:`tensorize.sweep.task.run_point`).
+(:func:`tensorize.sweep.task.run_point`); a model's layer also its ``model`` file, the
+``layers`` sharing its kernel and their ``count``.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from tensorize.sweep.model_totals import model_totals
 from tensorize.sweep.points import Expansion, expand
 from tensorize.sweep.progress import Progress
 from tensorize.sweep.report import machines, pareto_front, summarize
 from tensorize.sweep.results import ResultStore
 from tensorize.sweep.spec import Sweep
 from tensorize.sweep.task import machine_file
+from tensorize.sweep.workloads import Workload
 
 
 @dataclass
@@ -48,7 +51,8 @@ def run_sweep(sweep: Sweep, out: Path, executor: Any, stream: TextIO | None = No
               plots: bool = True) -> SweepOutcome:
     """Run ``sweep`` on ``executor``, its rows in ``out``; the outcome."""
     expansion = expand(sweep)
-    store = ResultStore(out, list(sweep.vary))
+    models = any(w.kind == "model" for w in sweep.workloads)
+    store = ResultStore(out, list(sweep.vary), models)
     files = _write_machines(expansion, out)
     todo = [p for p in expansion.points if not store.is_done(p.key)]
     resumed = len(expansion.points) - len(todo)
@@ -59,8 +63,8 @@ def run_sweep(sweep: Sweep, out: Path, executor: Any, stream: TextIO | None = No
         for task, measured in executor.run([p.task for p in todo]):
             point = by_key[task.key]
             row = {"key": point.key, "index": point.index, "workload": point.task.workload.name,
-                   "fields": point.fields, **point.area, "machine_file": files[point.key],
-                   **measured}
+                   **_described(point.task.workload), "fields": point.fields, **point.area,
+                   "machine_file": files[point.key], **measured}
             store.add(row)
             executed += 1
             progress.update(bool(row["error"]))
@@ -70,13 +74,24 @@ def run_sweep(sweep: Sweep, out: Path, executor: Any, stream: TextIO | None = No
     # A resumed row is this sweep's point: its position, fields and workload name as the
     # file now gives them (a renamed layer keeps its key).
     rows = [{**store.done[p.key], "index": p.index, "fields": p.fields,
-             "workload": p.task.workload.name} for p in expansion.points if p.key in store.done]
+             "workload": p.task.workload.name, **_described(p.task.workload)}
+            for p in expansion.points if p.key in store.done]
     store.write_csv(rows)
+    summary = summarize(rows, len(sweep.workloads), model_totals(rows, sweep.workloads))
     outcome = SweepOutcome(rows, executed, resumed, expansion.machines, expansion.excluded,
-                           summarize(rows, len(sweep.workloads)), progress.elapsed)
+                           summary, progress.elapsed)
     if plots:
         _plot(outcome, sweep, out)
     return outcome
+
+
+def _described(workload: Workload) -> dict[str, Any]:
+    """What a row says of its workload beside the name: for a model's layer, the model
+    file, the layers sharing the kernel and their count."""
+    if workload.kind != "model":
+        return {}
+    info = dict(workload.info)
+    return {"model": info["model"], "layers": list(info["layers"]), "count": info["count"]}
 
 
 def _write_machines(expansion: Expansion, out: Path) -> dict[str, str]:

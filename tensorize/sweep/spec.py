@@ -303,8 +303,9 @@ def _workloads(node: YNode | None, root: YNode, here: Path, findings: Findings
     for item in node.value:
         kinds = [k for k in KINDS if item.get(k) is not None]
         if len(kinds) != 1:
-            hint = ("; ONNX models are not swept yet: list the model's layers under layers: "
-                    "instead") if item.get("model") is not None else ""
+            hint = ("; a model's layers are chosen with select: (op, window, name)"
+                    if item.get("model") is not None and item.get("layers") is not None
+                    else "")
             findings.add(item.loc, f"a workload requires exactly one of {', '.join(KINDS)}"
                                    f"{hint}")
             continue

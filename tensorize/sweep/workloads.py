@@ -10,11 +10,12 @@ Its kinds, by the key that introduces it in the sweep file:
 - ``layers: [...]``: layers given by shape, built with the TE builder: ``gemm: {m, n, k}``
   and ``conv2d: {height, width, channels, out_channels, kernel}`` (NHWC, HWIO weights, int8
   into int32, stride 1, no padding: give the padded input size for a padded layer).
+- ``model: FILE`` (``select:`` filters its layers): an ONNX model, one workload per distinct
+  GEMM-like layer (:mod:`tensorize.sweep.model_workloads`).
 
-Other kinds plug in through two tables: :data:`KINDS`, a reader per sweep-file key (taking
-the entry's YAML node, the sweep file's directory and the findings, and returning
-workloads), and :data:`BUILDERS`, how a worker builds a workload of that kind. The ONNX
-importer (``tensorize.model``) is meant to add ``model:``, one workload per layer.
+Kinds plug in through two tables: :data:`KINDS`, a reader per sweep-file key (taking the
+entry's YAML node, the sweep file's directory and the findings, and returning workloads),
+and :data:`BUILDERS`, how a worker builds a workload of that kind.
 """
 
 from __future__ import annotations
@@ -35,14 +36,18 @@ MAX_EXTENT = 1 << 16
 
 @dataclass(frozen=True)
 class Workload:
-    """One workload: ``name`` in reports; ``kind`` ``kernel`` or ``layer``; ``spec`` its
-    identity (a kernel's path, func and text digest; a layer's op and sizes), which the
-    point key hashes; ``source`` a kernel file's text."""
+    """One workload: ``name`` in reports; ``kind`` ``kernel``, ``layer`` or ``model``;
+    ``spec`` its identity (a kernel's path, func and text digest; a layer's op and sizes; a
+    model layer's model path and kernel digest), which the point key hashes; ``source`` a
+    kernel file's text, or a model layer's kernel as script text; ``info`` what reports
+    say beside the name and the key does not hash (a model layer's model file, the names of
+    the layers sharing its kernel, their ``count``, op, shape and MACs)."""
 
     name: str
     kind: str
     spec: tuple[tuple[str, Any], ...]
     source: str = field(default="", repr=False)
+    info: tuple[tuple[str, Any], ...] = ()
 
     def identity(self) -> dict[str, Any]:
         """What the point key hashes: the kind and spec (a kernel's text by its digest)."""
@@ -142,7 +147,7 @@ def read_kernels(node: YNode, base: Path, findings: Findings) -> list[Workload]:
     """A ``kernel: FILE`` entry (with ``func:``)."""
     path_node = node.get("kernel")
     func_node = node.get("func")
-    _unknown_keys(node, ("kernel", "func"), findings)
+    unknown_keys(node, ("kernel", "func"), findings)
     if path_node is None or not isinstance(path_node.value, str):
         findings.add(node.at("kernel"), "workloads[].kernel requires a kernel file path")
         return []
@@ -162,7 +167,7 @@ def read_kernels(node: YNode, base: Path, findings: Findings) -> list[Workload]:
 
 def read_layers(node: YNode, base: Path, findings: Findings) -> list[Workload]:
     """A ``layers: [...]`` entry: each item ``{name: N, OP: {sizes}}``."""
-    _unknown_keys(node, ("layers",), findings)
+    unknown_keys(node, ("layers",), findings)
     items = node.get("layers")
     if items is None or not items.is_sequence or not items.value:
         findings.add(node.at("layers"), "workloads[].layers requires a list of layers")
@@ -182,13 +187,13 @@ def _read_layer(item: YNode, findings: Findings) -> Workload | None:
                                "sizes (and optionally name:)")
         return None
     op = ops[0]
-    _unknown_keys(item, (op, "name"), findings)
+    unknown_keys(item, (op, "name"), findings)
     sizes = item.get(op)
     names, _ = LAYERS[op]
     if sizes is None or not sizes.is_mapping:
         findings.add(item.at(op), f"layers[].{op} requires a mapping of {', '.join(names)}")
         return None
-    _unknown_keys(sizes, names, findings)
+    unknown_keys(sizes, names, findings)
     values = {}
     for size in names:
         value = sizes.get(size)
@@ -211,7 +216,8 @@ def _read_layer(item: YNode, findings: Findings) -> Workload | None:
     return Workload(name, "layer", (("op", op), *values.items()))
 
 
-def _unknown_keys(node: YNode, known: tuple[str, ...], findings: Findings) -> None:
+def unknown_keys(node: YNode, known: tuple[str, ...], findings: Findings) -> None:
+    """Report each key of mapping ``node`` not in ``known``, at the key."""
     if not node.is_mapping:
         return
     for key, child in node.value.items():
@@ -220,17 +226,34 @@ def _unknown_keys(node: YNode, known: tuple[str, ...], findings: Findings) -> No
                                                      f"{', '.join(known)}")
 
 
+def read_models(node: YNode, base: Path, findings: Findings) -> list[Workload]:
+    """A ``model: FILE`` entry (:func:`tensorize.sweep.model_workloads.read_model`)."""
+    from tensorize.sweep.model_workloads import read_model
+
+    return read_model(node, base, findings)
+
+
+def build_model_layer(workload: Workload) -> PrimFunc:
+    """A ``model`` workload's kernel
+    (:func:`tensorize.sweep.model_workloads.build_model_layer`)."""
+    from tensorize.sweep import model_workloads
+
+    return model_workloads.build_model_layer(workload)
+
+
 # The entries of a sweep file's workloads, by the key that introduces them: each reads its
-# entry and returns its workloads (the ONNX importer registers ``model`` here, its reader
-# returning one workload per layer).
+# entry and returns its workloads. The model reader is imported when a sweep names a model
+# (it needs the onnx package, an extra).
 KINDS: dict[str, Callable[[YNode, Path, Findings], list[Workload]]] = {
     "kernel": read_kernels,
     "layers": read_layers,
+    "model": read_models,
 }
 
-# How a worker builds a workload's function, by ``Workload.kind`` (a model's layer registers
-# its builder here beside its reader above; the builder must be importable on the workers).
+# How a worker builds a workload's function, by ``Workload.kind`` (each builder must be
+# importable on the workers; a model layer's needs no onnx: it parses the kernel's text).
 BUILDERS: dict[str, Callable[[Workload], PrimFunc]] = {
     "kernel": build_kernel,
     "layer": build_layer,
+    "model": build_model_layer,
 }
