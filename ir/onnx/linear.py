@@ -14,6 +14,7 @@ CPU kernels do, and the report says so.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from collections.abc import Sequence
 
 import numpy as np
@@ -85,6 +86,24 @@ def _detail(shape: ConvShape) -> str:
     return text
 
 
+def _kernel_shape(shape: ConvShape) -> ConvShape:
+    """The convolution the kernel computes. The engine maps a GEMM's rows onto an iterator,
+    and a loop of one iteration is dropped: a convolution with a single output pixel gets
+    one more output column (its input padded on the right by one stride), which
+    :func:`_output_columns` drops again."""
+    n, (oh, ow) = shape.n, shape.out_hw
+    if n * oh * ow > 1:
+        return shape
+    top, left, bottom, right = shape.pads
+    return replace(shape, pads=(top, left, bottom, right + shape.strides[1]))
+
+
+def _output_columns(out: np.ndarray, shape: ConvShape) -> np.ndarray:
+    """The kernel's NHWC output without the columns :func:`_kernel_shape` added."""
+    ow = shape.out_hw[1]
+    return out if out.shape[2] == ow else out[:, :, :ow, :]
+
+
 def _nhwc_padded(x: np.ndarray, shape: ConvShape, fill: float) -> np.ndarray:
     """NCHW ``x`` as the kernel's input: channels last, padded with ``fill``."""
     top, left, bottom, right = shape.pads
@@ -104,15 +123,16 @@ def float_conv(name: str, x: str, x_shape: Sequence[int], weights: np.ndarray,
                bias: np.ndarray | None, attrs: dict, output: str, where: str) -> Layer:
     """A float32 Conv: the NHWC kernel, then the bias on the host."""
     shape = conv_shape(where, x_shape, weights.shape, attrs)
-    func = kernels.conv2d(shape, "float32")
+    computed = _kernel_shape(shape)
+    func = kernels.conv2d(computed, "float32")
     w = _to_hwio(weights.astype(np.float32), shape)
     b = None if bias is None else bias.astype(np.float32).reshape(1, -1, 1, 1)
 
     def pack(arrays: Arrays) -> dict[str, np.ndarray]:
-        return {"X": _nhwc_padded(arrays[0], shape, 0), "W": w}
+        return {"X": _nhwc_padded(arrays[0], computed, 0), "W": w}
 
     def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
-        y = np.ascontiguousarray(out.transpose(0, 3, 1, 2))
+        y = np.ascontiguousarray(_output_columns(out, shape).transpose(0, 3, 1, 2))
         return y if b is None else y + b
 
     oh, ow = shape.out_hw
@@ -159,6 +179,7 @@ def integer_conv(name: str, op: str, x: str, x_shape: Sequence[int], xq: QParams
     requantised int8/uint8 output of QLinearConv and the QDQ pattern. The layer's kernel
     takes int8 activations; its variant, uint8 (for intrinsics such as x86's vpdpbusd)."""
     shape = conv_shape(where, x_shape, weights.shape, attrs)
+    computed = _kernel_shape(shape)
     w8 = _int8_weights(where, weights, wq.zero_point, 0)
     w = _to_hwio(w8, shape)
     sums = w8.astype(np.int32).reshape(shape.out_channels, -1).sum(axis=1)
@@ -174,15 +195,16 @@ def integer_conv(name: str, op: str, x: str, x_shape: Sequence[int], xq: QParams
         correction = correction.astype(np.int32).reshape(1, -1, 1, 1)
 
         def pack(arrays: Arrays) -> dict[str, np.ndarray]:
-            return {"X": _nhwc_padded(_activation(arrays[0], kind), shape, x_zp), "W": w}
+            return {"X": _nhwc_padded(_activation(arrays[0], kind), computed, x_zp), "W": w}
 
         def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
-            acc = np.ascontiguousarray(out.transpose(0, 3, 1, 2)) + correction
+            acc = np.ascontiguousarray(_output_columns(out, shape).transpose(0, 3, 1, 2))
+            acc = acc + correction
             return acc if yq is None else requantize(acc, scale, yq.zero_point)
 
         return Layer(name, op, (x,), output, (tuple(x_shape),),
                      (shape.n, shape.out_channels, oh, ow), dtype, shape.macs, _detail(shape),
-                     kernels.conv2d(shape, kind, "int8"), pack, unpack, epilogue=_EPILOGUE,
+                     kernels.conv2d(computed, kind, "int8"), pack, unpack, epilogue=_EPILOGUE,
                      variants=variants)
 
     return layer("int8", (layer("uint8", ()),))

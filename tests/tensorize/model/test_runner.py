@@ -3,7 +3,9 @@ checked against onnxruntime, one record per layer in the report's schema."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 from ir.onnx import import_model
 from tensorize.model import run_model
@@ -99,3 +101,19 @@ def test_uint8_variant_matches_the_int8_kernel(cnn_int8):
     assert variant.func.params[0].dtype.name == "uint8"
     x = np.random.default_rng(5).integers(-128, 128, conv.input_shapes[0]).astype(np.int8)
     assert np.array_equal(conv.run_host([x]), variant.run_host([x]))
+
+
+def test_a_convolution_with_one_output_pixel_is_tensorized(tmp_path):
+    # 3x3 input, 3x3 window, no padding: one output pixel, which the kernel computes with
+    # one more column (dropped again) so the GEMM keeps a row iterator.
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="last")]
+    float_model = models.model(nodes, [("x", TensorProto.FLOAT, [1, 8, 3, 3])],
+                               [("y", TensorProto.FLOAT, [1, 16, 1, 1])],
+                               [models.weights(rng, "w", (16, 8, 3, 3))])
+    graph = import_model(models.save(models.quantize(float_model, tmp_path), tmp_path,
+                                     "pixel.onnx"))
+    run = run_model(graph, "npu")
+    conv = next(r for r in run.records if r["op"] == "QDQ Conv")
+    assert conv["placement"] == "tensorized" and conv["check"] == "exact"
+    assert conv["macs"] == 16 * 8 * 3 * 3 and run.ok
