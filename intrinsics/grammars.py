@@ -13,7 +13,9 @@ render time are checked too (:attr:`Grammar.value`), so even a backend bug canno
   ...)`` with ARCH in :data:`LLVM_ARCHES`; ``{r} = load TYPE, ptr {p}[, align N]``; ``store
   TYPE value, ptr {p}[, align N]``; ``{r} = bitcast TYPE value to TYPE``. A type is ``iN``,
   ``<N x T>``, ``half``, ``bfloat``, ``float``, ``double``, ``ptr`` or a placeholder; N in
-  ``align N`` a power of two.
+  ``align N`` a power of two. A call's result may also be ``[N x <M x T>]``, N (2 to 4)
+  registers, for an intrinsic that returns that many vectors as a literal struct (AArch64's
+  ``ld1x4``), which a template cannot spell since braces are placeholders.
 - ``npu``: one instruction of the NPU assembler (:mod:`simulator.assembler`), read by the
   assembler itself, without dependency flags or comment.
 - any other backend (one tensorize does not emit): ``mnemonic operand, ...``, each operand a
@@ -307,7 +309,9 @@ def _check_llvm(pieces: Sequence[Piece]) -> None:
 
 
 def _llvm_call(cursor: _Cursor, has_result: bool) -> None:
-    if has_result or not cursor.accept_name("void"):
+    if has_result and cursor.accept("["):
+        _llvm_registers(cursor)
+    elif has_result or not cursor.accept_name("void"):
         _llvm_type(cursor)
     wanted = f"an LLVM intrinsic @llvm.<arch>.<name> (arch one of {', '.join(LLVM_ARCHES)})"
     function = cursor.peek()
@@ -324,6 +328,22 @@ def _llvm_call(cursor: _Cursor, has_result: bool) -> None:
         if cursor.accept(")"):
             return
         cursor.take("',' or ')' after an argument", ",")
+
+
+def _llvm_registers(cursor: _Cursor) -> None:
+    """The rest of ``[N x <M x T>]`` after its ``[``: a call's result of N registers (a
+    multi-register load, whose intrinsic returns the literal struct of N vectors that
+    braces, reserved for placeholders, cannot spell); N from 2 to 4."""
+    count = cursor.take("a register count in [N x <M x T>]", kind="number")
+    if count.text not in ("2", "3", "4"):
+        raise TemplateError(f"[N x <M x T>] requires N of 2, 3 or 4 registers, got "
+                            f"{count.text}", count.offset, len(count.text))
+    cursor.take("'x' in [N x <M x T>]", "x", kind="name")
+    token = cursor.peek()
+    if token is None or token.text != "<":
+        raise cursor.fail("a vector type <M x T> in [N x <M x T>]")
+    _llvm_type(cursor)
+    cursor.take("']' closing [N x <M x T>]", "]")
 
 
 def _llvm_type(cursor: _Cursor) -> None:

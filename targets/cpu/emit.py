@@ -410,7 +410,8 @@ class _CpuEmitter(StmtEmitter):
                     piece, lane = where[origin]
                     register, offset = home[piece]
                     lanes.append((register, offset + lane))
-                value = self._shuffle_out(registers, lanes, element, width)
+                value = self._transpose(registers, lanes, element, width) or \
+                    self._shuffle_out(registers, lanes, element, width)
                 address = self._form_address(buffer, Form(base.const + chunk, base.terms))
                 self.b.store(value, address, align=1)
 
@@ -460,6 +461,59 @@ class _CpuEmitter(StmtEmitter):
                 value, size = _concat(self.b, value, size, *pieces[index])
             registers.append(value)
         return registers, home
+
+    def _transpose(self, registers: list[ll.Value], lanes: list[tuple[object, int]],
+                   element: ll.Type, width: int) -> ll.Value | None:
+        """A whole register of ``lanes`` built as a transpose, or None when it is not one:
+        lanes that move in aligned groups of one register are taken as wider elements (A's
+        rows of 4 k values as words), and while each pair of result elements is element j
+        of two registers, one interleave of those registers' halves (``zip1``/``zip2``)
+        places the pair side by side as one element of twice the width (B's columns: bytes
+        of 4 k rows, paired twice into words). What is left is shuffled as elements of that
+        width. Equal interleaves are one instruction after LLVM's CSE, so a 4 x 4 transpose
+        is 8 interleaves rather than chains of table lookups and lane inserts."""
+        if not isinstance(element, ll.IntType) or len(lanes) != width or \
+                any(r == "const" for r, _ in lanes):
+            return None
+        bits, count = element.width, width
+        values = [_widen(self.b, r, width) for r in registers]
+        interleaved = False
+        while count > 1 and bits < 64:
+            pairs = [(lanes[n], lanes[n + 1]) for n in range(0, count, 2)]
+            if all(x == y and j % 2 == 0 and k == j + 1 for (x, j), (y, k) in pairs):
+                lanes = [(x, j // 2) for (x, j), _ in pairs]
+            elif all(x != y and j == k for (x, j), (y, k) in pairs):
+                lanes, values = self._interleave(values, pairs, bits, count)
+                interleaved = True
+            else:
+                break
+            bits, count = bits * 2, count // 2
+            values = [self.b.bitcast(v, ll.VectorType(ll.IntType(bits), count))
+                      for v in values]
+        if not interleaved:
+            return None
+        value = self._shuffle_out(values, lanes, ll.IntType(bits), count)
+        return self.b.bitcast(value, ll.VectorType(element, width))
+
+    def _interleave(self, values: list[ll.Value], pairs: list[tuple[tuple[object, int],
+                    tuple[object, int]]], bits: int, count: int
+                    ) -> tuple[list[tuple[object, int]], list[ll.Value]]:
+        """The interleaves (of ``bits``-bit elements, ``count`` a register) that ``pairs``
+        draw on, and each pair as (interleave, its element once two are one)."""
+        half = count // 2
+        zips: dict[tuple[object, object, int], int] = {}
+        lanes = [(zips.setdefault((x, y, j // half), len(zips)), j % half)
+                 for (x, j), (y, _) in pairs]
+        made = []
+        for x, y, h in zips:
+            mask = [h * half + n // 2 + (count if n % 2 else 0) for n in range(count)]
+            made.append(self.b.shuffle_vector(
+                self.b.bitcast(_widen(self.b, values[x], count),  # type: ignore[index]
+                               ll.VectorType(ll.IntType(bits), count)),
+                self.b.bitcast(_widen(self.b, values[y], count),  # type: ignore[index]
+                               ll.VectorType(ll.IntType(bits), count)),
+                ll.Constant(ll.VectorType(_I32, count), mask)))
+        return lanes, made  # type: ignore[return-value]
 
     def _shuffle_out(self, registers: list[ll.Value], lanes: list[tuple[object, int]],
                      element: ll.Type, width: int) -> ll.Value:
@@ -601,11 +655,40 @@ class _CpuEmitter(StmtEmitter):
         elif template.kind == "zero":
             value = ll.Constant(template.result_type, None)
         else:
-            args = [self._operand(intrinsic, name, tiles[name], ty) for ty, name in template.args]
+            args = [self._address(intrinsic, name, tiles[name])
+                    if isinstance(ty, ll.PointerType) else
+                    self._operand(intrinsic, name, tiles[name], ty) for ty, name in template.args]
             function = self.declare(template.function, template.result_type,
                                     tuple(ty for ty, _ in template.args))
             value = self.b.call(function, args)
+            if template.registers > 1:
+                self._write_registers(intrinsic, template.result, tiles[template.result],
+                                      value, template.registers)
+                return
         self._write(intrinsic, template.result, tiles[template.result], value, regions)
+
+    def _address(self, intrinsic: Intrinsic, name: str, tile: _Tile) -> ll.Value:
+        """The address of memory operand ``name`` (a ``ptr`` argument); EmitError when the
+        operand's tile is in registers."""
+        if tile.address is None:
+            raise EmitError(f"block {self.block_name}: operand {name} of {intrinsic.name} is "
+                            "passed as an address ('ptr'), so it must be in memory, not in "
+                            "registers")
+        return tile.address
+
+    def _write_registers(self, intrinsic: Intrinsic, name: str, tile: _Tile,
+                         value: ll.Value, count: int) -> None:
+        """Each of the ``count`` vectors of a multi-register result into the consecutive
+        register pieces of operand ``name``'s tile; EmitError unless the tile is exactly
+        those whole registers."""
+        if tile.key is None or tile.offset or tile.size != count * self.vector_bytes:
+            raise EmitError(f"block {self.block_name}: {intrinsic.name} writes {count} whole "
+                            f"registers; its operand {name} must be {count} consecutive "
+                            f"registers of a register buffer, got {tile.size} bytes"
+                            f"{' in memory' if tile.key is None else ''}")
+        buffer_id, first = tile.key
+        for n in range(count):
+            self.registers[(buffer_id, first + n)] = self.b.extract_value(value, n)
 
     def _tile(self, intrinsic: Intrinsic, name: str, region: BufferRegion) -> _Tile:
         """Where operand ``name``'s tile is, after checking it is one contiguous run of the
@@ -639,7 +722,8 @@ class _CpuEmitter(StmtEmitter):
         starts = [self._static(rng.start, buffer) for rng in region.ranges]
         offset = sum(s * st for s, st in zip(starts, strides)) * buffer.dtype.bits // 8
         piece, within = divmod(offset, self.vector_bytes)
-        if within + size > self.vector_bytes or within % 4 or size % 4:
+        whole = within == 0 and size % self.vector_bytes == 0  # several whole registers
+        if not whole and (within + size > self.vector_bytes or within % 4 or size % 4):
             raise EmitError(f"block {self.block_name}: operand {name} of {intrinsic.name} "
                             f"requires its {size} bytes of register buffer {buffer.name} "
                             f"within one register, 4-byte aligned; they start at byte "

@@ -6,6 +6,9 @@ it at load time; four of its shapes are what this code generator emits, and any 
 refused when the template is first used:
 
 - ``{D} = call <ty> @name(<ty> {X}, ...)``: an LLVM intrinsic (sdot, smmla, vpdpbusd...);
+  an argument may be ``ptr {X}``, the address of a memory operand, and the result ``[N x
+  <ty>]``, N registers (``ld1x4``: the intrinsic returns them as a literal struct, which is
+  what the code generator declares and calls; ``D`` is then N consecutive registers);
 - ``{D} = load <ty>, ptr {S}[, align N]``: a register filled from memory;
 - ``store <ty> {S}, ptr {D}[, align N]``: a register written to memory;
 - ``{D} = bitcast <ty> zeroinitializer to <ty>``: a zeroed register.
@@ -27,8 +30,8 @@ from targets.cpu.errors import EmitError
 _TYPE = r"<\d+ x i\d+>"
 # Only LLVM intrinsics: the description's grammar admits no other callee, and the backend
 # declares whatever name it is given.
-_CALL = re.compile(rf"^\{{(\w+)\}} = call ({_TYPE}) @(llvm\.[\w.]+)\((.*)\)$")
-_ARG = re.compile(rf"^({_TYPE}) \{{(\w+)\}}$")
+_CALL = re.compile(rf"^\{{(\w+)\}} = call ({_TYPE}|\[\d x {_TYPE}\]) @(llvm\.[\w.]+)\((.*)\)$")
+_ARG = re.compile(rf"^({_TYPE}|ptr) \{{(\w+)\}}$")
 _ALIGN = r"(?:, align (\d+))?"
 _LOAD = re.compile(rf"^\{{(\w+)\}} = load ({_TYPE}), ptr \{{(\w+)\}}{_ALIGN}$")
 _STORE = re.compile(rf"^store ({_TYPE}) \{{(\w+)\}}, ptr \{{(\w+)\}}{_ALIGN}$")
@@ -40,7 +43,9 @@ class Template:
     """One parsed template: ``kind`` (call, load, store, zero), the operand it defines (or
     stores to), the LLVM function called, and the (type, operand) of each argument; for a
     load and a store the argument is the register, ``pointer`` the memory operand and
-    ``align`` the alignment its address has."""
+    ``align`` the alignment its address has; ``registers`` is how many registers a call's
+    result fills (its ``result_type`` then the literal struct of them); an argument of
+    type ``ptr`` is a memory operand's address."""
 
     kind: str
     result: str
@@ -49,6 +54,7 @@ class Template:
     args: tuple[tuple[ll.Type, str], ...] = ()
     pointer: str = ""
     align: int = 1
+    registers: int = 1
 
 
 def vector_type(text: str) -> ll.VectorType:
@@ -67,8 +73,15 @@ def parse(name: str, text: str) -> Template:
             if arg is None:
                 raise EmitError(f"the llvm template of {name} requires typed operands as "
                                 f"arguments, got {part.strip()!r}")
-            args.append((vector_type(arg.group(1)), arg.group(2)))
-        return Template("call", match.group(1), vector_type(match.group(2)), match.group(3),
+            kind = ll.PointerType() if arg.group(1) == "ptr" else vector_type(arg.group(1))
+            args.append((kind, arg.group(2)))
+        result = match.group(2)
+        if result.startswith("["):
+            registers = int(result[1:result.index(" ")])
+            vector = vector_type(result[result.index("<"):])
+            return Template("call", match.group(1), ll.LiteralStructType([vector] * registers),
+                            match.group(3), tuple(args), registers=registers)
+        return Template("call", match.group(1), vector_type(result), match.group(3),
                         tuple(args))
     if match := _LOAD.match(line):
         return Template("load", match.group(1), vector_type(match.group(2)),

@@ -261,17 +261,24 @@ def schedule_cpu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     loops = sch.get_loops(block)[-len(names):]
     ni_o, ni_u, ni_t = sch.split(loops[-2], [None, tiling.vectors, ti])
     ko, kt = sch.split(loops[-1], [None, tk])
+    # The k steps of an iteration are staged together where one load of the family takes
+    # them for every staged input (ld1x4: two steps of 8 rows, and of 8 columns).
+    together = _loads_steps(sch, ko, cpu, registry, intrinsic,
+                            (tiling.rows, tiling.vectors * ti), tk)
+    ko, ku = _split_steps(sch, ko, cpu) if together else (ko, [])
     rest = [loop for p, loop in enumerate(loops[:-2]) if p != row]
     if row is not None:
         mo, mi = sch.split(loops[row], [None, tiling.rows])
-        sch.reorder(*rest, mo, ni_o, ko, mi, ni_u, ni_t, kt)
-        unrolled = [mi, ni_u]
+        sch.reorder(*rest, mo, ni_o, ko, *ku, mi, ni_u, ni_t, kt)
+        unrolled = [*ku, mi, ni_u]
     else:
-        sch.reorder(*rest, ni_o, ko, ni_u, ni_t, kt)
-        unrolled = [ni_u]
+        sch.reorder(*rest, ni_o, ko, *ku, ni_u, ni_t, kt)
+        unrolled = [*ku, ni_u]
     _stage_and_tensorize(sch, block_name, intrinsic, registry, cpu, packed, operands, layouts,
-                         (ni_o, ko, ni_t))
-    _unroll_and_pack(sch, cpu, unrolled, ko, packed, factors)
+                         (ni_o, ko, ni_t), (names[-1], tk) if together else None)
+    if not together:
+        unrolled += _split_steps(sch, ko, cpu)[1]
+    _unroll_and_pack(sch, cpu, intrinsic, unrolled, packed, factors)
 
 
 def schedule_matrix(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry: Registry,
@@ -307,22 +314,54 @@ def schedule_matrix(sch: Schedule, block_name: str, intrinsic: Intrinsic, regist
     # Each accumulator register holds one ti x tj tile: the register buffer is laid out by
     # tiles, so a tile is one register's piece.
     _stage_and_tensorize(sch, block_name, intrinsic, registry, cpu, packed, operands, layouts,
-                         (no, ko, mt), (ti, tj))
-    _unroll_and_pack(sch, cpu, [mu, nu], ko, packed, factors)
+                         (no, ko, mt), None, (ti, tj))
+    _, ku = _split_steps(sch, ko, cpu)
+    _unroll_and_pack(sch, cpu, intrinsic, [*ku, mu, nu], packed, factors)
 
 
-def _unroll_and_pack(sch: Schedule, cpu: CpuTarget, unrolled: list[Any], ko: Any,
-                     packed: dict[str, str], factors: dict[str, int]) -> None:
-    """Unroll the register tile's loops and ``k_unroll`` k steps, and walk each packing
-    stage in its packed layout's order."""
+def _loads_steps(sch: Schedule, ko: Any, cpu: CpuTarget, registry: Registry,
+                 intrinsic: Intrinsic, rows: tuple[int, int], tk: int) -> bool:
+    """True when the k loop splits into ``k_unroll`` steps an iteration and, for every
+    input staged in registers (``rows``: A's rows and B's columns in the tile), a load of
+    the family fills its stage of those steps in one instruction, laid out step by step
+    (operand shape ``(k_unroll, rows, tk)``). Elsewhere each step's loads stay next to its
+    calls, as the schedule's count (:func:`tile_cost`) assumes."""
+    steps = cpu.k_unroll
+    if steps <= 1 or sch.get(ko).extent % steps:
+        return False
+    staged = [(op, n) for op, n in zip(intrinsic.inputs, rows)
+              if op.scope == cpu.register_scope]
+    return bool(staged) and all(any(
+        tuple(load.extents) == (n, steps * tk) and
+        tuple(load.operands[0].shape) == (steps, n, tk)
+        for load in _loads(registry, intrinsic, op.name)) for op, n in staged)
+
+
+def _split_steps(sch: Schedule, ko: Any, cpu: CpuTarget) -> tuple[Any, list[Any]]:
+    """The k loop split into ``k_unroll`` steps an iteration when that divides it: (the
+    loop, [the steps' loop]), else (the loop, []). The register stages are placed in the
+    outer loop, so one iteration's operands are loaded together: contiguous in the packed
+    layout, several registers in one instruction where the family has such a load."""
+    if cpu.k_unroll > 1 and sch.get(ko).extent % cpu.k_unroll == 0:
+        outer, steps = sch.split(ko, [None, cpu.k_unroll])
+        return outer, [steps]
+    return ko, []
+
+
+def _unroll_and_pack(sch: Schedule, cpu: CpuTarget, intrinsic: Intrinsic,
+                     unrolled: list[Any], packed: dict[str, str], factors: dict[str, int]
+                     ) -> None:
+    """Unroll the register tile's loops and the k steps of an iteration (the loop's
+    counter, pointer steps and branch are then spread over more calls), and walk each
+    packing stage in its packed layout's order: a register's worth of its source rows at a
+    time for an input staged in registers (whose registers gather several short runs),
+    one tile at a time for one the instruction reads from memory (x86's broadcast rows of
+    A: there the wider walk made the ResNet convolution 10% slower, natively timed)."""
     for loop in unrolled:
         sch.unroll(loop)
-    if cpu.k_unroll > 1 and sch.get(ko).extent % cpu.k_unroll == 0:
-        # Several k steps per iteration: the loop's counter, pointer steps and branch are
-        # then spread over more calls.
-        sch.unroll(sch.split(ko, [None, cpu.k_unroll])[1])
-    for buffer in packed.values():
-        _tile_packing(sch, buffer, factors)
+    for op, buffer in packed.items():
+        staged = intrinsic.operand(op).scope == cpu.register_scope
+        _tile_packing(sch, buffer, factors, cpu.vector_bytes if staged else 0)
 
 
 def _pad_to_tile(sch: Schedule, block_name: str, row: int | None, rows: int, columns: int
@@ -388,48 +427,95 @@ def _tiled_layout(sch: Schedule, block_name: str, buffer: str, factors: dict[str
     return f"lambda {', '.join(params)}: ({', '.join(outer + inner)},)"
 
 
-def _tile_packing(sch: Schedule, buffer: str, factors: dict[str, int]) -> None:
+# The most bytes a widened packing tile that transposes (a tile of B) may hold (8 AArch64
+# registers). SDOT's 16 columns x 4 k values (64 bytes) and SMMLA's 16 x 8 (128) are
+# transposed by interleaves (targets.cpu.emit); wider ones multiply the shuffle sources
+# (bench/bench_arm.py: SMMLA 16^3 598 -> 481 instructions, 256^3 20.06 -> 20.35 MACs an
+# instruction, 64^3 13.73 -> 13.66).
+_TRANSPOSED_BYTES = 128
+
+
+def _tile_packing(sch: Schedule, buffer: str, factors: dict[str, int], vector_bytes: int
+                  ) -> None:
     """Walk the stage that fills packed ``buffer`` in the packed order: each loop whose
     dimension the layout splits by ``f`` splits by ``f`` too, the tile's loops go inside and
     are unrolled, so each tile is written contiguously and LLVM can move it in words rather
-    than bytes. A stage the kernel already had (not a plain copy) is left as it is."""
+    than bytes. The dimension contiguous in the source is walked ``vector_bytes`` at a time
+    where its extent allows (several tiles at once), so each run read is a whole register
+    rather than one tile's few bytes (A's rows: 4 bytes a k step); ``vector_bytes`` 0
+    walks one tile at a time. A stage the kernel already had (not a plain copy) is left
+    as it is."""
     producer = _copies_of(sch, buffer, reads=False)
     if producer is None:
         return
     block = sch.get_block(producer)
     ivs = sch.get(block).block.iter_vars
     loops = sch.get_loops(block)[-len(ivs):]
-    outer, inner = [], []
+    contiguous, size = _source_contiguous(sch, producer)
+    split = [iv.var.name for iv in ivs if factors.get(iv.var.name, 1) > 1]
+    widen = vector_bytes // (factors[contiguous] * size) if contiguous in split else 1
+    if split[-1:] != [contiguous]:
+        # The tile transposes (B's columns are contiguous in memory, its k values in the
+        # packed tile): wider than _TRANSPOSED_BYTES, its shuffles draw on too many sources.
+        if math.prod(factors[n] for n in split) * size * widen > _TRANSPOSED_BYTES:
+            widen = 1
+    elif factors[contiguous] * size >= 8:
+        # Runs of 8 bytes and more already load as whole registers (SMMLA's rows of A).
+        widen = 1
+    outer, wide, inner = [], [], []
     # A reindex stage binds its iterators, named as the block's, to its loops in order.
     for loop, name in zip(loops, (iv.var.name for iv in ivs)):
         factor = factors.get(name, 1)
-        if factor <= 1 or sch.get(loop).extent % factor:
+        extent = sch.get(loop).extent
+        if factor <= 1 or extent % factor:
             outer.append(loop)
             continue
-        parts = sch.split(loop, [None, factor])
+        tiles = widen if name == contiguous else 1
+        if tiles > 1 and extent % (factor * tiles) == 0:
+            parts = sch.split(loop, [None, tiles, factor])
+            wide.append(parts[1])
+        else:
+            parts = sch.split(loop, [None, factor])
         outer.append(parts[0])
-        inner.append(parts[1])
+        inner.append(parts[-1])
     if not inner:
         return
-    sch.reorder(*outer, *inner)
-    for loop in inner:
+    sch.reorder(*outer, *wide, *inner)
+    for loop in wide + inner:
         sch.unroll(loop)
+
+
+def _source_contiguous(sch: Schedule, block_name: str) -> tuple[str | None, int]:
+    """The iterator of copy ``block_name`` that indexes its source's last (contiguous)
+    dimension, and the source's element size in bytes; (None, 1) when that index is not
+    a plain iterator."""
+    value = sch.get(sch.get_block(block_name)).block.body.value
+    while isinstance(value, Select):
+        value = value.true_value
+    last = value.indices[-1] if isinstance(value, BufferLoad) and value.indices else None
+    size = max(value.buffer.dtype.bits // 8, 1) if isinstance(value, BufferLoad) else 1
+    return (last.name if isinstance(last, Var) else None), size
 
 
 def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
                          registry: Registry, cpu: CpuTarget, packed: dict[str, str],
                          operands: dict[str, str], layouts: dict[str, str | None],
-                         loops: tuple[Any, Any, Any],
+                         loops: tuple[Any, Any, Any], steps: tuple[str, int] | None,
                          accumulator_tiles: tuple[int, int] | None = None) -> None:
-    """Stage the packed inputs whose operands live in registers into them at every k step,
+    """Stage the packed inputs whose operands live in registers into them at every
+    iteration of the k loop ``loops[1]`` (one k step, or several with ``steps``),
     the accumulator tile in registers across the k loop (zeroed before it, stored after it),
     and tensorize. The packed buffers take their tiled ``layouts`` once their register stages
     are placed (the stages' regions are then plain affine windows). ``loops`` are the
     innermost output-tile loop, the k loop and the intrinsic tile's first loop;
-    ``accumulator_tiles`` ``(ti, tj)``, when given, lays the accumulator registers out by
-    tiles of that shape, one a register."""
+    ``steps`` ``(k iterator, k extent of a call)``, when the k loop runs several steps an
+    iteration, lays each register stage out step by step (each step's tile contiguous, the
+    steps one after another, as in the packed layout); ``accumulator_tiles`` ``(ti, tj)``,
+    when given, lays the accumulator registers out by tiles of that shape, one a
+    register."""
     tile_loop, ko, first = loops
     block = sch.get_block(block_name)
+    dims = {op: _index_vars(sch, block_name, buffer) for op, buffer in packed.items()}
     stages = {}
     for op, buffer in packed.items():
         if intrinsic.operand(op).scope != cpu.register_scope:
@@ -440,8 +526,10 @@ def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
     c_op = intrinsic.output
     c_store = sch.cache_write(block, operands[c_op.name], registry.scope(c_op.scope))
     sch.reverse_compute_at(c_store, tile_loop)
-    for stage in stages.values():
+    for op, stage in stages.items():
         sch.compact_buffer(_written(sch, stage))
+        if steps is not None:
+            _steps_first(sch, stage, dims[op], *steps)
     registers = sch.get(c_store).block.reads[0].buffer
     sch.compact_buffer(registers.name)
     if accumulator_tiles is not None:
@@ -460,6 +548,20 @@ def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
     for op, stage in stages.items():
         _vector_nest(sch, stage, _loads(registry, intrinsic, op), True)
     sch.tensorize(first, intrinsic)
+
+
+def _steps_first(sch: Schedule, stage: Any, dims: list[str] | None, k: str, tk: int) -> None:
+    """Lay register stage ``stage``'s buffer (dimensions ``dims``, the block iterators
+    indexing its packed source) out as ``(k // tk, other dimensions..., k % tk)``: the k
+    steps of one iteration one after another, each step's tile contiguous."""
+    if dims is None or k not in dims:
+        return
+    buffer = _written(sch, stage)
+    params = [f"d{i}" for i in range(len(dims))]
+    at = dims.index(k)
+    others = [p for i, p in enumerate(params) if i != at]
+    sch.transform_layout(stage, buffer, f"lambda {', '.join(params)}: "
+                         f"({params[at]} // {tk}, {', '.join(others)}, {params[at]} % {tk})")
 
 
 def _pack(sch: Schedule, block_name: str, buffer: str) -> str:
@@ -553,14 +655,16 @@ def _operand_buffers(sch: Schedule, block_name: str, intrinsic: Intrinsic) -> di
 
 def _loads(registry: Registry, intrinsic: Intrinsic, operand: str) -> list[Intrinsic]:
     """The load intrinsics of the family that fill ``operand``'s scope with its dtype,
-    widest tile first: a register tile of several rows of A loads 4 rows at once (one
+    largest first (several registers in one instruction, AArch64's ``ld1x4``, before one),
+    then widest tile first: a register tile of several rows of A loads 4 rows at once (one
     16-byte load on AArch64) though the instruction reads one row's 4 bytes."""
     op = intrinsic.operand(operand)
     fits = [i for i in registry.for_target(intrinsic.target) if i.kind == "load"
             and i.operands[0].dtype == op.dtype and i.operands[0].scope == op.scope]
-    # Among tiles of one rank, those whose rows are as long as the operand's come first (a
-    # 2 x 8 tile for SMMLA's 2 x 8 operand, not a 4 x 4 one of the same 16 bytes).
-    return sorted(fits, key=lambda i: (-len(i.operands[0].shape),
+    # Among tiles of one size and rank, those whose rows are as long as the operand's come
+    # first (a 2 x 8 tile for SMMLA's 2 x 8 operand, not a 4 x 4 one of the same 16 bytes).
+    return sorted(fits, key=lambda i: (-math.prod(i.operands[0].shape),
+                                       -len(i.operands[0].shape),
                                        i.operands[0].shape[-1] != op.shape[-1]))
 
 
@@ -579,7 +683,13 @@ def _vector_nest(sch: Schedule, stage: Any, candidates: list[Intrinsic], require
     loops = sch.get_loops(stage)
     own = _own_loops(sch, stage, loops)
     for intrinsic in candidates:
-        shape = intrinsic.operands[0].shape
+        # The tile in the intrinsic's iterators (a multi-register load's operand may be laid
+        # out differently, step by step).
+        shape = tuple(intrinsic.extents)
+        if required and not _whole_rows(sch, stage, intrinsic.operands[0].shape):
+            refusals.append(f"{intrinsic.name}: its {list(intrinsic.operands[0].shape)} "
+                            "tile is not contiguous in the register stage")
+            continue
         if not required and sum(e > 1 for e in shape) > 1:
             # A store of several rows writes them contiguously; in the kernel's output they
             # are a row apart, so only single-row stores fit.
@@ -599,6 +709,16 @@ def _vector_nest(sch: Schedule, stage: Any, candidates: list[Intrinsic], require
         raise ScheduleError("cpu schedule", "; ".join(refusals))
     for loop in own:
         sch.unroll(loop)
+
+
+def _whole_rows(sch: Schedule, stage: Any, tile: tuple[int, ...]) -> bool:
+    """True when a ``tile``-shaped piece of the buffer ``stage`` writes is contiguous there:
+    every dimension of the tile after its first spans the buffer's whole dimension (a
+    multi-register load fills consecutive registers, so its tile must be one run)."""
+    shape = [int(e) for e in sch.get(stage).block.writes[0].buffer.shape]
+    if len(tile) > len(shape):
+        return False
+    return len(tile) < 2 or list(tile[1:]) == shape[len(shape) - len(tile) + 1:]
 
 
 def _own_loops(sch: Schedule, stage: Any, loops: list[Any]) -> list[Any]:

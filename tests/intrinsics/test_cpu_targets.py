@@ -54,3 +54,18 @@ def test_every_cpu_field_is_documented() -> None:
     doc = (Path(__file__).parents[2] / "docs" / "cpu_targets.md").read_text()
     rows = set(re.findall(r"^\| `(\w+)` \| (?:yes|no) \|", doc, re.MULTILINE))
     assert rows == set(schema.CPU.fields)
+
+
+def test_a_bad_register_group_in_a_template_is_refused_at_its_line(tmp_path: Path) -> None:
+    # A multi-register load names 2 to 4 registers; six are refused when the file loads, at
+    # the template's line, not when a kernel first uses it.
+    text = (BUILTIN_DIR / "arm.yaml").read_text()
+    good = '"{dst} = call [4 x <16 x i8>] @llvm.aarch64.neon.ld1x4.v16i8.p0(ptr {src})"'
+    assert good in text
+    broken = tmp_path / "arm.yaml"
+    broken.write_text(text.replace(good, good.replace("[4 x", "[6 x")))
+    with pytest.raises(IntrinsicSpecError) as caught:
+        load_registry([broken])
+    line = text[:text.index(good)].count("\n") + 1
+    assert any(f"arm.yaml:{line}:" in str(f) and "N of 2, 3 or 4 registers, got 6" in str(f)
+               for f in caught.value.findings), [str(f) for f in caught.value.findings]

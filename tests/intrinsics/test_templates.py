@@ -95,6 +95,36 @@ def test_llvm_grammar_refuses(template: str, fragment: str, at: str) -> None:
     assert caught.value.offset == template.rindex(at)
 
 
+def test_a_multi_register_result_is_the_intrinsics_struct() -> None:
+    # [N x <M x T>] names the N registers an ld1x4-like intrinsic returns; what a code
+    # generator calls is the literal struct of them, which LLVM's parser accepts as IR.
+    template = "{D} = call [4 x <16 x i8>] @llvm.aarch64.neon.ld1x4.v16i8.p0(ptr {A})"
+    assert parse("llvm", template).render({"A": "%A", "D": "%D"}) == template.replace(
+        "{A}", "%A").replace("{D}", "%D")
+    struct = "{ <16 x i8>, <16 x i8>, <16 x i8>, <16 x i8> }"
+    llvm.parse_assembly(
+        f"declare {struct} @llvm.aarch64.neon.ld1x4.v16i8.p0(ptr)\n"
+        f"define void @f(ptr %A) {{\n  %D = call {struct} @llvm.aarch64.neon.ld1x4.v16i8.p0("
+        "ptr %A)\n  ret void\n}\n").verify()
+
+
+@pytest.mark.parametrize("template, fragment, at", [
+    ("{D} = call [5 x <16 x i8>] @llvm.aarch64.neon.ld1x4.v16i8.p0(ptr {A})",
+     "N of 2, 3 or 4 registers, got 5", "5"),
+    ("{D} = call [4 x i8] @llvm.aarch64.neon.ld1x4.v16i8.p0(ptr {A})",
+     "a vector type <M x T> in [N x <M x T>]", "i8"),
+    ("{D} = call [4 x <16 x i8> @llvm.aarch64.neon.ld1x4.v16i8.p0(ptr {A})",
+     "']' closing [N x <M x T>]", "@llvm"),
+    ("call [4 x <16 x i8>] @llvm.aarch64.neon.ld1x4.v16i8.p0(ptr {A})", "a type", "["),
+    ("{D} = load [4 x <16 x i8>], ptr {A}", "a type", "["),
+])
+def test_llvm_grammar_refuses_a_bad_register_group(template: str, fragment: str,
+                                                   at: str) -> None:
+    with pytest.raises(TemplateError, match=re.escape(fragment)) as caught:
+        parse("llvm", template)
+    assert caught.value.offset == template.index(at)
+
+
 def test_npu_template_is_read_by_the_assembler() -> None:
     template = parse("npu", "gemm acc[{C}], inp[{A}], wgt[{B}], rows=16, k=16, reset")
     (insn,) = assemble(template.render({"C": "32", "A": "0", "B": "16"}))

@@ -3,11 +3,14 @@ or refused, rows of A broadcast from memory, buffers laid out aligned."""
 
 import numpy as np
 import pytest
+from llvmlite import ir as ll
 
 from ir import script as T
 from targets import cpu
+from targets.cpu import templates
 from targets.cpu.run import aligned_zeros
 from tensorize.schedule import Schedule
+from tests.targets.arm.conftest import kernel as arm_kernel
 from tests.targets.cpu.conftest import kernel
 
 
@@ -64,3 +67,19 @@ def test_an_unknown_target_is_refused_naming_the_cpu_targets() -> None:
                                         "section to be a CPU target; the CPU targets are "
                                         "arm, x86"):
         cpu.emit(_zero_and_store(16), "npu")
+
+
+def test_a_multi_register_load_template_returns_the_struct_of_its_registers() -> None:
+    parsed = templates.parse(
+        "ld", "{dst} = call [4 x <16 x i8>] @llvm.aarch64.neon.ld1x4.v16i8.p0(ptr {src})")
+    assert (parsed.kind, parsed.result, parsed.registers) == ("call", "dst", 4)
+    assert parsed.result_type == ll.LiteralStructType([ll.VectorType(ll.IntType(8), 16)] * 4)
+    assert parsed.args == ((ll.PointerType(), "src"),)
+
+
+def test_the_gemm_loads_two_k_steps_of_a_and_b_with_one_ld1x4_each() -> None:
+    # The arm family's ld1x4 fills the 8 x 8 tile's two k steps of A and of B (64 bytes
+    # each) in one instruction (tests/targets/arm/test_run.py runs this kernel exactly).
+    ir = arm_kernel("gemm_int8").llvm_ir
+    assert ir.count('call {<16 x i8>, <16 x i8>, <16 x i8>, <16 x i8>} '
+                    '@"llvm.aarch64.neon.ld1x4.v16i8.p0"') == 2
