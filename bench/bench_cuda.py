@@ -33,7 +33,7 @@ import suite_kernels  # bench/ is on the path: the benchmarks run as scripts
 from targets import cuda
 from targets.cuda.banks import bank_conflicts
 from targets.cuda.compile import cuobjdump_path, resource_usage, sass_mix
-from targets.cuda.occupancy import ARCHITECTURES, occupancy
+from targets.cuda.occupancy import architecture, architectures, occupancy
 from targets.cuda.pipeline import STAGES
 from targets.cuda.run import gpu_unavailable, load
 from tensorize.engine import auto_tensorize
@@ -76,8 +76,8 @@ def conflict_counts(built: Built) -> dict:
     inputs = {p.name: (rng.standard_normal(p.shape) if p.dtype.is_float
                        else rng.integers(-128, 128, p.shape)).astype(p.dtype.numpy)
               for p in func.params if p.name in ("A", "B")}
-    (counts,) = bank_conflicts(kernel, inputs).values()
-    return counts
+    (tiled,) = [l.kernel for l in kernel.launches if l.tiled]
+    return bank_conflicts(kernel, inputs)[tiled]
 
 
 def modelled_conflicts(built: Built) -> str:
@@ -113,8 +113,9 @@ def searched(name: str, n: int, measured: int = 4) -> None:
         return TilingFigures(r.registers, r.shared_bytes + launch.dynamic_shared,
                              r.spill_stores + r.spill_loads, other, conflicts)
 
-    trials = search_tilings((n, n, n), FRAGMENT, elem, 1, ARCHITECTURES["sm_80"],
-                            lambda r, s, t: occupancy("sm_80", r, s, t), measure, measured)
+    sm_80 = architecture("sm_80")
+    trials = search_tilings((n, n, n), FRAGMENT, elem, 1, sm_80,
+                            lambda r, s, t: occupancy(sm_80, r, s, t), measure, measured)
     print(f"  tiling search (sm_80, {len(trials)} candidates, best {measured} estimates "
           "compiled):")
     for trial in trials[:measured]:
@@ -135,12 +136,15 @@ def static(n: int) -> None:
         warps = launch.block[1] * launch.block[2]
         bm, bn, bk = built.tiling.block_tile(*FRAGMENT)
         wm, wn = bm // built.tiling.warps[0], bn // built.tiling.warps[1]
+        others = [l for l in built.kernel.launches if not l.tiled]
         print(f"{name} {n}^3: block tile {bm}x{bn}x{bk}, {warps} warps of {wm}x{wn}, "
-              f"{launch.stages} stages, grid {launch.grid}; tensorize+emit {prepared:.2f} s")
-        for arch in ARCHITECTURES:
+              f"{launch.stages} stages, grid {launch.grid}; {len(built.kernel.launches)} "
+              f"launch(es): {len(others)} data-parallel before or after it "
+              f"{[l.kernel for l in others]}; tensorize+emit {prepared:.2f} s")
+        for arch, limits in architectures().items():
             (r,) = [r for r in resource_usage(built.kernel, arch) if r.kernel == launch.kernel]
             shared = r.shared_bytes + launch.dynamic_shared
-            o = occupancy(arch, r.registers, shared, 32 * warps)
+            o = occupancy(limits, r.registers, shared, 32 * warps)
             line = (f"  {arch}: {r.registers} registers, {shared} B shared "
                     f"({launch.dynamic_shared} dynamic), {r.spill_stores + r.spill_loads} "
                     f"spill bytes; occupancy {o.blocks} blocks, {o.warps}/{o.max_warps} warps "
@@ -154,6 +158,29 @@ def static(n: int) -> None:
             print(line)
         print(f"  bank conflicts (modelled): {modelled_conflicts(built)}")
         searched(name, n)
+    resnet_conv()
+
+
+def resnet_conv() -> None:
+    """Print launches, registers and non-MMA instructions per MMA of ResNet-50's first 3x3
+    convolution (1 x 56 x 56 x 64 -> 64, NHWC int8), an implicit GEMM: the im2col is in the
+    address of the tiles' copy of the activations."""
+    func = suite_kernels.builders()["conv2d_nhwc_int8"](1, 56, 56, 64, 64)
+    kernel = cuda.emit(auto_tensorize(func, "cuda").func)
+    (launch,) = [l for l in kernel.launches if l.tiled]
+    others = [l.kernel for l in kernel.launches if not l.tiled]
+    print(f"conv2d_nhwc_int8 ResNet-50 3x3 (1x56x56x64 -> 64): {len(kernel.launches)} launches "
+          f"(data-parallel: {others}; the GEMM {launch.kernel} grid {launch.grid}, "
+          f"{launch.stages} stages)")
+    for arch in architectures():
+        (r,) = [r for r in resource_usage(kernel, arch) if r.kernel == launch.kernel]
+        line = (f"  {arch}: {r.registers} registers, "
+                f"{r.shared_bytes + launch.dynamic_shared} B shared")
+        if cuobjdump_path() is not None:
+            (mix,) = [m for m in sass_mix(kernel, arch) if m.kernel == launch.kernel]
+            line += (f"; {mix.other} non-MMA per {mix.mma} MMA in the {mix.scope}: "
+                     f"{mix.other_per_mma:.2f} per MMA")
+        print(line)
 
 
 def _cublas(a, b, c, name: str) -> None:
@@ -239,6 +266,8 @@ def on_gpu(n: int, repeat: int) -> None:
         ours, theirs = cupy.zeros((n, n), out), cupy.zeros((n, n), out)
         functions = load(built.kernel)
         args = {"A": x, "B": y, "C": ours}
+        for buffer in built.kernel.buffers:  # intermediates: the int8 B transposed
+            args.setdefault(buffer.name, cupy.zeros(buffer.shape, buffer.dtype.numpy))
 
         ordered = tuple(args[p] for p in built.kernel.params)
         ours_ms = _timed(lambda: _launch(functions, ordered), repeat)  # noqa: B023

@@ -19,6 +19,7 @@ import ir
 from intrinsics import limits, schema
 from intrinsics.builder import CompanionRef, Context, build_intrinsic
 from intrinsics.cpu_target import build_cpu_target, check_template_alignment
+from intrinsics.gpu_target import build_gpu_target
 from intrinsics.model import Family, Intrinsic, Operand, Scope, frozen_mapping
 from intrinsics.source import Findings, YNode, read_yaml
 from intrinsics.variants import Budget, expand
@@ -57,6 +58,10 @@ def check_family(path: str | os.PathLike[str]) -> tuple[Family | None, Findings]
     cpu = None
     if cpu_node is not None and not _has_errors(cpu_node, schema.CPU):
         cpu = build_cpu_target(cpu_node, target_node.value, scopes, findings)
+    gpu_node = root.get("gpu")
+    gpu = None
+    if gpu_node is not None and not _has_errors(gpu_node, schema.GPU):
+        gpu = build_gpu_target(gpu_node, target_node.value)
     ctx = Context(file.stem, target_node.value, scopes, str(file), cpu_node is not None)
     intrinsics, refs = _intrinsics(entries, ctx, findings)
     if cpu is not None:
@@ -71,7 +76,8 @@ def check_family(path: str | os.PathLike[str]) -> tuple[Family | None, Findings]
         name=file.stem, target=target_node.value, scopes=frozen_mapping(scopes),
         intrinsics=tuple(intrinsics), path=file,
         description=description.value if description is not None else "",
-        machine=machine.raw if machine is not None and machine.is_mapping else None, cpu=cpu)
+        machine=machine.raw if machine is not None and machine.is_mapping else None, cpu=cpu,
+        gpu=gpu)
     return (family if not findings else None), findings
 
 

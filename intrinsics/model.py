@@ -12,13 +12,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 import ir
 from intrinsics.templates import parse
 from ir import IterKind
+
+if TYPE_CHECKING:
+    from intrinsics.gpu_target import GpuTarget
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +305,8 @@ class Family:
     ``name`` is the file's stem (``cuda`` for ``cuda.yaml``). ``machine`` is the file's raw
     top-level ``machine:`` mapping node, with its PyYAML marks, when it has one (the simulator
     validates it); :meth:`machine_values` gives it as plain data. ``cpu`` is the target's CPU
-    description when the file has a ``cpu:`` section.
+    description when the file has a ``cpu:`` section; ``gpu``, the architectures and SM limits
+    of its ``gpu:`` section.
     """
 
     name: str
@@ -313,6 +317,7 @@ class Family:
     description: str = ""
     machine: yaml.MappingNode | None = None
     cpu: CpuTarget | None = None
+    gpu: GpuTarget | None = None
 
     def __repr__(self) -> str:
         return f"Family({self.name}, {self.target}, {len(self.intrinsics)} intrinsics)"

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 
+from intrinsics.gpu_target import GpuTarget
 from intrinsics.loader import check_family
 from intrinsics.model import CpuTarget, Family, Intrinsic, Scope
 from intrinsics.source import Findings
@@ -58,6 +59,19 @@ class Registry:
         known = ", ".join(f.target for f in self.families if f.cpu is not None) or "none"
         raise IntrinsicSpecError(f"target {target!r} requires a family with a 'cpu:' section "
                                  f"to be a CPU target; the CPU targets are {known}")
+
+    def gpu(self, target: str = "cuda") -> GpuTarget:
+        """The GPU description of ``target`` (a family's ``gpu:`` section: architectures
+        and SM limits); IntrinsicSpecError naming the families of ``target`` when none has
+        one."""
+        families = [f for f in self.families if f.target == target]
+        for family in families:
+            if family.gpu is not None:
+                return family.gpu
+        names = ", ".join(str(f.path) for f in families) or "none"
+        raise IntrinsicSpecError(f"target {target!r} requires a family with a 'gpu:' section "
+                                 f"(its architectures and SM limits); the families of "
+                                 f"{target!r} are {names}")
 
     def target_kind(self, target: str) -> str:
         """What kind of target ``target`` is, which decides how the engine schedules for it

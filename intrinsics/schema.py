@@ -11,8 +11,10 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from intrinsics.gpu_target import check_gpu_section
 from intrinsics.source import Findings, YNode
 from ir import dtypes
 
@@ -452,6 +454,46 @@ CPU = Record("a CPU target", (
           "multiply-accumulates per instruction, for the counts a run reports"),
 ))
 
+class Checked(Type):
+    """A type whose values, once they have it, must also pass ``rule``: the checks that read
+    several fields of a section together (``rule(node, findings, where)``)."""
+
+    def __init__(self, inner: Type, rule: Callable[[YNode, Findings, str], None]) -> None:
+        self.inner = inner
+        self.rule = rule
+        self.wants = inner.wants
+
+    def check(self, node: YNode, findings: Findings, where: str) -> None:
+        before = len(findings)
+        self.inner.check(node, findings, where)
+        if len(findings) == before:
+            self.rule(node, findings, where)
+
+
+GPU_ARCHITECTURE = Record("a GPU architecture", (
+    Field("part", Text(), True, "the reference part its SM count is of, e.g. A100 SXM4"),
+    Field("sm_count", Int(1), True, "SMs of the reference part, for waves of blocks"),
+    Field("registers_per_sm", Int(1), True, "32-bit registers in one SM's register file"),
+    Field("max_registers_per_thread", Int(1), True, "registers one thread may have"),
+    Field("register_granularity", Int(1), True, "registers are allocated per warp in units "
+          "of this many"),
+    Field("shared_per_sm", Int(1), True, "bytes of shared memory the blocks of one SM may "
+          "share (the configurable L1/shared maximum)"),
+    Field("max_shared_per_block", Int(1), True, "bytes of shared memory one block may opt "
+          "in to (dynamic shared memory above 48 KB)"),
+    Field("shared_reserved_per_block", Int(0), True, "bytes the system reserves for each "
+          "resident block"),
+    Field("shared_granularity", Int(1), True, "bytes; a block's shared memory is allocated "
+          "in units of this many"),
+    Field("max_warps_per_sm", Int(1), True, "warps resident on one SM at most"),
+    Field("max_blocks_per_sm", Int(1), True, "blocks resident on one SM at most"),
+))
+
+GPU = Checked(Record("a GPU target", (
+    Field("architectures", MapOf(GPU_ARCHITECTURE, what="architecture"), True,
+          "nvcc architecture (sm_80, ...) -> its SM limits; kernels compile for each"),
+)), check_gpu_section)
+
 FAMILY = Record("a family", (
     Field("target", Name(), True, "the backend it belongs to: cuda, arm, npu, ..."),
     Field("description", Text(), False, "what hardware this is"),
@@ -460,6 +502,8 @@ FAMILY = Record("a family", (
     Field("intrinsics", ListOf(AnyMapping(), 1), True, "its intrinsics"),
     Field("machine", AnyMapping(), False, "machine parameters for a simulator"),
     Field("cpu", CPU, False, "the target's CPU description, for a CPU target"),
+    Field("gpu", GPU, False, "the architectures a GPU target compiles for and their SM "
+          "limits"),
 ))
 
 

@@ -282,6 +282,39 @@ def _outside_warps(stmt: Stmt, registry: Registry) -> set[Buffer]:
     return {b for b, _ in _accesses(stmt, registry)}
 
 
+def _column_copies(stmt: Stmt) -> set[Buffer]:
+    """The shared buffers that a vectorized copy writes down a column: its lanes step along
+    the second-last index (the CUDA schedule copies an 8-bit B operand, k rows of n, from a
+    buffer of n rows of k this way). The backend stores them transposed, so those lanes are
+    16 consecutive bytes (:func:`.memory.shared_layout`)."""
+    found: set[Buffer] = set()
+
+    def visit(node: object) -> None:
+        if not isinstance(node, For) or node.kind is not ForKind.VECTORIZED:
+            return
+        inner = node.body
+        while isinstance(inner, For):
+            inner = inner.body
+        if not isinstance(inner, BlockRealize) or not isinstance(inner.block.body, BufferStore):
+            return
+        store = inner.block.body
+        if store.buffer.scope != "shared" or store.buffer.ndim < 2:
+            return
+        env = {iv.var: b for iv, b in zip(inner.block.iter_vars, inner.bindings)}
+        row, col = (substitute(i, env) for i in store.indices[-2:])
+        if _uses_var(row, node.var) and not _uses_var(col, node.var):
+            found.add(store.buffer)
+
+    post_order_visit(stmt, visit)
+    return found
+
+
+def _uses_var(expr: Expr, var: Var) -> bool:
+    used: list[bool] = []
+    post_order_visit(expr, lambda n: used.append(True) if n is var else None)
+    return bool(used)
+
+
 def _perfect_nest(stmt: Stmt) -> tuple[list[For], BlockRealize] | None:
     """The loops of a perfect nest ending in one block, or None."""
     loops = []
@@ -328,6 +361,7 @@ class _KernelEmitter:
         self.depth = 1
         self.taken = set(names.values())
         self.shared: dict[Buffer, SharedLayout] = {}
+        self.transposed: set[Buffer] = set()
         self.frags: dict[Buffer, FragmentLayout] = {}
         self.per_warp: dict[Buffer, int] = {}
         self.dims: dict[str, int] = {}
@@ -350,15 +384,18 @@ class _KernelEmitter:
         if "threadIdx.x" in self.dims:
             raise EmitError("a loop is bound to threadIdx.x; the CUDA backend keeps threadIdx.x "
                             "for the 32 lanes of each warp")
-        tile_widths: dict[Buffer, int] = {}
+        tile_widths: dict[Buffer, tuple[int, int]] = {}
         frag_info: dict[Buffer, dict] = {}
+        self.transposed = _column_copies(stmt)
         self._walk_plan(stmt, _Scope(), tile_widths, frag_info)
         block_level = _outside_warps(stmt, self.registry)
         # Sorted by name: a set of buffers iterates in hash order, which changes from one
         # process to the next, and the declarations' order changes nvcc's register allocation.
         shared = {b for b, _ in _accesses(stmt, self.registry) if b.scope == "shared"}
         for buffer in sorted(shared, key=lambda b: b.name):
-            self.shared[buffer] = shared_layout(buffer, tile_widths.get(buffer))
+            tile = tile_widths.get(buffer)
+            self.shared[buffer] = shared_layout(buffer, tile,
+                                                tile is not None and buffer in self.transposed)
             if buffer not in block_level and self.dims:
                 # Only warps touch it (an epilogue's staging tile): one copy per warp, each
                 # 128-byte aligned so fragment stores into it stay 32-byte aligned.
@@ -407,12 +444,15 @@ class _KernelEmitter:
         intrinsic = self.registry.get(call.intrinsic)
         if "cuda" not in intrinsic.emit:
             raise EmitError(f"intrinsic {intrinsic.name} has no cuda template")
+        # A tile loaded from a transposed shared buffer is stored column-major there.
+        transposed = intrinsic.kind == "load" and any(
+            isinstance(a, BufferRegion) and a.buffer in self.transposed for a in call.args)
         for operand, arg in zip(intrinsic.operands, call.args):
             if not isinstance(arg, BufferRegion):
                 continue
             buffer = arg.buffer
             if buffer.scope == "shared" and intrinsic.kind == "load":
-                widths[buffer] = operand.shape[-1]
+                widths[buffer] = tuple(operand.shape[-2:])
             if buffer.scope not in FRAGMENT_SCOPES:
                 continue
             starts = tuple(substitute(r.start, scope.env) for r in arg.ranges[-2:])
@@ -420,7 +460,8 @@ class _KernelEmitter:
                                              "type": None})
             info["accesses"].append((starts, dict(scope.threads), dict(scope.ranges)))
             if info["type"] is None or intrinsic.kind == "load":
-                info["type"] = _fragment_type(buffer, intrinsic, operand.layout)
+                info["type"] = _fragment_type(buffer, intrinsic,
+                                              "col_major" if transposed else operand.layout)
 
     # ---- emission ------------------------------------------------------------------------
 

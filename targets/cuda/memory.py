@@ -19,6 +19,13 @@ a double buffer) select whole sets of panels, each 128-byte aligned. Other share
 row-major with their rows padded by 16 bytes where that keeps the row size a multiple of 16
 bytes.
 
+Transposed buffers. A buffer whose copy moves 16 bytes down a column (the int8 B operand,
+``k x n``, copied from a global buffer of ``n`` rows of ``k``) is stored with its last two
+dimensions swapped, in panels of the fragment tile's ``k`` extent: its 16 k values of one
+column are one 16-byte panel row. Its row-major ``k x n`` tiles are then column-major in
+memory, loaded as ``col_major`` fragments with ``ldm`` the panel pitch: the layout the
+tensor cores read B in, so ptxas loads it with ``ldmatrix`` instead of byte by byte.
+
 Fragments. A ``wmma.*`` buffer is a tile grid; each warp keeps only the fragments it touches.
 An access region's start, as an affine function of the loop variables, splits into the terms
 in thread-bound variables (the warp's offset, the same in every access) and the rest (the
@@ -57,14 +64,17 @@ class SharedLayout:
     strides: tuple[int, ...]
     size: int
     stage_strides: tuple[int, ...] = ()
+    transposed: bool = False
 
     def offset(self, indices: list[str]) -> str:
         """The element offset of ``buffer[indices]``."""
         if self.panel is None:
             return dense_offset(self.strides, indices)
         r, c = indices[-2:]
+        if self.transposed:
+            r, c = c, r
         w = self.panel
-        if w == self.buffer.shape[-1]:
+        if w == self.buffer.shape[-2 if self.transposed else -1]:
             text = f"({r}) * {self.pitch} + ({c})"
         else:
             text = f"(({c}) / {w}) * {self.panel_stride} + ({r}) * {self.pitch} + ({c}) % {w}"
@@ -75,7 +85,8 @@ class SharedLayout:
 
     def leading(self, layout: str) -> int:
         """ldm of a tile in ``layout`` (row_major: the row stride; col_major: the column
-        stride)."""
+        stride). A row-major tile of a transposed buffer is stored column-major, ``pitch``
+        elements from one column to the next: its fragment is loaded as col_major."""
         if self.panel is not None:
             if layout != "row_major":
                 raise EmitError(f"shared buffer {self.buffer.name} is stored in column panels; "
@@ -96,13 +107,21 @@ def panel_width(tile_width: int, cols: int, elem: int) -> int:
     return cols if (tile_width * elem) % 32 == 0 else tile_width
 
 
-def shared_layout(buffer: Buffer, tile_width: int | None) -> SharedLayout:
-    """The layout of shared ``buffer`` (module docs); ``tile_width`` is the width of the
-    fragment tiles loaded from it, None when no fragment load reads it. In the panel layout,
-    leading dimensions (stages) select whole 128-byte-aligned panel sets."""
+def shared_layout(buffer: Buffer, tile: tuple[int, int] | None,
+                  transposed: bool = False) -> SharedLayout:
+    """The layout of shared ``buffer`` (module docs); ``tile`` is the shape of the fragment
+    tiles loaded from it, None when no fragment load reads it. In the panel layout, leading
+    dimensions (stages) select whole 128-byte-aligned panel sets. ``transposed`` (only with
+    ``tile``) stores the last two dimensions swapped: the panels then hold the buffer's
+    columns as rows, so copies that move 16 bytes down a column stay 16-byte moves."""
     elem = max(buffer.dtype.bits // 8, 1)
     shape = buffer.shape
     rows, cols = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
+    tile_width = None
+    if tile is not None:
+        tile_width = tile[0] if transposed else tile[1]
+        if transposed:
+            rows, cols = cols, rows
     if tile_width is not None and len(shape) >= 2 and cols % tile_width == 0:
         width = panel_width(tile_width, cols, elem)
         pitch = padded_pitch(width * elem) // elem
@@ -115,7 +134,10 @@ def shared_layout(buffer: Buffer, tile_width: int | None) -> SharedLayout:
             stage_strides = tuple(whole * _product(shape[d + 1:-2]) if shape[d] > 1 else 0
                                   for d in range(len(shape) - 2))
             return SharedLayout(buffer, width, pitch, stride, (),
-                                whole * _product(shape[:-2]), stage_strides)
+                                whole * _product(shape[:-2]), stage_strides, transposed)
+    if transposed:
+        raise EmitError(f"shared buffer {buffer.name} {shape}: a transposed layout needs "
+                        f"fragment tiles {tile} that panels of whole 16-byte rows hold")
     strides = list(buffer.effective_strides)
     if len(shape) >= 2 and (shape[-1] * elem) % 16 == 0:
         row = shape[-1] + 16 // elem

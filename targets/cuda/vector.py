@@ -81,6 +81,10 @@ def _access_reason(buffer, indices: tuple[Expr, ...], lane: Var, lanes: int,
     """Why ``buffer[indices]`` over the lanes is not one aligned 16-byte access, or None."""
     if not indices:
         return "a scalar buffer"
+    if layout is not None and layout.transposed:
+        # Stored with the last two dimensions swapped: the second-last index is the one
+        # whose elements are consecutive.
+        indices = (*indices[:-2], indices[-1], indices[-2])
     for index in indices[:-1]:
         if any(atom is lane for atom, _ in linearize(index).terms):
             return "the lanes step along a dimension other than the last"

@@ -11,24 +11,22 @@ C++ compiler, CuPy and a driver) is reported as skipped with the reason, never a
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from intrinsics import Registry
+from intrinsics.gpu_target import GpuArchitecture
 from ir import PrimFunc, ScheduleError
 from targets import cuda
-from targets.cuda import occupancy as sm_limits
 from targets.cuda.compile import KernelResources, SassMix, cuobjdump_path, resource_usage, sass_mix
 from targets.cuda.emulate import COPY_MODES
-from targets.cuda.occupancy import occupancy
+from targets.cuda.occupancy import architecture, architectures, occupancy
 from targets.cuda.pipeline import STAGES
 from targets.cuda.run import gpu_unavailable
 from tensorize.engine import Tensorized, auto_tensorize
 from tensorize.engine.cuda_schedule import CudaTiling, TilingFigures, TilingTrial, search_tilings
-
-# The architectures every emitted kernel is compiled for: Ampere (cp.async) and Hopper.
-ARCHITECTURES = ("sm_80", "sm_90")
 
 
 def tune_cuda(func: PrimFunc, registry: Registry, arch: str = "sm_80", measured: int = 6
@@ -56,8 +54,9 @@ def tune_cuda(func: PrimFunc, registry: Registry, arch: str = "sm_80", measured:
         except (ScheduleError, cuda.EmitError, cuda.CompileError):
             return None
 
-    trials = search_tilings(extents, shape, elem, batch, sm_limits.ARCHITECTURES[arch],
-                            lambda r, s, t: occupancy(arch, r, s, t), measure, measured)
+    limits = architecture(arch, registry)
+    trials = search_tilings(extents, shape, elem, batch, limits,
+                            lambda r, s, t: occupancy(limits, r, s, t), measure, measured)
     if not trials:
         return first, STAGES, []
     best = trials[0]
@@ -106,10 +105,12 @@ def _figures(kernel: cuda.CudaKernel, arch: str) -> TilingFigures | None:
 
 def run_cuda(func: PrimFunc, reference: dict[str, np.ndarray], inputs: dict[str, np.ndarray],
              report: Any, compare: Any, emitted: list[str], emit_code: bool,
-             stages: int = STAGES) -> dict[str, np.ndarray]:
+             stages: int = STAGES, registry: Registry | None = None
+             ) -> dict[str, np.ndarray]:
     """Emit ``func`` (tensorized for cuda) as CUDA C++ with ``stages`` cp.async stages and
-    check it every way this machine allows; returns the outputs of the most faithful run
-    (GPU, else emulation, else ``reference``)."""
+    check it every way this machine allows: compiled for each architecture of the cuda
+    family's ``gpu:`` section in ``registry`` (default: the built-in and user families);
+    returns the outputs of the most faithful run (GPU, else emulation, else ``reference``)."""
     kernel = cuda.emit(func, stages=stages)
     launches = "; ".join(f"{l.kernel} grid {l.grid} block {l.block}" for l in kernel.launches)
     report.step("emit", True, f"CUDA C++, {len(kernel.source.splitlines())} lines, "
@@ -121,7 +122,7 @@ def run_cuda(func: PrimFunc, reference: dict[str, np.ndarray], inputs: dict[str,
                            "params": list(kernel.params)}
     if emit_code:
         emitted.append(_with_launches(kernel))
-    _compile(kernel, report)
+    _compile(kernel, report, architectures(registry))
     outputs = _emulate(kernel, inputs, reference, report, compare) or reference
     return _on_gpu(kernel, inputs, reference, report, compare) or outputs
 
@@ -136,12 +137,13 @@ def _with_launches(kernel: cuda.CudaKernel) -> str:
     return "\n".join(lines) + "\n" + kernel.source
 
 
-def _compile(kernel: cuda.CudaKernel, report: Any) -> None:
+def _compile(kernel: cuda.CudaKernel, report: Any,
+             limits: Mapping[str, GpuArchitecture]) -> None:
     if cuda.nvcc_path() is None:
         report.skip("compile", "nvcc not found (install the CUDA toolkit or set NVCC)")
         return
     disassemble = cuobjdump_path() is not None
-    for arch in ARCHITECTURES:
+    for arch in limits:
         start = time.perf_counter()
         try:
             ptx = cuda.compile(kernel, arch).decode()
@@ -151,15 +153,18 @@ def _compile(kernel: cuda.CudaKernel, report: Any) -> None:
         mma = ptx.count("mma.sync") + ptx.count("wmma.mma")
         report.step("compile", True, f"nvcc -arch={arch}: {time.perf_counter() - start:.1f} s, "
                                      f"{mma} tensor-core instruction(s) in the PTX")
-        _ptxas(kernel, arch, report, disassemble)
+        _ptxas(kernel, limits[arch], report, disassemble)
     if not disassemble:
         report.skip("sass", "cuobjdump not found (the CUDA toolkit's, or the "
                             "nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels)")
 
 
-def _ptxas(kernel: cuda.CudaKernel, arch: str, report: Any, disassemble: bool) -> None:
-    """One line per kernel: what ptxas says of its resources, and the occupancy they allow;
-    then, when ``disassemble``, one with its SASS instruction mix."""
+def _ptxas(kernel: cuda.CudaKernel, limits: GpuArchitecture, report: Any,
+           disassemble: bool) -> None:
+    """One line per kernel: what ptxas says of its resources, and the occupancy they allow
+    on the architecture ``limits`` describes; then, when ``disassemble``, one with its SASS
+    instruction mix."""
+    arch = limits.name
     try:
         resources = resource_usage(kernel, arch)
         mixes = {m.kernel: m for m in sass_mix(kernel, arch)} if disassemble else {}
@@ -170,7 +175,7 @@ def _ptxas(kernel: cuda.CudaKernel, arch: str, report: Any, disassemble: bool) -
     dynamic = {l.kernel: l.dynamic_shared for l in kernel.launches}
     order = list(threads)
     for r in sorted(resources, key=lambda r: order.index(r.kernel)):
-        line, data = _resources(r, threads[r.kernel], dynamic[r.kernel])
+        line, data = _resources(r, limits, threads[r.kernel], dynamic[r.kernel])
         report.step("ptxas", True, line)
         if r.kernel in mixes:
             data["sass"] = _sass(mixes[r.kernel], arch, report)
@@ -187,11 +192,13 @@ def _sass(mix: SassMix, arch: str, report: Any) -> dict[str, Any]:
     return {"mma": mix.mma, "other": mix.other, "scope": mix.scope}
 
 
-def _resources(r: KernelResources, threads: int, dynamic: int) -> tuple[str, dict[str, Any]]:
-    """The report line and the JSON record of one kernel on one architecture; ``dynamic``
-    bytes of dynamic shared memory add to the static ones ptxas reports."""
+def _resources(r: KernelResources, limits: GpuArchitecture, threads: int,
+               dynamic: int) -> tuple[str, dict[str, Any]]:
+    """The report line and the JSON record of one kernel on the architecture ``limits``
+    describes; ``dynamic`` bytes of dynamic shared memory add to the static ones ptxas
+    reports."""
     shared = r.shared_bytes + dynamic
-    o = occupancy(r.arch, r.registers, shared, threads)
+    o = occupancy(limits, r.registers, shared, threads)
     spills = r.spill_stores + r.spill_loads
     kind = f" ({dynamic} dynamic)" if dynamic else ""
     line = (f"{r.kernel} {r.arch}: {r.registers} registers, {shared} B shared{kind}, "

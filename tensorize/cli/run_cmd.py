@@ -526,7 +526,7 @@ def _run_target(func: PrimFunc, result: Tensorized, inputs: dict[str, np.ndarray
         from tensorize.cli.cuda_steps import run_cuda
 
         outputs = run_cuda(result.func, outputs, inputs, report, compare, emitted,
-                           "code" in args.emit, **_cuda_stages(args))
+                           "code" in args.emit, registry=registry, **_cuda_stages(args))
     else:
         report.skip("run", f"no code generator serves target {args.target} (kind "
                            f"{registry.target_kind(args.target)}); only its tensorized IR "

@@ -28,16 +28,25 @@ bind, and tensorize of the compute tile and of the fragment loads, fill and stor
 into shared memory stay plain loop nests: the CUDA backend spreads them over the block's
 threads. The accumulator is one block tile in the IR; the backend keeps in each warp only the
 fragments that warp's threads touch.
+
+An 8-bit B is first stored as n rows of k in global memory (its producer's layout changed,
+or one copy): the tiles then copy it 16 bytes of k at a time, and the backend keeps its
+shared stage transposed and loads its fragments column-major, as the tensor cores read B.
+An operand that is an NHWC convolution's im2col (or dense's transposed input) is not
+written at all: its copy is folded into the tiles' copy into shared memory (implicit GEMM).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from intrinsics import Intrinsic, Registry
+from intrinsics.gpu_target import GpuArchitecture
 from ir import BufferLoad, BufferStore, IterKind, ScheduleError, Var
+from ir.arith import linearize
 from ir.visitor import post_order_visit
 from tensorize.match.result import Match
 from tensorize.schedule import Schedule, tree
@@ -128,7 +137,14 @@ def schedule_cuda(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry
     scope = {o.name: o.scope for o in intrinsic.operands}
     a_shared = sch.cache_read(block, a, "shared")
     sch.compute_at(a_shared, ko)
+    b_rows = intrinsic.operands[1].dtype.bits == 8
+    intermediates = {buffer.name for buffer in sch.func.allocs}
+    gathered = [x for x in (a, b) if x in intermediates]
+    if b_rows:
+        b = _transposed_copy(sch, block, b)
     b_shared = sch.cache_read(block, b, "shared")
+    if b_rows:
+        _swap_last(sch, b_shared, _written(sch, b_shared))
     sch.compute_at(b_shared, ko)
     a_frag = sch.cache_read(block, _written(sch, a_shared), scope[names[0]])
     sch.compute_at(a_frag, kf)
@@ -158,6 +174,8 @@ def schedule_cuda(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry
     _fragment_loads(sch, a_frag, tm, [registry.get(n) for n in intrinsic.loads[names[0]]])
     _fragment_loads(sch, b_frag, tk, [registry.get(n) for n in intrinsic.loads[names[1]]])
     sch.tensorize(mi, intrinsic)
+    for operand in gathered:
+        _implicit_gather(sch, operand)
     sch.bind(ty, "threadIdx.z")
     sch.bind(tx, "threadIdx.y")
     sch.unroll(mf)
@@ -167,6 +185,122 @@ def schedule_cuda(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry
     if outer:
         batch = sch.fuse(*outer) if len(outer) > 1 else outer[0]
         sch.bind(batch, "blockIdx.z")
+
+
+def _transposed_copy(sch: Schedule, block, b: str) -> str:
+    """Store the 8-bit operand ``b`` (k rows of n) as n rows of k in global memory, and
+    return that buffer's name: the block tiles then copy B's k values 16 bytes at a time
+    into shared memory stored n-row by n-row, from which a column-major B fragment loads
+    four k values of one column as one 32-bit word (a row-major int8 B fragment makes ptxas
+    gather B one byte at a time: the tensor cores read B column-major). An intermediate B
+    (the engine's transpose or im2col) is written so by its producer; a parameter is copied
+    once, in its own launch."""
+    if b in {buffer.name for buffer in sch.func.allocs}:
+        _swap_last(sch, block, b)
+        return b
+    stage = sch.cache_read(block, b, "global")
+    buffer = _written(sch, stage)
+    _swap_last(sch, stage, buffer)
+    # k innermost: consecutive threads write consecutive bytes of the copy (coalesced); their
+    # reads, a column of B, come from sectors the neighbouring columns' threads share in L2.
+    k_loop, n_loop = sch.get_loops(stage)[-2:]
+    sch.reorder(n_loop, k_loop)
+    return buffer
+
+
+def _implicit_gather(sch: Schedule, buffer: str) -> None:
+    """Fold the block producing the intermediate ``buffer`` (an im2col: a plain copy whose
+    store indices fuse its iterators, ``[n * 64 + h * 8 + w, rh * 48 + rw * 16 + c]``) into
+    the copy that reads it into shared memory, so the tiles gather straight from the
+    producer's input and ``buffer`` is never written (implicit GEMM). ``buffer`` is first
+    stored with one dimension per fused iterator (``transform_layout``), which makes its
+    store plain and inlinable. Only where the gather still moves 16 bytes at once: the last
+    index's least significant iterator is the producer's input's whole last index, over a
+    multiple of 16 bytes (NHWC channels; not NCHW, whose k digits end in a column offset).
+    Nothing happens otherwise."""
+    producer = _plain_producer(sch, buffer)
+    if producer is None:
+        return
+    block = sch.get(producer).block
+    store = block.body
+    extents = {iv.var: iv.extent for iv in block.iter_vars}
+    parts = []
+    for dim, index in enumerate(store.indices):
+        digits = _mixed_radix(index, extents)
+        # Inlining needs the digits to cover the dimension (a padded one has more).
+        if digits is None or math.prod(e for _, _, e in digits) != store.buffer.shape[dim]:
+            return
+        parts.append(_unfused(f"d{dim}", [(c, e) for c, _, e in digits]))
+    _, lowest, extent = digits[-1]
+    lanes = 16 // max(store.buffer.dtype.bits // 8, 1)
+    used = {id(a) for index in store.indices for a, _ in linearize(index).terms}
+    unused = [iv for iv in block.iter_vars if id(iv.var) not in used]
+    if (store.value.indices[-1] is not lowest or extent % lanes
+            or sum(len(part) for part in parts) != len(used)  # an iterator in two dims
+            or any(iv.extent != 1 for iv in unused)):
+        return
+    if unused:
+        # Unit iterators the store does not use (a batch of 1) leave the iteration space.
+        names = [f"v{i}" for i in range(len(block.iter_vars))]
+        kept = [n for n, iv in zip(names, block.iter_vars) if id(iv.var) in used]
+        sch.transform_block_layout(producer, f"lambda {', '.join(names)}: ({', '.join(kept)},)")
+    names = ", ".join(f"d{dim}" for dim in range(len(store.indices)))
+    dims = ", ".join(part for dim in parts for part in dim)
+    sch.transform_layout(producer, buffer, f"lambda {names}: ({dims})")
+    sch.compute_inline(producer)
+
+
+def _mixed_radix(index, extents: dict) -> list[tuple[int, Var, int]] | None:
+    """``index`` as (coefficient, iterator, extent) digits, most significant first, when it
+    is a sum of distinct iterators whose coefficients are the products of the extents after
+    them (``n * 64 + h * 8 + w`` over extents 2, 8, 8); else None."""
+    form = linearize(index)
+    if form.const != 0 or any(not isinstance(a, Var) or a not in extents
+                              for a, _ in form.terms):
+        return None
+    digits = sorted(((c, a, extents[a]) for a, c in form.terms), key=lambda d: -d[0])
+    stride = 1
+    for coefficient, _, extent in reversed(digits):
+        if coefficient != stride:
+            return None
+        stride *= extent
+    return digits
+
+
+def _unfused(name: str, digits: list[tuple[int, int]]) -> list[str]:
+    """The index expressions taking a fused index ``name`` apart into its digits."""
+    found = []
+    for position, (coefficient, extent) in enumerate(digits):
+        value = name if coefficient == 1 else f"{name} // {coefficient}"
+        found.append(value if position == 0 else f"{value} % {extent}")
+    return found
+
+
+def _plain_producer(sch: Schedule, buffer: str):
+    """The one block writing ``buffer`` when ``buffer`` is an intermediate and that block
+    is a plain copy (one load, no reduction); else None."""
+    if buffer not in {b.name for b in sch.func.allocs}:
+        return None
+    writers = [name for name in tree.block_names(sch.func)
+               if any(w.buffer.name == buffer for w in sch.get(sch.get_block(name)).block.writes)]
+    if len(writers) != 1:
+        return None
+    handle = sch.get_block(writers[0])
+    block = sch.get(handle).block
+    if (not isinstance(block.body, BufferStore) or not isinstance(block.body.value, BufferLoad)
+            or block.init is not None
+            or any(iv.kind is IterKind.REDUCE for iv in block.iter_vars)):
+        return None
+    return handle
+
+
+def _swap_last(sch: Schedule, stage, buffer: str) -> None:
+    """Store ``buffer`` (accessed by ``stage``) with its last two dimensions swapped."""
+    regions = (*sch.get(stage).block.reads, *sch.get(stage).block.writes)
+    ndim = next(r.buffer.ndim for r in regions if r.buffer.name == buffer)
+    names = [f"d{i}" for i in range(ndim)]
+    swapped = [*names[:-2], names[-1], names[-2]]
+    sch.transform_layout(stage, buffer, f"lambda {', '.join(names)}: ({', '.join(swapped)})")
 
 
 def _written(sch: Schedule, stage) -> str:
@@ -345,6 +479,10 @@ def _operand_buffers(sch: Schedule, block_name: str) -> tuple[str, str, str]:
 # 1.4 GHz on an A100: an estimate); SHARED_BYTES_PER_CYCLE is 32 banks of 4 bytes.
 
 MMA_CYCLES = 8
+# The occupancy of a candidate: (registers, shared bytes, threads) -> what
+# ``targets.cuda.occupancy.occupancy`` returns on the architecture (its ``blocks`` and
+# ``warps`` per SM); a callable, so the engine does not depend on the backend.
+OccupancyOf = Callable[[int, int, int], Any]
 GLOBAL_BYTES_PER_CYCLE = 32
 SHARED_BYTES_PER_CYCLE = 128
 WARP_GRIDS = ((2, 2), (2, 4), (4, 2))
@@ -428,12 +566,16 @@ def estimate(tiling: CudaTiling, stages: int, shape: tuple[int, int, int],
 
 
 def model_cycles(tiling: CudaTiling, figures: TilingFigures, extents: tuple[int, int, int],
-                 shape: tuple[int, int, int], elem_bytes: int, batch: int, limits: Any,
-                 occupancy: Any) -> tuple[int, int, float]:
-    """(blocks per SM, waves, cycles) of the cost model (section comment) on an architecture
-    with ``limits`` (its ``sm_count``) and ``occupancy(registers, shared, threads)``."""
+                 shape: tuple[int, int, int], elem_bytes: int, batch: int,
+                 limits: GpuArchitecture, occupancy: OccupancyOf) -> tuple[int, int, float]:
+    """(blocks per SM, waves, cycles) of the cost model (section comment) on the
+    architecture ``limits`` describes (the cuda family's ``gpu:`` section: its SM count and
+    the shared memory a block may opt in to) with ``occupancy(registers, shared,
+    threads)``; a block over its shared memory or spilling does not fit (0, 0, inf)."""
     bm, bn, _ = tiling.block_tile(*shape)
     warps = tiling.warps[0] * tiling.warps[1]
+    if figures.shared_bytes > limits.max_shared_per_block:
+        return 0, 0, float("inf")
     fit = occupancy(figures.registers, figures.shared_bytes, 32 * warps)
     if fit.blocks == 0 or figures.spills:
         return 0, 0, float("inf")
@@ -453,7 +595,7 @@ def model_cycles(tiling: CudaTiling, figures: TilingFigures, extents: tuple[int,
 
 
 def search_tilings(extents: tuple[int, int, int], shape: tuple[int, int, int],
-                   elem_bytes: int, batch: int, limits: Any, occupancy: Any,
+                   elem_bytes: int, batch: int, limits: GpuArchitecture, occupancy: OccupancyOf,
                    measure: Callable[[CudaTiling, int], TilingFigures | None],
                    measured: int = 6) -> list[TilingTrial]:
     """The candidates (:func:`tiling_candidates`) ranked by modelled cycles, best first:

@@ -11,10 +11,13 @@ from targets import cuda
 from tests.targets.cuda.helpers import emitted
 
 
-def test_gemm_launch_is_one_block_of_four_warps():
+def test_int8_gemm_transposes_b_then_launches_one_block_of_four_warps():
     kernel = emitted("gemm_int8")
-    assert [(l.grid, l.block) for l in kernel.launches] == [((1, 1, 1), (32, 2, 2))]
-    assert kernel.params == ("A", "B", "C") and kernel.outputs == ("C",)
+    # B (k rows of n) is first stored n rows of k by a data-parallel kernel, into B_global.
+    assert [(l.grid, l.block, l.tiled) for l in kernel.launches] == [
+        ((16, 1, 1), (256, 1, 1), False), ((1, 1, 1), (32, 2, 2), True)]
+    assert kernel.params == ("A", "B", "C", "B_global") and kernel.outputs == ("C",)
+    assert "B_global[(v1) * 64 + v0] = B[(v0) * 64 + v1];" in kernel.source
 
 
 def test_each_warp_declares_only_its_own_fragments():
@@ -22,6 +25,13 @@ def test_each_warp_declares_only_its_own_fragments():
     # The 64x64 accumulator is 4x4 fragments; each of the 2x2 warps keeps 2x2 of them.
     assert "int> C_wmma_accumulator[2][2];" in source
     assert "row_major> A_shared_wmma_matrix_a[2][1];" in source
+    # The int8 B tile is stored transposed in shared memory: its fragments load col_major,
+    # with the panel's 16-byte pitch as ldm, and its copies move 16 bytes of k at once.
+    assert "col_major> B_global_shared_wmma_matrix_b[1][2];" in source
+    assert re.search(r"load_matrix_sync\(B_global_shared_wmma_matrix_b\[0\]\[\w+\], "
+                     r"\(&B_global_shared\[\(stage_?\d*\) \* 1024 \+ \(\(v1_o_?\d* \* 16\)\) "
+                     r"\* 16 \+ \(0\)\]\), 16\);", source)
+    assert "tz_cp_async16(&B_global_shared[(0) * 1024 + " in source
 
 
 def test_shared_stage_is_fenced_before_and_after_its_readers():
@@ -56,17 +66,20 @@ def test_copies_into_shared_memory_move_16_bytes_at_once():
     assert "scalar copy" not in source
 
 
-def test_a_row_narrower_than_16_bytes_stays_scalar_and_says_why():
-    # 100 x 60 x 36 goes to m8n32k16 tiles: one operand's shared stage has 8-byte rows.
+def test_narrow_int8_tiles_still_move_16_bytes_and_a_guarded_copy_says_why_not():
+    # 100 x 60 x 36 goes to m8n32k16 tiles: the 8-wide operand is stored with its 16 k
+    # values as rows (transposed), so both operands' copies move 16 bytes at once; the
+    # unpadding store after each fragment is guarded at the edges and stays scalar.
     source = emitted("gemm_int8_odd", pipeline=False).source
-    assert source.count("tz_copy16(&") == 1
-    assert "// scalar copy: loop ax1 is not vectorized" in source
+    assert source.count("tz_copy16(&") == 2
+    assert "// scalar copy: the copy is guarded by a predicate" in source
 
 
 @pytest.mark.parametrize("name", ["matmul_relu_fp16", "matmul_requant_int8"])
 def test_epilogues_run_in_the_gemm_kernel_on_a_staging_tile_per_warp(name):
     kernel = emitted(name)
-    assert len(kernel.launches) == 1
+    # One kernel, after the int8 B operand's transpose.
+    assert [l.tiled for l in kernel.launches] == ([False, True] if "int8" in name else [True])
     source = kernel.source
     # 2 x 2 warps of 32 x 32 / 4 = 16 x 16 tiles, 20 elements a row (16 + 16 bytes padding).
     stage = "acc_shared" if "requant" in name else "Y_shared"
@@ -78,9 +91,31 @@ def test_epilogues_run_in_the_gemm_kernel_on_a_staging_tile_per_warp(name):
 
 
 def test_packing_stages_become_data_parallel_kernels():
+    # The padding, the weights' reindexing and the output's transpose back.
     kernel = emitted("conv2d_nhwc_int8")
-    assert len(kernel.launches) == 5
-    assert [l.block for l in kernel.launches].count((256, 1, 1)) == 4
+    assert [l.tiled for l in kernel.launches] == [False, False, True, False]
+    assert [l.block for l in kernel.launches].count((256, 1, 1)) == 3
+
+
+def test_an_nhwc_im2col_is_gathered_by_the_tiles_copy():
+    # Implicit GEMM: the im2col of the activations is in the address of each 16-byte copy
+    # of the B tile, read from the padded input (16 channels of one pixel at a time); no
+    # kernel writes the im2col buffer.
+    kernel = emitted("conv2d_nhwc_int8")
+    assert "pad_reindex" not in [b.name for b in kernel.buffers]
+    assert re.search(r"tz_cp_async16\(&pad_reindex_shared\[[^;]*\], &pad\[\(\(ax0_\d+ / 64\)\) "
+                     r"\* 1600 \+ ", kernel.source)
+    # NCHW: the k digits end in a column offset (w + rw), so the gather would not be 16
+    # bytes; its im2col stays a kernel of its own.
+    assert "pad_reindex" in [b.name for b in emitted("conv2d_nchw_int8").buffers]
+
+
+def test_a_transposed_reindex_is_read_in_place():
+    # dense: Y = X W^T computed as Y^T = W X^T; X^T's reindexing folds into the tiles' copy
+    # of X itself, so the GEMM is the one launch.
+    kernel = emitted("dense_int8")
+    assert [l.tiled for l in kernel.launches] == [True]
+    assert kernel.params == ("X", "W", "Y")
 
 
 @T.prim_func

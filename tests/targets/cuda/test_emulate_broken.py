@@ -24,7 +24,7 @@ WAIT_AND_BARRIER = "tz_cp_async_wait_group<1>();\n    __syncthreads();"
 # The step's compute starts after the prefetch is committed.
 COMPUTE = "    tz_cp_async_commit();\n    { const int i_1"
 A_PREFETCH = "&A[(ax0_9) * 64 + (((k_0 + 2) % 4) * 16)]"
-A_FRAGMENT_LDM = " + (0)]), 16);"
+A_FRAGMENT_LDM = "((v0_o * 16)) * 16 + (0)]), 16);"
 
 
 def _gemm() -> tuple[cuda.CudaKernel, dict[str, np.ndarray]]:
@@ -80,11 +80,11 @@ def test_a_tile_offset_one_tile_off_is_reported_out_of_bounds(copies):
 def test_a_wrong_ldm_is_reported(copies):
     kernel, inputs = _gemm()
     # Not a multiple of 16 bytes: refused by the operation's own check.
-    _caught(_edited(kernel, (A_FRAGMENT_LDM, " + (0)]), 8);")), inputs,
+    _caught(_edited(kernel, (A_FRAGMENT_LDM, A_FRAGMENT_LDM.replace("16);", "8);"))), inputs,
             "load_matrix_sync: ldm 8 elements is not a multiple of 16 bytes", copies=copies)
     # Aligned but twice the row pitch: the last fragment of the third stage runs past the
     # end of the array.
-    _caught(_edited(kernel, (A_FRAGMENT_LDM, " + (0)]), 32);")), inputs,
+    _caught(_edited(kernel, (A_FRAGMENT_LDM, A_FRAGMENT_LDM.replace("16);", "32);"))), inputs,
             r"thread \(\d+, \d+, \d+\): shared A_shared\[2\d\d\d\.\.3\d\d\d\] out of bounds: "
             r"read outside its 3072 elements", copies=copies)
 

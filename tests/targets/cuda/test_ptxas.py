@@ -7,9 +7,16 @@ from __future__ import annotations
 import pytest
 
 from targets import cuda
-from targets.cuda.compile import (KernelResources, SassMix, cuobjdump_path, parse_ptxas, parse_sass,
-                                  resource_usage, sass_mix)
-from targets.cuda.occupancy import ARCHITECTURES, Occupancy, occupancy
+from targets.cuda.compile import (
+    KernelResources,
+    SassMix,
+    cuobjdump_path,
+    parse_ptxas,
+    parse_sass,
+    resource_usage,
+    sass_mix,
+)
+from targets.cuda.occupancy import Occupancy, architecture, architectures, occupancy
 from tests.targets.cuda.helpers import emitted
 
 # CUDA 13's ptxas -v on the double-buffered int8 GEMM, and a kernel without the "Function
@@ -77,26 +84,31 @@ def test_an_entry_without_a_register_count_is_an_error():
     ("sm_80", 32, 200 * 1024, 32, Occupancy(0, 0, 64, "shared memory")),
 ])
 def test_occupancy_against_hand_computed_values(arch, registers, shared, threads, expected):
-    assert occupancy(arch, registers, shared, threads) == expected
+    assert occupancy(architecture(arch), registers, shared, threads) == expected
 
 
 def test_occupancy_fraction_and_arguments():
-    assert occupancy("sm_80", 128, 16384, 128).fraction == 0.25
-    assert set(ARCHITECTURES) == {"sm_80", "sm_90"}
-    with pytest.raises(ValueError, match="occupancy: argument 'arch': expected one of sm_80, "
-                                         "sm_90, got 'sm_70'"):
-        occupancy("sm_70", 32, 0, 32)
+    sm_80 = architecture("sm_80")
+    assert occupancy(sm_80, 128, 16384, 128).fraction == 0.25
+    assert list(architectures()) == ["sm_80", "sm_90"]
+    with pytest.raises(ValueError, match="architecture 'sm_70' requires an entry under "
+                                         "gpu.architectures, got none; the entries are sm_80, "
+                                         "sm_90"):
+        architecture("sm_70")
     with pytest.raises(ValueError, match="occupancy requires positive threads"):
-        occupancy("sm_80", 32, 0, 0)
+        occupancy(sm_80, 32, 0, 0)
 
 
 @pytest.mark.skipif(cuda.nvcc_path() is None, reason="nvcc not installed")
 def test_resource_usage_of_the_double_buffered_gemm():
     # Three stages of A and B tiles, 2 x 1024 bytes each (16-byte rows need no padding to be
-    # free of bank conflicts); no spills on either architecture.
+    # free of bank conflicts); no spills on either architecture. The B transpose before it
+    # uses no shared memory.
     for arch in ("sm_80", "sm_90"):
-        (gemm,) = resource_usage(emitted("gemm_int8"), arch)
-        assert (gemm.kernel, gemm.arch, gemm.shared_bytes) == ("gemm_int8_k0", arch, 6144)
+        transpose, gemm = sorted(resource_usage(emitted("gemm_int8"), arch),
+                                 key=lambda r: r.kernel)
+        assert (transpose.kernel, transpose.shared_bytes) == ("gemm_int8_k0", 0)
+        assert (gemm.kernel, gemm.arch, gemm.shared_bytes) == ("gemm_int8_k1", arch, 6144)
         assert 0 < gemm.registers <= 255
         assert (gemm.spill_stores, gemm.spill_loads, gemm.stack_frame) == (0, 0, 0)
         # Cached with the PTX it comes from: asking again runs neither nvcc nor ptxas.
@@ -152,6 +164,7 @@ def test_parse_sass_counts_the_innermost_loop_holding_an_mma():
 def test_sass_mix_of_the_int8_gemm():
     # 64^3 in 4 k steps over 3 stages, the k loop unrolled 3 times: 2 x 2 fragments of
     # m16n16k16 per warp, each mma_sync two IMMA.16816, over 3 steps: 24 in the loop.
-    (mix,) = sass_mix(emitted("gemm_int8"), "sm_80")
-    assert (mix.kernel, mix.mma, mix.scope) == ("gemm_int8_k0", 24, "k loop")
+    transpose, mix = sorted(sass_mix(emitted("gemm_int8"), "sm_80"), key=lambda m: m.kernel)
+    assert (transpose.kernel, transpose.mma) == ("gemm_int8_k0", 0)
+    assert (mix.kernel, mix.mma, mix.scope) == ("gemm_int8_k1", 24, "k loop")
     assert mix.other > 0
