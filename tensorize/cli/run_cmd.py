@@ -66,22 +66,13 @@ from ir import script as T
 from ir.printer import print_node
 from ir.structural import structural_equal
 from tensorize.cli.errors import UsageError
-from tensorize.cli.kernel_file import (
-    KernelFile,
-    call_reference,
-    check_reference_arguments,
-    read_kernel_file,
-)
 from tensorize.cli.outputs import check_output_path, write_atomically, write_text_atomically
 from tensorize.cli.registry_args import add_registry_arguments
-from tensorize.engine import (
-    Tensorized,
-    auto_tensorize,
-    count_calls,
-    named_intrinsic,
-    target_features,
-)
+from tensorize.engine import (Tensorized, auto_tensorize, count_calls, named_intrinsic,
+                              target_features)
 from tensorize.engine.count import count_calls_by_block
+from tensorize.kernel_file import (KernelFile, call_reference, check_reference_arguments,
+                                   read_kernel_file)
 from tensorize.schedule import tree
 from tensorize.validate import compare, random_array
 

@@ -60,7 +60,7 @@ class Workload:
 
 def build_kernel(workload: Workload) -> PrimFunc:
     """A ``kernel`` workload's function, read from its file (or the text it carries)."""
-    from tensorize.cli.kernel_file import read_kernel_file
+    from tensorize.kernel_file import read_kernel_file
 
     spec = dict(workload.spec)
     return read_kernel_file(_kernel_path(spec["path"], workload.source), spec["func"]).func
@@ -75,7 +75,7 @@ def build_layer(workload: Workload) -> PrimFunc:
 def kernel_workload(path: Path, func: str | None) -> Workload:
     """The workload of a kernel file, read once here so that a bad file is refused before
     any point runs."""
-    from tensorize.cli.kernel_file import read_kernel_file
+    from tensorize.kernel_file import read_kernel_file
 
     kernel = read_kernel_file(path, func)
     source = path.read_text()

@@ -10,22 +10,8 @@ import pytest
 
 from tensorize.cli import main
 from tensorize.sweep import LocalExecutor, load_sweep, run_point, run_sweep
+from tests.tensorize.cli.test_run_cmd import SMALL_GEMM as KERNEL
 from tests.tensorize.sweep.conftest import MACHINES
-
-KERNEL = '''
-from ir import script as T
-
-
-@T.prim_func
-def gemm(A: T.Buffer((40, 24), "int8"), B: T.Buffer((24, 20), "int8"),
-         C: T.Buffer((40, 20), "int32")):
-    for i, j, k in T.grid(40, 20, 24):
-        with T.block("C"):
-            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-            with T.init():
-                C[vi, vj] = 0
-            C[vi, vj] += T.cast(A[vi, vk], "int32") * T.cast(B[vk, vj], "int32")
-'''
 
 # On the built-in family (16x16x16 GEMM tiles), the 8-row array cannot run the GEMM.
 BUILTIN_FAMILY = """\

@@ -1,4 +1,5 @@
-"""A kernel file as ``tensorize run`` reads it: its kernel, and its numpy ``reference``.
+"""A kernel file as ``tensorize run`` and ``tensorize sweep`` read it: its kernel, and its
+numpy ``reference``.
 
 A file holds its kernels in one of two ways:
 
