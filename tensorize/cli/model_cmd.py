@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from tensorize.cli import argtypes
 from tensorize.cli.errors import UsageError
 from tensorize.cli.registry_args import add_registry_arguments
 
@@ -65,18 +65,12 @@ def register(subparsers: Any) -> None:
                         help="print the records, totals and notes as JSON instead of the table")
     parser.add_argument("--report", metavar="DIR",
                         help="write the report (CSV, JSON, plots, HTML page) into DIR")
-    parser.add_argument("--seed", type=_seed, default=0,
+    parser.add_argument("--seed", type=argtypes.seed, default=0,
                         help="random seed for the inputs, a non-negative integer (0)")
     parser.add_argument("--quiet", action="store_true",
                         help="no progress lines on stderr")
     add_registry_arguments(parser)
     parser.set_defaults(handler=handle)
-
-
-def _seed(text: str) -> int:
-    if not re.fullmatch(r"\d+", text.strip()):
-        raise argparse.ArgumentTypeError(f"requires a non-negative integer, got {text!r}")
-    return int(text)
 
 
 def handle(args: argparse.Namespace) -> int:

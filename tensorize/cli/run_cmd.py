@@ -65,6 +65,7 @@ from ir import Block, BlockRealize, IterKind, Node, PrimFunc, post_order_visit
 from ir import script as T
 from ir.printer import print_node
 from ir.structural import structural_equal
+from tensorize.cli import argtypes
 from tensorize.cli.errors import UsageError
 from tensorize.cli.outputs import check_output_path, write_atomically, write_text_atomically
 from tensorize.cli.registry_args import add_registry_arguments
@@ -152,7 +153,7 @@ def register(subparsers: Any) -> None:
                              "description's cpu.features; arm: +neon,+dotprod), -x removes it "
                              "(write --features=-x); e.g. --target arm --features +i8mm adds "
                              "smmla/usdot")
-    parser.add_argument("--seed", type=_seed, default=0,
+    parser.add_argument("--seed", type=argtypes.seed, default=0,
                         help="random seed for the inputs, a non-negative integer (0)")
     parser.add_argument("--max-bytes", type=_byte_size, default=MAX_BYTES, metavar="SIZE",
                         help="refuse a kernel whose buffers take more than SIZE bytes together "
@@ -163,12 +164,6 @@ def register(subparsers: Any) -> None:
                              "one with \"ok\": false and the error)")
     add_registry_arguments(parser)
     parser.set_defaults(handler=handle)
-
-
-def _seed(text: str) -> int:
-    if not re.fullmatch(r"\d+", text.strip()):
-        raise argparse.ArgumentTypeError(f"requires a non-negative integer, got {text!r}")
-    return int(text)
 
 
 def _byte_size(text: str) -> int:
