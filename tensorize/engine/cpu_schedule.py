@@ -169,18 +169,14 @@ def estimate(func: PrimFunc, match: Match, registry: Registry) -> float:
     if len(intrinsic.iter_vars) != 2:
         rows, vectors, steps = (match.padded_extents[iv.var.name] // iv.extent
                                 for iv in intrinsic.iter_vars)
-        try:
-            tiling = choose_tiling(rows, vectors, steps, cpu, intrinsic)
-        except ScheduleError:
-            return float("inf")
-        repeats = match.calls / (rows * vectors * steps)
-        return repeats * tile_cost(tiling, rows, vectors, steps, cpu, intrinsic) + \
-            _output_repack(block, match)
-    extents = {iv.var.name: iv.extent for iv in block.iter_vars}
-    rows = next((extents[n] for n in reversed(match.outer) if extents[n] > 1), 1)
-    lanes, depth = intrinsic.iter_vars
-    vectors = match.padded_extents[lanes.var.name] // lanes.extent
-    steps = match.padded_extents[depth.var.name] // depth.extent
+    else:
+        # A dot-product intrinsic has no row iterator: the rows are the block's innermost
+        # outer iterator of more than one iteration.
+        extents = {iv.var.name: iv.extent for iv in block.iter_vars}
+        rows = next((extents[n] for n in reversed(match.outer) if extents[n] > 1), 1)
+        lanes, depth = intrinsic.iter_vars
+        vectors = match.padded_extents[lanes.var.name] // lanes.extent
+        steps = match.padded_extents[depth.var.name] // depth.extent
     try:
         tiling = choose_tiling(rows, vectors, steps, cpu, intrinsic)
     except ScheduleError:
