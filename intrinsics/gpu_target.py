@@ -4,8 +4,8 @@ one's SM limits, checked against one another.
 The schema (:data:`intrinsics.schema.GPU`) checks each field's type and runs
 :func:`check_gpu_section` at load, so a file whose limits contradict one another is refused
 with every finding at its YAML line; the loader keeps the section as the family's
-:class:`GpuTarget` (``Family.gpu``), which the occupancy calculator and the tiling search read
-through :func:`gpu_target` (``targets.cuda.occupancy``, ``tensorize.engine.cuda_schedule``).
+:class:`GpuTarget` (``Family.gpu``), which the occupancy calculator and the tiling search read through
+``Registry.gpu`` (``targets.cuda.occupancy``, ``tensorize.engine.cuda_schedule``).
 """
 
 from __future__ import annotations
@@ -13,15 +13,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from intrinsics.model import frozen_mapping
 from intrinsics.source import Findings, YNode
 
-if TYPE_CHECKING:
-    from intrinsics.registry import Registry
-
-__all__ = ["GpuArchitecture", "GpuTarget", "check_gpu_section", "gpu_target"]
+__all__ = ["GpuArchitecture", "GpuTarget", "build_gpu_target", "check_gpu_section"]
 
 # nvcc's name of a real architecture: sm_ and the compute capability's digits.
 _ARCH_NAME = re.compile(r"sm_\d+[a-z]?\Z")
@@ -115,8 +111,3 @@ def build_gpu_target(node: YNode, target: str) -> GpuTarget:
         values = arch.plain()
         architectures[name] = GpuArchitecture(name=name, **values)
     return GpuTarget(target, frozen_mapping(architectures))
-
-
-def gpu_target(registry: Registry, target: str = "cuda") -> GpuTarget:
-    """The GPU description of ``target`` in ``registry`` (:meth:`Registry.gpu`)."""
-    return registry.gpu(target)

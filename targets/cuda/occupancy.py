@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from intrinsics import Registry, default_registry
-from intrinsics.gpu_target import GpuArchitecture, GpuTarget, gpu_target
+from intrinsics.gpu_target import GpuArchitecture, GpuTarget
 
 __all__ = ["Occupancy", "architecture", "architectures", "occupancy"]
 
@@ -34,7 +34,7 @@ def architecture(name: str, registry: Registry | None = None) -> GpuArchitecture
 
 
 def _target(registry: Registry | None) -> GpuTarget:
-    return gpu_target(registry if registry is not None else default_registry())
+    return (registry if registry is not None else default_registry()).gpu("cuda")
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from intrinsics import Registry, load_family, load_registry, schema
-from intrinsics.gpu_target import gpu_target
 from ir import IntrinsicSpecError
 from tests.intrinsics.conftest import MAC_FAMILY
 
@@ -36,7 +35,7 @@ def _write(tmp_path: Path, gpu: str) -> Path:
 
 
 def test_the_cuda_description_holds_each_architectures_limits(registry: Registry) -> None:
-    target = gpu_target(registry)
+    target = registry.gpu()
     assert list(target.architectures) == ["sm_80", "sm_90"]
     sm_80, sm_90 = target.architecture("sm_80"), target.architecture("sm_90")
     assert (sm_80.part, sm_80.sm_count, sm_90.part, sm_90.sm_count) == (
@@ -51,10 +50,10 @@ def test_the_cuda_description_holds_each_architectures_limits(registry: Registry
 def test_a_users_family_brings_its_own_architectures(tmp_path: Path) -> None:
     path = _write(tmp_path, GPU.replace("sm_count: 108", "sm_count: 40"))
     registry = load_registry([path])
-    assert gpu_target(registry, "mac").architecture("sm_80").sm_count == 40
+    assert registry.gpu("mac").architecture("sm_80").sm_count == 40
     with pytest.raises(ValueError, match="target mac: architecture 'sm_86' requires an entry "
                        "under gpu.architectures, got none; the entries are sm_80"):
-        gpu_target(registry, "mac").architecture("sm_86")
+        registry.gpu("mac").architecture("sm_86")
 
 
 def test_a_target_without_a_gpu_section_is_refused_naming_its_families(
@@ -62,7 +61,7 @@ def test_a_target_without_a_gpu_section_is_refused_naming_its_families(
     with pytest.raises(IntrinsicSpecError, match=r"target 'npu' requires a family with a "
                        r"'gpu:' section \(its architectures and SM limits\); the families of "
                        r"'npu' are .*npu\.yaml"):
-        gpu_target(registry, "npu")
+        registry.gpu("npu")
 
 
 # (what to change in GPU, the 1-based line of the finding, a fragment of its message)
