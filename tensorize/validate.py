@@ -23,13 +23,18 @@ def random_array(shape: tuple[int, ...], dtype: Any, rng: np.random.Generator) -
     return rng.standard_normal(shape).astype(dtype.numpy)
 
 
-def compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, str]:
+def compare(got: np.ndarray, want: np.ndarray, rtol: float | None = None) -> tuple[bool, str]:
     """Exact comparison for integers, relative tolerance for floats; (ok, one-line detail).
 
     Both sides are compared in a type that holds every value of either, never narrowed to
-    ``got``'s dtype: a reference off by 2**32 from an int32 output differs."""
+    ``got``'s dtype: a reference off by 2**32 from an int32 output differs. A float output
+    is within tolerance when its largest difference from the reference is at most ``rtol``
+    (by default the output dtype's) times the reference's largest magnitude; infinities and
+    NaNs must sit where the reference has them."""
     if got.shape != want.shape:
         return False, f"shape {got.shape} but the reference gives {want.shape}"
+    if want.dtype.kind in "iub" and got.dtype.kind not in "iub":
+        return False, f"dtype {got.dtype} but the reference gives {want.dtype}"
     if got.dtype.kind in "iub":
         common = _exact_common_type(got.dtype, want.dtype)
         wrong = got.astype(common) != want.astype(common)
@@ -39,10 +44,13 @@ def compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, str]:
             return False, (f"{mismatched} of {got.size} elements differ, first at {where}: "
                            f"{got[where]} vs {want[where]}")
         return True, f"all {got.size} elements equal (exact)"
-    rtol = _RTOL.get(got.dtype.name, 1e-4)
+    rtol = _RTOL.get(got.dtype.name, 1e-4) if rtol is None else rtol
     got64, want64 = got.astype(np.float64), want.astype(np.float64)
-    scale = max(float(np.max(np.abs(want64))), 1e-30)
-    error = float(np.max(np.abs(got64 - want64))) / scale
+    finite = np.isfinite(want64)
+    if not np.array_equal(np.isfinite(got64), finite):
+        return False, "non-finite values where the reference has finite ones, or the reverse"
+    scale = max(float(np.max(np.abs(want64[finite]), initial=0.0)), 1e-30)
+    error = float(np.max(np.abs(got64 - want64)[finite], initial=0.0)) / scale
     return error <= rtol, f"max error {error:.2e} of the largest value (tolerance {rtol:g})"
 
 

@@ -57,7 +57,7 @@ def make_records(count: int = 12, seed: int = 0) -> list[dict]:
             "utilisation": float(rng.uniform(0, 1)) if on_npu else None,
             "dram_bytes": int(rng.integers(1000, 10**6)) if placement != "host" else None,
             "bound": str(rng.choice(["compute", "memory"])) if on_npu else None,
-            "check": "exact" if on_npu else "max abs err 1e-6 <= 1e-5",
+            "check": "exact" if on_npu else "max error 1.00e-06 of the largest value (tolerance 0.0001)",
         })
     return records
 
