@@ -32,12 +32,15 @@ _U_BIT = 1 << 29
 @dataclass(frozen=True)
 class Emulated:
     """What a run left: every buffer's contents (in the order given), the bounds-check
-    status (three int64s), the instructions executed and the SDOT/UDOT among them."""
+    status (three int64s), the instructions executed and the SDOT/UDOT among them, and
+    ``blocks``: how often each basic block ran, by ``(offset from the function's symbol,
+    size in bytes)`` (where the instructions went: packing, k loop, stores)."""
 
     arrays: list[np.ndarray]
     status: bytes
     instructions: int
     counted: dict[str, int]
+    blocks: dict[tuple[int, int], int]
 
 
 def emulate(obj: bytes, symbol: str, arrays: list[np.ndarray], alignment: int) -> Emulated:
@@ -84,7 +87,9 @@ def emulate(obj: bytes, symbol: str, arrays: list[np.ndarray], alignment: int) -
     for address, array in zip(addresses, arrays):
         raw = bytes(uc.mem_read(address, array.nbytes))
         results.append(np.frombuffer(raw, array.dtype).reshape(array.shape).copy())
-    return Emulated(results, bytes(uc.mem_read(status, 24)), instructions, dict(counted))
+    entry = image.symbols[symbol]
+    return Emulated(results, bytes(uc.mem_read(status, 24)), instructions, dict(counted),
+                    {(address - entry, size): n for (address, size), n in blocks.items()})
 
 
 def _dots(code: bytes) -> Counter[str]:

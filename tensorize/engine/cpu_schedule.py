@@ -80,9 +80,25 @@ TileChoice = Callable[[str, Intrinsic, tuple[int, int, int]], "CpuTiling | None"
 
 def fitting_tilings(cpu: CpuTarget, intrinsic: Intrinsic) -> list[CpuTiling]:
     """The target's ``register_tile`` choices that fit the registers it leaves the
-    micro-kernel, in the description's order."""
+    micro-kernel and whose output rows are whole registers (:func:`_whole_output_rows`), in
+    the description's order."""
     return [CpuTiling(r, v) for r in cpu.tile_rows for v in cpu.tile_vectors
-            if CpuTiling(r, v).registers(cpu, intrinsic) <= cpu.usable_registers]
+            if CpuTiling(r, v).registers(cpu, intrinsic) <= cpu.usable_registers
+            and _whole_output_rows(v, cpu, intrinsic)]
+
+
+def _whole_output_rows(vectors: int, cpu: CpuTarget, intrinsic: Intrinsic) -> bool:
+    """True when a row of the tile's output (``vectors`` accumulators side by side) is a
+    whole number of registers. A dot product's accumulator is one row of a register, so
+    every tile is; a matrix multiply's holds a ``ti x tj`` tile (SMMLA: 2 x 2 int32, half a
+    register a row), so only an even number of them side by side store as whole registers.
+    With an odd number the rows are stored half a register at a time through lane moves,
+    which the count does not see: every SMMLA tile counted under the emulator, the best of
+    those 1 or 3 operands wide executes 8% to 13% more instructions than the best of those
+    2 or 4 wide at 15^3, 17^3, 33^3 and 31x17x15, though the count ranked a 3-wide tile
+    first at 31x17x15 and 33^3 (tests/targets/arm/test_tile_estimate.py)."""
+    row = intrinsic.output.shape[-1] * max(intrinsic.output.dtype.bits // 8, 1) * vectors
+    return row % cpu.vector_bytes == 0
 
 
 # A tile that divides the extents is kept over one that pads when it costs at most this
