@@ -38,6 +38,13 @@ CUDA_FUNCTIONS = (
     "nvcuda::wmma::load_matrix_sync",
     "nvcuda::wmma::store_matrix_sync",
     "nvcuda::wmma::fill_fragment",
+    # The mma.sync family's device helpers (targets/cuda/ptx.py), one inline PTX instruction
+    # each.
+    "tz_ldmatrix_x4", "tz_ldmatrix_x2", "tz_ldmatrix_x2_trans",
+    "tz_mma_m16n8k16_f16_f16_f32", "tz_mma_m16n8k16_bf16_bf16_f32",
+    "tz_mma_m16n8k32_s8_s8_s32", "tz_mma_m16n8k32_u8_u8_s32",
+    "tz_mma_m16n8k32_u8_s8_s32", "tz_mma_m16n8k32_s8_u8_s32",
+    "tz_mma_store_m16n8", "tz_mma_fill_m16n8",
 )
 CUDA_ENUMERATORS = ("nvcuda::wmma::mem_row_major", "nvcuda::wmma::mem_col_major")
 # Functions the CUDA backend's own index and value expressions call (its prelude's helpers

@@ -65,6 +65,21 @@ __device__ inline void tz_cp_async16(void* dst, const void* src) {
   tz_copy16(dst, src);
 #endif
 }
+// The zero-filling forms (a convolution's halo): src's 16 bytes when full, else 16 zeros
+// and nothing read (cp.async's src-size operand 0), so src may then point anywhere.
+__device__ inline void tz_copy16_zfill(void* dst, const void* src, bool full) {
+  *reinterpret_cast<uint4*>(dst) =
+      full ? *reinterpret_cast<const uint4*>(src) : make_uint4(0u, 0u, 0u, 0u);
+}
+__device__ inline void tz_cp_async16_zfill(void* dst, const void* src, bool full) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::
+               "r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+               "l"(__cvta_generic_to_global(src)), "r"(full ? 16u : 0u) : "memory");
+#else
+  tz_copy16_zfill(dst, src, full);
+#endif
+}
 __device__ inline void tz_cp_async_commit() {
 #if __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;" ::: "memory");

@@ -1,9 +1,11 @@
 """Running emitted CUDA C++ on the host: the same source, compiled by g++ against
-``emulation/mma.h`` and ``emulation/cuda_fp16.h`` (which stand in for the CUDA headers),
-loaded with ctypes and run on numpy arrays.
+``emulation/mma.h``, ``emulation/cuda_fp16.h`` and ``emulation/cuda_bf16.h`` (which stand
+in for the CUDA headers), loaded with ctypes and run on numpy arrays.
 
 The headers emulate the thread model (blocks in turn; a block's threads as coroutines that
-switch at barriers) and the warp matrix API (each lane holds whole tiles), and check shared
+switch at barriers), the warp matrix API (each lane holds whole tiles) and the mma.sync
+family's ``ldmatrix`` and ``mma.sync`` (each lane holds only its registers, exchanged with
+the warp's other lanes at each instruction, as the PTX ISA distributes them), and check shared
 memory: a race between threads (an access after another thread's write, or a write after
 its read, with no barrier between) is reported with the buffer, the element and both
 threads, and so is a read of an element no thread of the block wrote; an access outside a

@@ -31,6 +31,7 @@ from ir import (Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferSto
                 ForKind, IfThenElse, IntImm, IterVar, Mutator, PrimFunc, Range, SeqStmt, Stmt, Var,
                 dtypes, substitute)
 from ir.visitor import post_order_visit
+from targets.cuda.vector import zero_filled
 
 __all__ = ["Pipelined", "software_pipeline"]
 
@@ -160,14 +161,19 @@ def _leading_copies(loop: For, root: Stmt) -> list[Buffer] | None:
 
 
 def _copy_target(stmt: Stmt) -> Buffer | None:
-    """The shared buffer a perfect loop nest copies into from global memory, or None."""
+    """The shared buffer a perfect loop nest copies into from global memory (zero-padded or
+    not), or None."""
     while isinstance(stmt, For) and stmt.kind is not ForKind.THREAD_BINDING:
         stmt = stmt.body
     if not isinstance(stmt, BlockRealize):
         return None
     store = stmt.block.body
-    if (isinstance(store, BufferStore) and store.buffer.scope == "shared"
-            and isinstance(store.value, BufferLoad) and store.value.buffer.scope == "global"):
+    if not isinstance(store, BufferStore) or store.buffer.scope != "shared":
+        return None
+    # A zero-padded load (a convolution's halo) is a copy too: a zero-filling cp.async.
+    filled = zero_filled(store.value)
+    load = filled[0] if filled is not None else store.value
+    if isinstance(load, BufferLoad) and load.buffer.scope == "global":
         return store.buffer
     return None
 

@@ -456,6 +456,10 @@ def _tensorize(func: PrimFunc, args: argparse.Namespace, features: str | None,
             tile = f"  ({tiles[outcome.block]})" if outcome.block in tiles else ""
             report.step("tensorize", True, f"{outcome.block}: {outcome.intrinsic}  "
                                            f"{outcome.mapping}{tile}")
+        elif outcome.folded:
+            report.step("tensorize", True, f"{outcome.block}: not tensorized "
+                                           f"({outcome.reason}); folded into a tensorized "
+                                           "block's copies, no kernel of its own")
         else:
             ok = not fails and not (strict and outcome.block in reductions)
             report.step("tensorize", ok,

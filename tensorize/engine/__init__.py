@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from intrinsics import Intrinsic, Registry, default_registry, feature_names
 from ir import BlockRealize, IterKind, PrimFunc, ScheduleError, TensorizeError
 from simulator import MachineConfig
-from tensorize.engine import cpu_schedule, cuda_schedule, npu_schedule
+from tensorize.engine import cpu_schedule, cuda_grouped, cuda_schedule, npu_schedule
 from tensorize.engine.count import count_calls
 from tensorize.engine.gemm_view import to_intrinsic_shape
 from tensorize.engine.generic_schedule import schedule_generic
@@ -60,7 +60,12 @@ SCHEDULES: Mapping[str, Callable[..., None]] = {
 # intrinsic.
 RESHAPES: Mapping[str, Callable[..., bool]] = {
     "npu": npu_schedule.reshape,
+    "cuda": cuda_grouped.reshape,
 }
+# Kinds whose reshape wastes nothing (cuda: a grouped convolution as a batched GEMM), so it
+# is tried for every block no intrinsic matches, not only when the caller names one. A
+# reshape may refuse a block it recognises with a ScheduleError: its message is the reason.
+RESHAPED_BY_DEFAULT = frozenset({"cuda"})
 
 # What a mapping costs once a kind's schedule has run, where the intrinsic call count alone
 # misleads (``estimate(func, match, registry)``, lower is better): a CPU's register blocking
@@ -68,6 +73,7 @@ RESHAPES: Mapping[str, Callable[..., bool]] = {
 # are tried cheapest first; a kind not listed goes by the matcher's cost (calls first).
 ESTIMATES: Mapping[str, Callable[[PrimFunc, Match, Registry], float]] = {
     "cpu": cpu_schedule.estimate,
+    "cuda": cuda_schedule.mapping_cycles,
 }
 
 
@@ -87,6 +93,9 @@ class BlockOutcome:
     mapping: str
     reason: str = ""
     extents: tuple[int, ...] = ()
+    # True when the block is no kernel of its own any more: a target schedule folded it into
+    # a tensorized block (cuda: a padding into the GEMM's zero-filling copies).
+    folded: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,15 +200,19 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = N
         results, matches = _matches(sch, block, candidates, registry, estimate)
         explain.extend(format_result(r) for r in results.values() if r is not None)
         saved_func, saved_steps = sch.func, list(sch.trace.steps)
-        if (not matches and reshape and intrinsic is not None
-                and reshape(sch, block, candidates, {"config": config})):
-            matches = _matches(sch, block, candidates, registry, estimate)[1]
+        refused = None
+        if not matches and reshape and (intrinsic is not None or kind in RESHAPED_BY_DEFAULT):
+            try:
+                if reshape(sch, block, candidates, {"config": config}):
+                    matches = _matches(sch, block, candidates, registry, estimate)[1]
+            except ScheduleError as err:
+                refused = str(err)
         if not matches:
             sch.func = saved_func
             sch.trace.steps[:] = saved_steps
             reasons = [r.reason for r in results.values() if isinstance(r, Mismatch)]
-            outcomes.append(BlockOutcome(block, None, "", reasons[0] if reasons else
-                                         f"no {target} intrinsic to try"))
+            outcomes.append(BlockOutcome(block, None, "", refused or (
+                reasons[0] if reasons else f"no {target} intrinsic to try")))
             continue
         # The cheapest mapping first; when its rewrite is refused, the next ones.
         refusals = []
@@ -252,11 +265,14 @@ def _fused(func: PrimFunc, outcomes: list[BlockOutcome]) -> list[BlockOutcome]:
             for key, value in stmt.block.annotations:
                 if key == "tensorized":
                     called[stmt.block.name] = value
+    present = set(tree.block_names(func))
     result = []
     for outcome in outcomes:
         name = called.get(f"{outcome.block}_o")
         if outcome.intrinsic is None and name is not None:
             outcome = BlockOutcome(outcome.block, name, "fused onto the accumulator tile")
+        elif outcome.intrinsic is None and outcome.block not in present:
+            outcome = replace(outcome, folded=True)
         elif name is not None and name != outcome.intrinsic:
             outcome = replace(outcome, intrinsic=name)
         result.append(outcome)

@@ -33,7 +33,10 @@ An 8-bit B is first stored as n rows of k in global memory (its producer's layou
 or one copy): the tiles then copy it 16 bytes of k at a time, and the backend keeps its
 shared stage transposed and loads its fragments column-major, as the tensor cores read B.
 An operand that is an NHWC convolution's im2col (or dense's transposed input) is not
-written at all: its copy is folded into the tiles' copy into shared memory (implicit GEMM).
+written at all: its copy is folded into the tiles' copy into shared memory (implicit GEMM),
+and so is the zero padding of its input (the copy becomes a zero-filling one); the
+transpose of a reindexed result back to the convolution's output becomes the GEMM's
+epilogue.
 """
 
 from __future__ import annotations
@@ -45,14 +48,16 @@ from typing import Any
 
 from intrinsics import Intrinsic, Registry
 from intrinsics.gpu_target import GpuArchitecture
-from ir import BufferLoad, BufferStore, IterKind, ScheduleError, Var
+from ir import BufferLoad, BufferStore, IntImm, IterKind, PrimFunc, ScheduleError, Select, Var
 from ir.arith import linearize
 from ir.visitor import post_order_visit
 from tensorize.match.result import Match
 from tensorize.schedule import Schedule, tree
+from tensorize.schedule.index_map import IndexMap
 
 __all__ = ["CudaTiling", "TilingFigures", "TilingTrial", "choose_tiling", "estimate",
-           "model_cycles", "schedule", "schedule_cuda", "search_tilings", "tiling_candidates"]
+           "mapping_cycles", "model_cycles", "schedule", "schedule_cuda", "search_tilings",
+           "tiling_candidates"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +82,9 @@ def _largest_divisor(count: int, choices: tuple[int, ...]) -> int:
 def choose_tiling(extents: tuple[int, int, int], shape: tuple[int, int, int],
                   elem_bytes: int) -> CudaTiling:
     """The tiling for padded extents (m, n, k) and fragment shape (tm, tn, tk): where the
-    extents take 8 x 16 fragments, CUTLASS's 128 x 256 block of 2 x 4 warps of 64 x 64 (4 x 4
-    fragments, the static search's best for large GEMMs); else block tiles of up to 8 x 8
+    extents take 128 x 256 blocks, CUTLASS's 128 x 256 block of 2 x 4 warps of 64 x 64 (4 x 4
+    WMMA fragments of 16 x 16, or 4 x 8 mma.sync ones of 16 x 8; the static search's best for
+    large GEMMs); else block tiles of up to 8 x 8
     fragments, split over 2 x 4 warps (2 x 2 fragments per warp when the tile is 4 x 4);
     and 2 fragment steps per stage where they divide k: for 2-byte inputs
     always, for 1-byte inputs when the k loop keeps at least 4 steps for the pipeline (the
@@ -88,8 +94,9 @@ def choose_tiling(extents: tuple[int, int, int], shape: tuple[int, int, int],
         kt = _largest_divisor(k_tiles, (2, 1))
     else:
         kt = 2 if k_tiles % 2 == 0 and k_tiles // 2 >= 4 else 1
-    if m_tiles % 8 == 0 and n_tiles % 16 == 0:
-        return CudaTiling((2, 4), (4, 4), kt)
+    tm, tn, _ = shape
+    if extents[0] % 128 == 0 and extents[1] % 256 == 0 and 64 % tm == 0 and 64 % tn == 0:
+        return CudaTiling((2, 4), (64 // tm, 64 // tn), kt)
     bm = _largest_divisor(m_tiles, (8, 4, 2, 1))
     bn = _largest_divisor(n_tiles, (8, 4, 2, 1))
     wy = 2 if bm >= 2 else 1
@@ -215,9 +222,11 @@ def _implicit_gather(sch: Schedule, buffer: str) -> None:
     producer's input and ``buffer`` is never written (implicit GEMM). ``buffer`` is first
     stored with one dimension per fused iterator (``transform_layout``), which makes its
     store plain and inlinable. Only where the gather still moves 16 bytes at once: the last
-    index's least significant iterator is the producer's input's whole last index, over a
-    multiple of 16 bytes (NHWC channels; not NCHW, whose k digits end in a column offset).
-    Nothing happens otherwise."""
+    index's least significant iterator steps the producer's input's last index by 1, over a
+    multiple of 16 bytes, the rest of that index in multiples of 16 bytes (NHWC channels, a
+    group's ``g * 16 + c``; not NCHW, whose k digits end in a column offset). Nothing
+    happens otherwise. When the input is a zero padding (:func:`_zero_padding`), that is
+    inlined too."""
     producer = _plain_producer(sch, buffer)
     if producer is None:
         return
@@ -235,7 +244,7 @@ def _implicit_gather(sch: Schedule, buffer: str) -> None:
     lanes = 16 // max(store.buffer.dtype.bits // 8, 1)
     used = {id(a) for index in store.indices for a, _ in linearize(index).terms}
     unused = [iv for iv in block.iter_vars if id(iv.var) not in used]
-    if (store.value.indices[-1] is not lowest or extent % lanes
+    if (not _lowest_contiguous(store.value, lowest, lanes) or extent % lanes
             or sum(len(part) for part in parts) != len(used)  # an iterator in two dims
             or any(iv.extent != 1 for iv in unused)):
         return
@@ -248,6 +257,50 @@ def _implicit_gather(sch: Schedule, buffer: str) -> None:
     dims = ", ".join(part for dim in parts for part in dim)
     sch.transform_layout(producer, buffer, f"lambda {names}: ({dims})")
     sch.compute_inline(producer)
+    padding = _zero_padding(sch, store.value.buffer.name)
+    if padding is not None:
+        # The halo becomes a zero-filling 16-byte copy (cp.async with src-size 0): no kernel
+        # writes the padded input either.
+        sch.compute_inline(padding)
+
+
+def _zero_padding(sch: Schedule, buffer: str):
+    """The block writing the intermediate ``buffer`` when it pads: ``buffer[v...] =
+    select(inside, X[...], 0)`` at its own iterators, ``inside`` not depending on the last
+    one (the channel, which the 16-byte pieces step along); else None."""
+    if buffer not in {b.name for b in sch.func.allocs}:
+        return None
+    writers = [name for name in tree.block_names(sch.func)
+               if any(w.buffer.name == buffer for w in sch.get(sch.get_block(name)).block.writes)]
+    if len(writers) != 1:
+        return None
+    handle = sch.get_block(writers[0])
+    block = sch.get(handle).block
+    store = block.body
+    if (not isinstance(store, BufferStore) or block.init is not None
+            or store.indices != tuple(iv.var for iv in block.iter_vars)
+            or any(iv.kind is IterKind.REDUCE for iv in block.iter_vars)
+            or not isinstance(store.value, Select)
+            or not isinstance(store.value.true_value, BufferLoad)
+            or not isinstance(store.value.false_value, IntImm) or store.value.false_value.value):
+        return None
+    channel = store.indices[-1]
+    used: list[bool] = []
+    post_order_visit(store.value.cond, lambda n: used.append(n is channel))
+    return None if any(used) else handle
+
+
+def _lowest_contiguous(load: BufferLoad, lowest: Var, lanes: int) -> bool:
+    """True when ``lowest`` steps only the last index of ``load``, by 1, and the rest of that
+    index moves in whole runs of ``lanes`` elements (a group's first channel, ``g * 16 +
+    c``): each run of ``lanes`` values of ``lowest`` is then one aligned 16-byte piece."""
+    *leading, last = load.indices
+    form = linearize(last)
+    if any(a is lowest for index in leading for a, _ in linearize(index).terms):
+        return False
+    steps = {id(a): c for a, c in form.terms}
+    return (steps.get(id(lowest)) == 1 and form.const % lanes == 0
+            and all(c % lanes == 0 for a, c in form.terms if a is not lowest))
 
 
 def _mixed_radix(index, extents: dict) -> list[tuple[int, Var, int]] | None:
@@ -344,6 +397,48 @@ def _elementwise_reader(sch: Schedule, buffer: str):
     return handle
 
 
+def _transpose_back(sch: Schedule, buffer: str):
+    """The one block reading ``buffer`` when it copies it back to a convolution's output
+    (``conv[n, h, w, co] = buffer[co, n * 64 + h * 8 + w]``), given the iterators of
+    ``buffer``'s indices (``transform_block_layout``), so that it maps ``buffer`` element by
+    element and can run as the GEMM's epilogue (its stores then unfuse the pixel index).
+    Only a plain copy whose load indices are sums of distinct iterators' digits and whose
+    store writes each output element once; None, with nothing changed, for any other."""
+    readers = _readers(sch, buffer)
+    if len(readers) != 1:
+        return None
+    handle = sch.get_block(readers[0])
+    block = sch.get(handle).block
+    store = block.body
+    ivs = tuple(iv.var for iv in block.iter_vars)
+    if (not isinstance(store, BufferStore) or not isinstance(store.value, BufferLoad)
+            or store.value.buffer.name != buffer or block.init is not None):
+        return None
+    # The store must write each output element once (a grouped output's channel
+    # ``g * og + oi`` included), so that running it in the epilogue's order changes nothing.
+    writes, shape = IndexMap(ivs, store.indices), [iv.extent for iv in block.iter_vars]
+    if store.indices != ivs and (writes.why_not_bijective(shape) is not None
+                                 or list(writes.target_shape(shape)) != list(store.buffer.shape)):
+        return None
+    extents = {iv.var: iv.extent for iv in block.iter_vars}
+    names = {var: f"v{n}" for n, var in enumerate(ivs)}
+    targets, covered = [], []
+    for index, extent in zip(store.value.indices, store.value.buffer.shape):
+        digits = _mixed_radix(index, extents)
+        if digits is None or math.prod(e for _, _, e in digits) != extent:
+            return None
+        covered += [id(var) for _, var, _ in digits]
+        targets.append(" + ".join(f"{names[var]} * {c}" for c, var, _ in digits))
+    # Each iterator in one digit; one of extent 1 the load does not use (a batch of 1)
+    # leaves the iteration space.
+    if (len(covered) != len(set(covered))
+            or any(extents[var] != 1 for var in ivs if id(var) not in covered)):
+        return None
+    sch.transform_block_layout(handle, f"lambda {', '.join(names.values())}: "
+                                       f"({', '.join(targets)},)")
+    return sch.get_block(block.name)
+
+
 def _fuse_epilogue_chain(sch: Schedule, block, c: str):
     """The elementwise blocks after the GEMM (bias, activation, requantisation, cast), as
     one block reading the GEMM's result ``c``: each but the last is inlined into the next.
@@ -351,7 +446,7 @@ def _fuse_epilogue_chain(sch: Schedule, block, c: str):
     caller, so it cannot become a staging tile)."""
     if c not in {b.name for b in sch.func.allocs}:
         return None
-    epilogue = _elementwise_reader(sch, c)
+    epilogue = _elementwise_reader(sch, c) or _transpose_back(sch, c)
     if epilogue is None:
         return None
     while True:
@@ -405,12 +500,36 @@ def _warp_tile(sch: Schedule, stage, loops: tuple[list, list], tiling: CudaTilin
     sch.reorder(wr, wc, fr, fc, ri)
     if epilogue is not None:
         sch.reverse_compute_at(epilogue, fc)
+        _store_order(sch, epilogue)
         _vectorize_copy(sch, epilogue)
     _tensorize_first(sch, ri, candidates)
     sch.bind(wr, "threadIdx.z")
     sch.bind(wc, "threadIdx.y")
     sch.unroll(fr)
     sch.unroll(fc)
+
+
+def _store_order(sch: Schedule, epilogue) -> None:
+    """Make the epilogue's loop that steps its store's last index (the output's contiguous
+    dimension) the innermost of its two tile loops: a transposed store (a convolution's
+    output written from an accumulator of channels by pixels) then has consecutive lanes
+    write consecutive elements, 16 bytes at a time once vectorized."""
+    realize = sch.get(epilogue)
+    outer, inner = sch.get_loops(epilogue)[-2:]
+    in_last: set[int] = set()
+    post_order_visit(realize.block.body.indices[-1],
+                     lambda n: in_last.add(id(n)) if isinstance(n, Var) else None)
+    bindings = [b for iv, b in zip(realize.block.iter_vars, realize.bindings)
+                if id(iv.var) in in_last]
+
+    def steps(loop) -> bool:
+        found: list[bool] = []
+        for binding in bindings:
+            post_order_visit(binding, lambda n: found.append(n is sch.get(loop).var))
+        return any(found)
+
+    if steps(outer) and not steps(inner):
+        sch.reorder(inner, outer)
 
 
 def _fragment_loads(sch: Schedule, stage, rows: int, candidates: list[Intrinsic]) -> None:
@@ -625,3 +744,27 @@ def _rank(trial: TilingTrial) -> tuple:
     (wy, wx), (fm, fn) = trial.tiling.warps, trial.tiling.fragments
     return (not trial.measured, trial.cycles, -wy * wx * fm * fn, -trial.stages,
             float("inf") if other is None else other)
+
+
+# ---- choosing a family: WMMA or mma.sync ------------------------------------------------------
+
+def mapping_cycles(func: PrimFunc, match: Match, registry: Registry) -> float:
+    """What a mapping costs on the tensor pipe (the engine's estimate for cuda, lower is
+    better): its calls times the intrinsic's YAML issue interval, on the oldest architecture
+    of the cuda family's ``gpu:`` section, since every kernel is compiled for all of them;
+    infinite when the intrinsic needs a later one (its ``feature``, ``sm_XX``: mma.sync's
+    bf16 and 8-bit shapes need sm_80). WMMA and mma.sync drive the same tensor cores, so
+    their cycles tie where both fit, and the matcher's order (fewest calls) decides; only
+    mma.sync multiplies mixed-sign 8-bit operands."""
+    intrinsic = match.intrinsic
+    oldest = min(_sm_number(name) for name in registry.gpu(intrinsic.target).architectures)
+    needed = intrinsic.feature
+    if needed is not None and _sm_number(needed) > oldest:
+        return math.inf
+    return float(match.calls * intrinsic.cost.interval)
+
+
+def _sm_number(name: str) -> int:
+    """75 for ``sm_75``; an architecture feature of another form is never available."""
+    digits = name.removeprefix("sm_")
+    return int(digits) if name.startswith("sm_") and digits.isdigit() else 1 << 30

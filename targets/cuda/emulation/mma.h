@@ -39,6 +39,17 @@
 // modelled. Each operation checks that the memory pointer is 32-byte aligned and ldm a
 // multiple of 16 bytes, and that the 32 lanes of a warp issue the same operations with the
 // same pointer, ldm and fragment (its offset in the lane's stack).
+//
+// mma.sync and ldmatrix (the cuda_mma family, targets/cuda/ptx.py). Here the distribution
+// is modelled: each lane holds only its own registers, in the PTX ISA's fragment layout.
+// The instructions are warp-collective: a lane posts what it brings (its row address, its
+// A and B registers) to its warp's mailbox and waits at an implicit warp exchange; once
+// every lane of the warp waits there, each takes from the mailbox what the instruction
+// gives it (ldmatrix: one word of each 8 x 16-byte matrix, from the rows the other lanes
+// named; mma.sync: its four elements of D, from every lane's A and B). An exchange orders
+// no memory accesses (a missing __syncwarp is still a race), and lanes of one warp that
+// reach different barriers or exchanges are reported as divergence. A wrong row address,
+// ldm or lane mapping in the code gives wrong numbers, as it would on the GPU.
 #pragma once
 #include <cstdarg>
 #include <cstdint>
@@ -49,6 +60,9 @@
 #include <type_traits>
 #include <vector>
 #include <ucontext.h>
+
+#include "cuda_bf16.h"
+#include "cuda_fp16.h"
 
 // Emitted sources define their device-only helpers (tz_copy16...) unless this is set.
 #define TZ_EMULATION 1
@@ -64,7 +78,7 @@ struct tz_dim3 {
 };
 
 namespace tz {
-enum State { RUNNING, AT_BLOCK_BARRIER, AT_WARP_BARRIER, DONE };
+enum State { RUNNING, AT_BLOCK_BARRIER, AT_WARP_BARRIER, AT_EXCHANGE, DONE };
 const size_t STACK_BYTES = 256 * 1024;
 
 struct AsyncCopy {
@@ -77,6 +91,7 @@ struct Thread {
   tz_dim3 index;
   State state;
   size_t collectives;
+  size_t exchanges;  // warp-collective exchanges passed (mma.sync, ldmatrix)
   unsigned barriers, accesses;  // barriers passed; shared accesses since the last one
   char* stack;
   std::vector<AsyncCopy> issued;                 // cp.async copies not yet committed
@@ -92,6 +107,13 @@ inline ucontext_t scheduler;
 inline tz_dim3 grid_dim, block_dim, block_index;
 inline const std::function<void()>* kernel_body = nullptr;
 inline std::vector<std::vector<Collective>> warp_logs;
+// What the lanes of a warp bring to a warp-collective instruction; two per warp, used in
+// turn, so a lane may post to the next before a slower lane has read this one.
+struct Mailbox {
+  const char* row[32];
+  uint32_t a[32][4], b[32][2];
+};
+inline std::vector<Mailbox> mailboxes;
 inline char error_text[1024] = "";
 inline char race_text[1024] = "";
 inline char uninitialised_text[1024] = "";
@@ -335,7 +357,11 @@ inline void collective(const char* kind, const void* pointer, unsigned ldm, size
 }
 
 // Applies one asynchronous copy: at its issue or at its thread's wait, as the run chose.
-inline void land(const AsyncCopy& copy) { std::memcpy(copy.dst, copy.src, 16); }
+// A copy without a source (a zero fill) lands 16 zeros.
+inline void land(const AsyncCopy& copy) {
+  if (copy.src) std::memcpy(copy.dst, copy.src, 16);
+  else std::memset(copy.dst, 0, 16);
+}
 
 inline void entry() {
   (*kernel_body)();
@@ -362,11 +388,13 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
         block_index = {bx, by, bz};
         warp_logs.assign((count + 31) / 32, {});
         reset_shared((count + 31) / 32);
+        mailboxes.assign(2 * ((count + 31) / 32), Mailbox{});
         for (unsigned t = 0; t < count; ++t) {
           Thread& th = threads[t];
           th.index = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
           th.state = RUNNING;
           th.collectives = 0;
+          th.exchanges = 0;
           th.barriers = th.accesses = 0;
           th.issued.clear();
           th.groups.clear();
@@ -385,21 +413,29 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
             swapcontext(&scheduler, &th.context);
           }
           current = nullptr;
-          unsigned done = 0, at_block = 0;
+          unsigned done = 0, at_block = 0, at_exchange = 0;
           bool released = false;
           for (unsigned w = 0; w * 32 < count; ++w) {
-            unsigned lanes = 0, waiting = 0;
-            for (unsigned t = w * 32; t < count && t < w * 32 + 32; ++t, ++lanes)
+            unsigned lanes = 0, waiting = 0, exchanging = 0;
+            for (unsigned t = w * 32; t < count && t < w * 32 + 32; ++t, ++lanes) {
               waiting += threads[t].state == AT_WARP_BARRIER;
+              exchanging += threads[t].state == AT_EXCHANGE;
+            }
             if (waiting && waiting == lanes) {
               for (unsigned t = w * 32; t < w * 32 + lanes; ++t) threads[t].state = RUNNING;
               ++warp_epochs[w];
+              released = true;
+            }
+            // An exchange is no barrier: it passes no epoch, so it orders no accesses.
+            if (exchanging && exchanging == lanes) {
+              for (unsigned t = w * 32; t < w * 32 + lanes; ++t) threads[t].state = RUNNING;
               released = true;
             }
           }
           for (auto& th : threads) {
             done += th.state == DONE;
             at_block += th.state == AT_BLOCK_BARRIER;
+            at_exchange += th.state == AT_EXCHANGE;
           }
           if (released) continue;
           if (done == count) break;
@@ -408,8 +444,9 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
             ++block_epoch;
             continue;
           }
-          fail("barrier divergence: %u of %u threads wait at __syncthreads(), %u finished",
-               at_block, count, done);
+          fail("barrier divergence: %u of %u threads wait at __syncthreads(), %u at a "
+               "warp-collective mma.sync or ldmatrix, %u finished", at_block, count,
+               at_exchange, done);
           return 1;
         }
         if (!error_text[0])
@@ -514,6 +551,29 @@ inline void tz_cp_async16(void* dst, const void* src) {
   tz::touch(dst, 16, tz::ISSUE);
   tz::record_bank(tz::COPY_ACCESS, dst, 16);
   tz::current->issued.push_back({dst, src});
+  if (tz::copies_at_issue) tz::land(tz::current->issued.back());
+}
+// The zero-filling forms (a convolution's halo): src's 16 bytes when full, else 16 zeros
+// and nothing read, so src's bounds are checked only when full.
+inline void tz_copy16_zfill(void* dst, const void* src, bool full) {
+  if (full) return tz_copy16(dst, src);
+  if (reinterpret_cast<uintptr_t>(dst) % 16)
+    tz::fail("16-byte zero fill of %p: the address is not 16-byte aligned", dst);
+  tz::check_bounds(dst, 16, "written");
+  if (tz::error_text[0]) return;
+  tz::touch(dst, 16, tz::WRITE);
+  tz::record_bank(tz::COPY_ACCESS, dst, 16);
+  std::memset(dst, 0, 16);
+}
+inline void tz_cp_async16_zfill(void* dst, const void* src, bool full) {
+  if (full) return tz_cp_async16(dst, src);
+  if (reinterpret_cast<uintptr_t>(dst) % 16)
+    tz::fail("cp.async zero fill of %p: the address is not 16-byte aligned", dst);
+  tz::check_bounds(dst, 16, "written");
+  if (tz::error_text[0]) return;
+  tz::touch(dst, 16, tz::ISSUE);
+  tz::record_bank(tz::COPY_ACCESS, dst, 16);
+  tz::current->issued.push_back({dst, nullptr});
   if (tz::copies_at_issue) tz::land(tz::current->issued.back());
 }
 // A group may be empty (a step with nothing left to prefetch commits one all the same).
@@ -658,3 +718,136 @@ inline void mma_sync(fragment<accumulator, M, N, K, TC>& d,
 }
 }  // namespace wmma
 }  // namespace nvcuda
+
+// ---- mma.sync and ldmatrix: per-lane registers, exchanged through the warp's mailbox ---------
+namespace tz {
+inline unsigned lane_id() { return linear_id(current->index) % 32; }
+
+// This lane's mailbox for its next exchange.
+inline Mailbox& mailbox() {
+  return mailboxes[2 * (linear_id(current->index) / 32) + current->exchanges % 2];
+}
+
+// Waits until every lane of the warp has posted to the mailbox.
+inline void exchange() {
+  current->state = AT_EXCHANGE;
+  swapcontext(&current->context, &scheduler);
+  ++current->exchanges;
+}
+
+// ldmatrix.m8n8.x{Count}[.trans].b16: lanes 8m to 8m + 7 give the rows of matrix m (16
+// bytes each, 16-byte aligned, in shared memory); lane l receives, of each matrix, the word
+// at row l / 4, bytes (l % 4) * 4, or with Trans the 16-bit elements (2 (l % 4), l / 4)
+// and (2 (l % 4) + 1, l / 4).
+template <int Count, bool Trans>
+inline void ldmatrix(unsigned* d, const void* row, const char* kind) {
+  collective(kind, nullptr, 0, 1, d);
+  unsigned lane = lane_id();
+  const char* p = static_cast<const char*>(row);
+  if (lane < 8 * Count) {
+    if (reinterpret_cast<uintptr_t>(p) % 16)
+      fail("%s: lane %u's row address %p is not 16-byte aligned", kind, lane, row);
+    else if (!shared_array(p))
+      fail("%s: lane %u's row address %p is not in a shared array", kind, lane, row);
+    else
+      check_bounds(p, 16, "read");
+    if (!error_text[0]) {
+      touch(p, 16, READ, true);
+      record_bank(COPY_ACCESS, p, 16);
+    }
+  }
+  Mailbox& box = mailbox();
+  box.row[lane] = p;
+  exchange();
+  for (int m = 0; m < Count; ++m) {
+    if (error_text[0]) {
+      d[m] = 0;
+      continue;
+    }
+    if (!Trans) {
+      std::memcpy(&d[m], box.row[8 * m + lane / 4] + lane % 4 * 4, 4);
+      continue;
+    }
+    uint16_t low, high;
+    std::memcpy(&low, box.row[8 * m + 2 * (lane % 4)] + lane / 4 * 2, 2);
+    std::memcpy(&high, box.row[8 * m + 2 * (lane % 4) + 1] + lane / 4 * 2, 2);
+    d[m] = uint32_t(low) | uint32_t(high) << 16;
+  }
+}
+
+// Slot `sub` of register `reg` of a lane's packed words (4 / sizeof(T) values of T each).
+template <class T> inline T unpack(const uint32_t* words, int reg, int sub) {
+  T value;
+  std::memcpy(&value, reinterpret_cast<const char*>(&words[reg]) + sub * sizeof(T),
+              sizeof(T));
+  return value;
+}
+
+// mma.sync.m16n8kK.row.col: D = A x B + C in place on the lane's c. Of A (16 x K), element
+// (r, k) is in lane (r % 8) * 4 + (k % 4E) / E, register r / 8 + 2 (k / 4E), slot k % E;
+// of B (K x 8), element (k, n) in lane n * 4 + (k % 4E) / E, register k / 4E, slot k % E;
+// the lane's D element q is (l / 4 + 8 (q / 2), (l % 4) * 2 + q % 2). E is 2 for 16-bit
+// inputs, 4 for 8-bit. Integer tiles accumulate exactly, wrapping in 32 bits; float tiles
+// in float, in k order.
+template <class TA, class TB, int K, class TC>
+inline void mma(TC* c, const unsigned* a, const unsigned* b, const char* kind) {
+  static_assert(sizeof(TA) == sizeof(TB), "mma.sync inputs share one width");
+  collective(kind, nullptr, 0, 1, c);
+  unsigned lane = lane_id();
+  Mailbox& box = mailbox();
+  std::memcpy(box.a[lane], a, sizeof box.a[lane]);
+  std::memcpy(box.b[lane], b, sizeof box.b[lane]);
+  exchange();
+  const int E = 4 / int(sizeof(TA)), piece = 4 * E;
+  using Wide = typename std::conditional<std::is_integral<TC>::value, long long, float>::type;
+  for (int q = 0; q < 4; ++q) {
+    int r = int(lane / 4) + 8 * (q / 2), n = int(lane % 4) * 2 + q % 2;
+    Wide sum = static_cast<Wide>(c[q]);
+    for (int k = 0; k < K; ++k) {
+      TA x = unpack<TA>(box.a[(r % 8) * 4 + k % piece / E], r / 8 + 2 * (k / piece), k % E);
+      TB y = unpack<TB>(box.b[n * 4 + k % piece / E], k / piece, k % E);
+      sum += static_cast<Wide>(static_cast<float>(x)) * static_cast<Wide>(static_cast<float>(y));
+    }
+    c[q] = std::is_integral<TC>::value ? static_cast<TC>(static_cast<uint32_t>(sum))
+                                       : static_cast<TC>(sum);
+  }
+}
+}  // namespace tz
+
+inline void tz_ptx_ldmatrix_x4(unsigned* d, const void* row) {
+  tz::ldmatrix<4, false>(d, row, "ldmatrix.x4");
+}
+inline void tz_ptx_ldmatrix_x2(unsigned* d, const void* row) {
+  tz::ldmatrix<2, false>(d, row, "ldmatrix.x2");
+}
+inline void tz_ptx_ldmatrix_x2_trans(unsigned* d, const void* row) {
+  tz::ldmatrix<2, true>(d, row, "ldmatrix.x2.trans");
+}
+// A lane's 8-byte store of two accumulator values (st.v2): 8-byte aligned, in one buffer.
+template <class T> inline void tz_ptx_store2(T* p, T x, T y) {
+  if (reinterpret_cast<uintptr_t>(p) % 8)
+    tz::fail("8-byte store to %p: the address is not 8-byte aligned", static_cast<void*>(p));
+  tz::check_bounds(p, 2 * sizeof(T), "written");
+  if (tz::error_text[0]) return;
+  tz::touch(p, 2 * sizeof(T), tz::WRITE);
+  p[0] = x;
+  p[1] = y;
+}
+inline void tz_mma_m16n8k16_f16_f16_f32(float* c, const unsigned* a, const unsigned* b) {
+  tz::mma<half, half, 16>(c, a, b, "mma.sync.m16n8k16.f16");
+}
+inline void tz_mma_m16n8k16_bf16_bf16_f32(float* c, const unsigned* a, const unsigned* b) {
+  tz::mma<__nv_bfloat16, __nv_bfloat16, 16>(c, a, b, "mma.sync.m16n8k16.bf16");
+}
+inline void tz_mma_m16n8k32_s8_s8_s32(int* c, const unsigned* a, const unsigned* b) {
+  tz::mma<signed char, signed char, 32>(c, a, b, "mma.sync.m16n8k32.s8.s8");
+}
+inline void tz_mma_m16n8k32_u8_u8_s32(int* c, const unsigned* a, const unsigned* b) {
+  tz::mma<unsigned char, unsigned char, 32>(c, a, b, "mma.sync.m16n8k32.u8.u8");
+}
+inline void tz_mma_m16n8k32_u8_s8_s32(int* c, const unsigned* a, const unsigned* b) {
+  tz::mma<unsigned char, signed char, 32>(c, a, b, "mma.sync.m16n8k32.u8.s8");
+}
+inline void tz_mma_m16n8k32_s8_u8_s32(int* c, const unsigned* a, const unsigned* b) {
+  tz::mma<signed char, unsigned char, 32>(c, a, b, "mma.sync.m16n8k32.s8.u8");
+}

@@ -25,6 +25,8 @@ def _calls(func) -> list[str]:
 def test_tiling_for_a_large_gemm_is_two_by_four_warps_of_64_by_64():
     assert choose_tiling((4096, 4096, 4096), (16, 16, 16), 2) == CudaTiling((2, 4), (4, 4), 2)
     assert choose_tiling((4096, 4096, 4096), (16, 16, 16), 1) == CudaTiling((2, 4), (4, 4), 2)
+    # mma.sync's 16 x 8 fragments: still 64 x 64 a warp, so 4 x 8 of them.
+    assert choose_tiling((4096, 4096, 4096), (16, 8, 32), 1) == CudaTiling((2, 4), (4, 8), 2)
 
 
 def test_tiling_below_256_columns_is_two_by_four_warps_of_four_by_two_fragments():

@@ -91,20 +91,21 @@ def test_epilogues_run_in_the_gemm_kernel_on_a_staging_tile_per_warp(name):
 
 
 def test_packing_stages_become_data_parallel_kernels():
-    # The padding, the weights' reindexing and the output's transpose back.
+    # The weights' reindexing (the padding is the GEMM's zero-filling copy, the output's
+    # transpose back its epilogue).
     kernel = emitted("conv2d_nhwc_int8")
-    assert [l.tiled for l in kernel.launches] == [False, False, True, False]
-    assert [l.block for l in kernel.launches].count((256, 1, 1)) == 3
+    assert [l.tiled for l in kernel.launches] == [False, True]
+    assert [l.block for l in kernel.launches].count((256, 1, 1)) == 1
 
 
 def test_an_nhwc_im2col_is_gathered_by_the_tiles_copy():
     # Implicit GEMM: the im2col of the activations is in the address of each 16-byte copy
-    # of the B tile, read from the padded input (16 channels of one pixel at a time); no
-    # kernel writes the im2col buffer.
+    # of the B tile, read from the input (16 channels of one pixel at a time, zeros for the
+    # halo); no kernel writes the im2col buffer or the padded input.
     kernel = emitted("conv2d_nhwc_int8")
-    assert "pad_reindex" not in [b.name for b in kernel.buffers]
-    assert re.search(r"tz_cp_async16\(&pad_reindex_shared\[[^;]*\], &pad\[\(\(ax0_\d+ / 64\)\) "
-                     r"\* 1600 \+ ", kernel.source)
+    assert {"pad", "pad_reindex"}.isdisjoint(b.name for b in kernel.buffers)
+    assert re.search(r"tz_cp_async16_zfill\(&pad_reindex_shared\[[^;]*\], "
+                     r"&I\[\(\(ax0_\d+ / 64\)\) \* 1024 \+ [^;]*, v_tz_inside\w*\);", kernel.source)
     # NCHW: the k digits end in a column offset (w + rw), so the gather would not be 16
     # bytes; its im2col stays a kernel of its own.
     assert "pad_reindex" in [b.name for b in emitted("conv2d_nchw_int8").buffers]

@@ -17,14 +17,14 @@ INT8 = ["gemm_int8", "gemm_int8_odd", "batch_matmul_int8", "dense_int8", "conv2d
         "conv2d_nchw_int8", "conv2d_dilated_int8", "conv1d_int8", "conv1x1_int8",
         "matmul_requant_int8"]
 # (target, kernel) pairs that must tensorize: int8 everywhere; fp16 on the tensor cores; the
-# depthwise conv on ARM's dot product. The u8 x s8 GEMM needs i8mm on ARM (below).
+# depthwise conv on ARM's dot product; the u8 x s8 GEMM on mma.sync (cuda). It needs i8mm on
+# ARM (below).
 EXPECTED = ([("npu", k) for k in INT8] + [("arm", k) for k in INT8]
             + [("cuda", k) for k in INT8]
             + [("arm", "depthwise_conv2d_int8"),
-               ("cuda", "gemm_fp16"), ("cuda", "matmul_relu_fp16")])
+               ("cuda", "gemm_fp16"), ("cuda", "matmul_relu_fp16"), ("cuda", "gemm_u8s8")])
 NOT_TENSORIZED = [("npu", "gemm_fp16"), ("npu", "gemm_u8s8"), ("npu", "add"),
-                  ("arm", "gemm_u8s8"),
-                  ("cuda", "gemm_u8s8"), ("npu", "depthwise_conv2d_int8")]
+                  ("arm", "gemm_u8s8"), ("npu", "depthwise_conv2d_int8")]
 
 
 def assert_computes_the_same(original, tensorized, seed=0):

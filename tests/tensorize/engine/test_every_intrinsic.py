@@ -26,6 +26,12 @@ def _pairs() -> list[tuple[str, str, str]]:
 
 
 PAIRS = _pairs()
+# One pair per input type of the mma.sync family runs by default, the rest with -m slow:
+# tests/targets/cuda/test_mma.py also proves the suite through that family, on the emulation.
+MMA_DEFAULT = {"gemm_fp16", "gemm_int8", "gemm_u8s8"}
+PARAMS = [pytest.param(*pair, marks=pytest.mark.slow)
+          if pair[2].startswith("mma_") and pair[0] not in MMA_DEFAULT else pair
+          for pair in PAIRS]
 
 
 def test_every_dtype_family_is_covered():
@@ -34,7 +40,7 @@ def test_every_dtype_family_is_covered():
             "wmma_m32n8k16_s8_s32", "wmma_m16n16k16_f16_f32"} <= names
 
 
-@pytest.mark.parametrize(("name", "target", "intrinsic"), PAIRS)
+@pytest.mark.parametrize(("name", "target", "intrinsic"), PARAMS)
 def test_kernel_tensorizes_with_the_intrinsic(name, target, intrinsic):
     func = suite()[name]
     result = auto_tensorize(func, target, intrinsic=intrinsic)
