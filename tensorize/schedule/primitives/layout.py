@@ -131,7 +131,7 @@ def transform_block_layout(func: PrimFunc, block: BlockRV,
           f"{tuple(extents)}: {reason}")
     new_extents = mapping.target_shape(extents)
     old_ranges = {iv.var: Interval(0, iv.extent - 1) for iv in old.iter_vars}
-    kinds, names, loop_names = [], [], []
+    kinds, names, loop_names, locs = [], [], [], []
     old_vars = [iv.var for iv in old.iter_vars]
     # Kinds follow the simplified targets (an extent-1 iterator drops out); names the written.
     for target, written in zip(mapping.apply(old_vars, old_ranges), mapping.apply(old_vars)):
@@ -141,6 +141,9 @@ def transform_block_layout(func: PrimFunc, block: BlockRV,
               f"new iterator {target} of block {old.name} mixes spatial and reduce iterators "
               f"({', '.join(f'{iv.var.name}: {iv.kind.value}' for iv in used)})")
         kinds.append(used_kinds.pop() if used_kinds else IterKind.SPATIAL)
+        # A map may make more iterators than it takes (a split): each takes the source
+        # position of the first old iterator it uses.
+        locs.append(used[0].loc if used else old.iter_vars[0].loc)
         named = [(iv, loop) for iv, loop in zip(old.iter_vars, loops) if _uses(written, iv.var)]
         names.append("_".join(iv.var.name for iv, _ in named) or "v")
         loop_names.append("_".join(loop.var.name for _, loop in named) or "i")
@@ -157,8 +160,8 @@ def transform_block_layout(func: PrimFunc, block: BlockRV,
     body = _AccessRewriter(resimplify).visit(substitute(old.body, substitution))
     init = None if old.init is None else \
         _AccessRewriter(resimplify).visit(substitute(old.init, substitution))
-    iter_vars = tuple(IterVar(v, n, k, iv.loc) for v, n, k, iv in
-                      zip(new_vars, new_extents, kinds, old.iter_vars))
+    iter_vars = tuple(IterVar(v, n, k, loc) for v, n, k, loc in
+                      zip(new_vars, new_extents, kinds, locs, strict=True))
     new_block = dataclasses.replace(old, iter_vars=iter_vars, body=body, init=init)
     new_block = _with_regions(new_block, old, substitution, inner_ranges)
     loop_vars = [Var(n) for n in _unique(loop_names)]

@@ -222,6 +222,18 @@ def test_splitting_and_reordering_iterators_keeps_results():
     assert_same_results(func, sch.func)
 
 
+def test_a_map_making_more_iterators_than_it_takes_keeps_results():
+    func = gemm_int8(8, 6, 4)
+    sch = Schedule(func)
+    sch.transform_block_layout(sch.get_block("C"),
+                               lambda i, j, k: (i // 4, j, i % 4, k // 2, k % 2))
+    iter_vars = sch.get(sch.get_block("C")).block.iter_vars
+    assert [(iv.extent, iv.kind.value) for iv in iter_vars] == [
+        (2, "spatial"), (6, "spatial"), (4, "spatial"), (2, "reduce"), (2, "reduce")]
+    verify(sch.func)
+    assert_same_results(func, sch.func)
+
+
 def test_fusing_conv_iterators_keeps_results():
     func = conv2d_nhwc(4, 4, 2, 8)
     sch = Schedule(func)
