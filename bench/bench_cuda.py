@@ -7,7 +7,11 @@ SASS instructions per MMA in the k loop (cuobjdump), and the modelled shared-mem
 conflicts of its fragment loads and copies (``targets/cuda/banks.py``, on a one-block GEMM
 with the same tiling and stages, run under the host emulation); then the static tiling
 search's best candidates on sm_80 (``tensorize/engine/cuda_schedule.py``: each of the best
-estimates compiled, its bank conflicts modelled the same way) with their modelled cycles.
+estimates compiled, its bank conflicts modelled the same way) with their modelled cycles;
+then the same GEMMs (and u8 x s8, which only it multiplies) through the mma.sync family
+(``intrinsics/cuda_mma.yaml``) in the engine's default tiling, with the non-MMA instructions
+also per m16n8k16's worth of work (an int8 m16n8k32 does two); then ResNet-50's first 3x3
+convolution.
 
 Without ``--static``, on a GPU through CuPy: our kernel (the cubin loaded with
 ``cupy.RawModule``) and cuBLAS (``cublasGemmEx`` through CuPy's bindings: fp16 x fp16 ->
@@ -42,6 +46,9 @@ from tensorize.engine.cuda_schedule import CudaTiling, TilingFigures, choose_til
 GEMMS = ("gemm_fp16", "gemm_int8")
 # The fragment shape the engine picks for both (m16n16k16).
 FRAGMENT = (16, 16, 16)
+# The mma.sync family's GEMMs: (suite kernel, intrinsic).
+MMA_GEMMS = (("gemm_fp16", "mma_m16n8k16_f16f16_f32"), ("gemm_int8", "mma_m16n8k32_s8s8_s32"),
+             ("gemm_u8s8", "mma_m16n8k32_u8s8_s32"))
 
 
 @dataclass(frozen=True)
@@ -158,7 +165,30 @@ def static(n: int) -> None:
             print(line)
         print(f"  bank conflicts (modelled): {modelled_conflicts(built)}")
         searched(name, n)
+    mma_family(n)
     resnet_conv()
+
+
+def mma_family(n: int) -> None:
+    """Print registers and non-MMA instructions per MMA of the GEMMs through mma.sync."""
+    for name, intrinsic in MMA_GEMMS:
+        func = suite_kernels.builders()[name](n, n, n)
+        result = auto_tensorize(func, "cuda", intrinsic=intrinsic)
+        kernel = cuda.emit(result.func)
+        (launch,) = [l for l in kernel.launches if l.tiled]
+        depth = 32 if intrinsic.startswith("mma_m16n8k32") else 16
+        print(f"{name} {n}^3 through {intrinsic}: {len(kernel.launches)} launch(es), grid "
+              f"{launch.grid}, {launch.stages} stages")
+        for arch in architectures():
+            (r,) = [r for r in resource_usage(kernel, arch) if r.kernel == launch.kernel]
+            line = (f"  {arch}: {r.registers} registers, {r.spill_stores + r.spill_loads} "
+                    "spill bytes")
+            if cuobjdump_path() is not None:
+                (mix,) = [m for m in sass_mix(kernel, arch) if m.kernel == launch.kernel]
+                per_work = mix.other_per_mma * 16 / depth
+                line += (f"; {mix.other} non-MMA per {mix.mma} MMA in the {mix.scope}: "
+                         f"{mix.other_per_mma:.2f} per MMA, {per_work:.2f} per m16n8k16 of work")
+            print(line)
 
 
 def resnet_conv() -> None:
