@@ -100,6 +100,15 @@ def test_explain_prints_every_pair(capsys):
     assert "explain     pad: wmma" in out and "no reduce iterator" in out
 
 
+@pytest.mark.slow
+def test_grouped_conv_runs_on_cuda_as_one_gemm_per_group(capsys):
+    assert main(["run", str(EXAMPLES / "conv2d_grouped.py"), "--target", "cuda"]) == 0
+    out = capsys.readouterr().out
+    assert "conv: wmma_m16n16k16_s8_s32" in out
+    assert "grid (1, 49, 4)" in out  # the 4 groups on blockIdx.z
+    assert out.count("all 50176 elements equal (exact)") >= 3  # validate, emulate x2
+
+
 def test_emit_writes_ir_code_and_trace(kernel, tmp_path):
     out = tmp_path / "emitted.txt"
     assert main(["run", kernel(SMALL_GEMM), "--target", "npu", "--quiet", "--emit", "ir",
