@@ -264,17 +264,23 @@ def _implicit_gather(sch: Schedule, buffer: str) -> None:
         sch.compute_inline(padding)
 
 
-def _zero_padding(sch: Schedule, buffer: str):
-    """The block writing the intermediate ``buffer`` when it pads: ``buffer[v...] =
-    select(inside, X[...], 0)`` at its own iterators, ``inside`` not depending on the last
-    one (the channel, which the 16-byte pieces step along); else None."""
+def _sole_writer(sch: Schedule, buffer: str):
+    """The block writing ``buffer`` when ``buffer`` is an intermediate with one writer;
+    else None."""
     if buffer not in {b.name for b in sch.func.allocs}:
         return None
     writers = [name for name in tree.block_names(sch.func)
                if any(w.buffer.name == buffer for w in sch.get(sch.get_block(name)).block.writes)]
-    if len(writers) != 1:
+    return sch.get_block(writers[0]) if len(writers) == 1 else None
+
+
+def _zero_padding(sch: Schedule, buffer: str):
+    """The block writing the intermediate ``buffer`` when it pads: ``buffer[v...] =
+    select(inside, X[...], 0)`` at its own iterators, ``inside`` not depending on the last
+    one (the channel, which the 16-byte pieces step along); else None."""
+    handle = _sole_writer(sch, buffer)
+    if handle is None:
         return None
-    handle = sch.get_block(writers[0])
     block = sch.get(handle).block
     store = block.body
     if (not isinstance(store, BufferStore) or block.init is not None
@@ -332,13 +338,9 @@ def _unfused(name: str, digits: list[tuple[int, int]]) -> list[str]:
 def _plain_producer(sch: Schedule, buffer: str):
     """The one block writing ``buffer`` when ``buffer`` is an intermediate and that block
     is a plain copy (one load, no reduction); else None."""
-    if buffer not in {b.name for b in sch.func.allocs}:
+    handle = _sole_writer(sch, buffer)
+    if handle is None:
         return None
-    writers = [name for name in tree.block_names(sch.func)
-               if any(w.buffer.name == buffer for w in sch.get(sch.get_block(name)).block.writes)]
-    if len(writers) != 1:
-        return None
-    handle = sch.get_block(writers[0])
     block = sch.get(handle).block
     if (not isinstance(block.body, BufferStore) or not isinstance(block.body.value, BufferLoad)
             or block.init is not None
