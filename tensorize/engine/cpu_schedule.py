@@ -333,30 +333,41 @@ def schedule_matrix(sch: Schedule, block_name: str, intrinsic: Intrinsic, regist
 
 def _loads_steps(sch: Schedule, ko: Any, cpu: CpuTarget, registry: Registry,
                  intrinsic: Intrinsic, rows: tuple[int, int], tk: int) -> bool:
-    """True when the k loop splits into ``k_unroll`` steps an iteration and, for every
-    input staged in registers (``rows``: A's rows and B's columns in the tile), a load of
-    the family fills its stage of those steps in one instruction, laid out step by step
-    (operand shape ``(k_unroll, rows, tk)``). Elsewhere each step's loads stay next to its
-    calls, as the schedule's count (:func:`tile_cost`) assumes."""
-    steps = cpu.k_unroll
-    if steps <= 1 or sch.get(ko).extent % steps:
+    """True when the k loop splits into several steps an iteration (:func:`_steps`) and, for
+    every input staged in registers (``rows``: A's rows and B's columns in the tile), loads
+    of the family fill its stage of those steps a whole number of steps at a time, several
+    in one instruction, laid out step by step (operand shape ``(steps, rows, tk)``, ld1x4:
+    2 steps, twice an iteration of 4). Elsewhere each step's loads stay next to its calls,
+    as the schedule's count (:func:`tile_cost`) assumes."""
+    steps = _steps(sch, ko, cpu)
+    if steps <= 1:
         return False
     staged = [(op, n) for op, n in zip(intrinsic.inputs, rows)
               if op.scope == cpu.register_scope]
     return bool(staged) and all(any(
-        tuple(load.extents) == (n, steps * tk) and
-        tuple(load.operands[0].shape) == (steps, n, tk)
+        steps % (group := load.operands[0].shape[0]) == 0 and
+        tuple(load.extents) == (n, group * tk) and
+        tuple(load.operands[0].shape) == (group, n, tk)
         for load in _loads(registry, intrinsic, op.name)) for op, n in staged)
 
 
+def _steps(sch: Schedule, ko: Any, cpu: CpuTarget) -> int:
+    """The k steps an iteration of loop ``ko`` runs: the largest divisor of ``k_unroll``
+    that divides the loop's extent (1: the loop stays as it is)."""
+    extent = sch.get(ko).extent
+    return max(d for d in range(1, cpu.k_unroll + 1)
+               if cpu.k_unroll % d == 0 and extent % d == 0)
+
+
 def _split_steps(sch: Schedule, ko: Any, cpu: CpuTarget) -> tuple[Any, list[Any]]:
-    """The k loop split into ``k_unroll`` steps an iteration when that divides it: (the
-    loop, [the steps' loop]), else (the loop, []). The register stages are placed in the
-    outer loop, so one iteration's operands are loaded together: contiguous in the packed
-    layout, several registers in one instruction where the family has such a load."""
-    if cpu.k_unroll > 1 and sch.get(ko).extent % cpu.k_unroll == 0:
-        outer, steps = sch.split(ko, [None, cpu.k_unroll])
-        return outer, [steps]
+    """The k loop split into :func:`_steps` steps an iteration when that is more than one:
+    (the loop, [the steps' loop]), else (the loop, []). The register stages are placed in
+    the outer loop, so one iteration's operands are loaded together: contiguous in the
+    packed layout, several registers in one instruction where the family has such a load."""
+    steps = _steps(sch, ko, cpu)
+    if steps > 1:
+        outer, inner = sch.split(ko, [None, steps])
+        return outer, [inner]
     return ko, []
 
 

@@ -1,6 +1,8 @@
 """What the CPU code generator emits from a target's description: template alignment proven
 or refused, rows of A broadcast from memory, buffers laid out aligned."""
 
+import re
+
 import numpy as np
 import pytest
 from llvmlite import ir as ll
@@ -77,9 +79,11 @@ def test_a_multi_register_load_template_returns_the_struct_of_its_registers() ->
     assert parsed.args == ((ll.PointerType(), "src"),)
 
 
-def test_the_gemm_loads_two_k_steps_of_a_and_b_with_one_ld1x4_each() -> None:
-    # The arm family's ld1x4 fills the 8 x 8 tile's two k steps of A and of B (64 bytes
-    # each) in one instruction (tests/targets/arm/test_run.py runs this kernel exactly).
+def test_the_gemm_loads_four_k_steps_of_a_and_b_with_two_ld1x4_each() -> None:
+    # The arm family's ld1x4 fills two of the 8 x 8 tile's four k steps of A and of B (64
+    # bytes each) in one instruction (tests/targets/arm/test_run.py runs this kernel
+    # exactly), each buffer's loads chained through one pointer (targets/cpu/chains.py).
     ir = arm_kernel("gemm_int8").llvm_ir
     assert ir.count('call {<16 x i8>, <16 x i8>, <16 x i8>, <16 x i8>} '
-                    '@"llvm.aarch64.neon.ld1x4.v16i8.p0"') == 2
+                    '@"llvm.aarch64.neon.ld1x4.v16i8.p0"') == 4
+    assert sorted(re.findall(r'%"(\w+)\.chain" = phi', ir)) == ["A_reindex", "B_reindex"]
