@@ -20,6 +20,9 @@ from intrinsics.source import Findings, YNode
 BACKEND = "llvm"
 
 _ALIGN = re.compile(r"\balign (\d+)")
+# An LLVM CPU name (generic, cortex-a55, x86-64): it is written into the IR as a quoted
+# string attribute, so nothing that could end the string may pass.
+_CPU_NAME = re.compile(r"[a-z0-9][a-z0-9.-]*")
 
 
 def build_cpu_target(node: YNode, target: str, scopes: dict[str, Scope],
@@ -58,6 +61,11 @@ def build_cpu_target(node: YNode, target: str, scopes: dict[str, Scope],
     if "cpuinfo" in values and detect != "cpuinfo":
         findings.add(node.value["cpuinfo"].key_loc, f"{where}: cpuinfo names apply with "
                      f"detect: cpuinfo, got detect: {detect}")
+    tune_cpus = tuple(values.get("tune_cpus", [values["cpu"]]))
+    for name in tune_cpus:
+        if _CPU_NAME.fullmatch(name) is None:
+            findings.add(node.value["tune_cpus"].loc, f"{where}: tune_cpus requires LLVM CPU "
+                         f"names (lower-case letters, digits, '.', '-'), got {name!r}")
     if len(findings) > before or registers is None:
         return None
     return CpuTarget(
@@ -67,7 +75,7 @@ def build_cpu_target(node: YNode, target: str, scopes: dict[str, Scope],
         register_scope=values["register_scope"], registers=registers,
         reserved_registers=reserved, alignment=values["alignment"],
         tile_rows=tuple(tile["rows"]), tile_vectors=tuple(tile["vectors"]),
-        k_unroll=values.get("k_unroll", 1), engines=engines,
+        k_unroll=values.get("k_unroll", 1), engines=engines, tune_cpus=tune_cpus,
         emulated=frozen_mapping({k: frozenset(v["executes"]) for k, v in emulators.items()}),
         macs=frozen_mapping(values.get("macs", {})), loc=node.key_loc or node.loc)
 

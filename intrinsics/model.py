@@ -257,7 +257,8 @@ class CpuTarget:
     of which the micro-kernel leaves ``reserved_registers`` to LLVM. The runners align every
     buffer to ``alignment`` bytes. ``tile_rows`` and ``tile_vectors`` are the register tiles
     tried (rows by vectors of accumulators), ``k_unroll`` the k steps per micro-kernel
-    iteration. ``engines`` are the ways to run the code here, in order of preference
+    iteration, ``tune_cpus`` the CPUs whose scheduling models a kernel may be tuned for
+    (LLVM's ``tune-cpu``; the ISA stays ``cpu``'s). ``engines`` are the ways to run the code here, in order of preference
     (``native``, ``unicorn``), and ``emulated`` the features each emulator executes.
     ``macs`` maps an assembly mnemonic to the multiply-accumulates one instruction does (what
     a run counts).
@@ -278,6 +279,7 @@ class CpuTarget:
     tile_vectors: tuple[int, ...]
     k_unroll: int
     engines: tuple[str, ...]
+    tune_cpus: tuple[str, ...]
     emulated: Mapping[str, frozenset[str]]
     macs: Mapping[str, int]
     loc: ir.SourceLoc | None = field(default=None, compare=False)

@@ -446,6 +446,9 @@ CPU = Record("a CPU target", (
           "to: at least every template's 'align N'"),
     Field("register_tile", REGISTER_TILE, True, "the register tiles the schedule may use"),
     Field("k_unroll", Int(1), False, "k steps per micro-kernel iteration (default 1)"),
+    Field("tune_cpus", ListOf(Text(), 1), False, "LLVM CPU names whose scheduling models a "
+          "kernel may be tuned for (its 'tune-cpu'); the tuner keeps the one that runs "
+          "fewest instructions (default: cpu alone)"),
     Field("run", ListOf(Choice(ENGINES), 1), True, "how its code runs here, in order of "
           "preference: native, unicorn, qemu-user"),
     Field("emulators", MapOf(EMULATOR, key=Choice(ENGINES), what="engine"), False,

@@ -88,17 +88,23 @@ class CpuKernel:
 
 
 def emit(func: PrimFunc, target: str, features: str | None = None,
-         registry: Registry | None = None) -> CpuKernel:
+         registry: Registry | None = None, tune_cpu: str | None = None) -> CpuKernel:
     """Emit ``func`` (tensorized for CPU target ``target``, or plain) as LLVM IR for it,
     with ``features`` (default: the target's own, ``cpu.features`` of its description).
 
     Raises EmitError when it calls an intrinsic that ``features`` does not provide or that
     has no llvm template, reads an operand tile that is not contiguous or not as aligned as
     its template says, or indexes a register buffer by a value not known at emission time;
-    IntrinsicSpecError when no description makes ``target`` a CPU target.
+    IntrinsicSpecError when no description makes ``target`` a CPU target. ``tune_cpu`` (one
+    of the description's ``tune_cpus``; default the first) is the CPU whose scheduling
+    model LLVM tunes the code for.
     """
     registry = registry or default_registry()
     cpu = registry.cpu(target)
+    tune_cpu = cpu.tune_cpus[0] if tune_cpu is None else tune_cpu
+    if tune_cpu not in cpu.tune_cpus:
+        raise EmitError(f"cpu target {target}: tune_cpu {tune_cpu!r} is not one of its "
+                        f"tune_cpus ({', '.join(cpu.tune_cpus)})")
     features = cpu.default_features if features is None else features
     _check_features(func, features, registry)
     buffers = tuple(b for b in storage(func) if b.scope != cpu.register_scope)
@@ -119,8 +125,9 @@ def emit(func: PrimFunc, target: str, features: str | None = None,
     emitter.stmt(func.body)
     builder.ret_void()
     outputs = _written(func, registry)
-    return CpuKernel(func, _no_builtins(str(module), symbol), symbol, buffers, outputs, cpu,
-                     features, tuple(emitter.sites))
+    tune = None if tune_cpu == cpu.cpu else tune_cpu
+    return CpuKernel(func, _attributes(str(module), symbol, tune), symbol, buffers, outputs,
+                     cpu, features, tuple(emitter.sites))
 
 
 def _identifier(name: str) -> str:
@@ -130,15 +137,18 @@ def _identifier(name: str) -> str:
     return "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in name)
 
 
-def _no_builtins(text: str, symbol: str) -> str:
+def _attributes(text: str, symbol: str, tune_cpu: str | None) -> str:
     """Mark the function ``no-builtins`` so LLVM does not turn a loop into a call of memset or
-    memcpy: the object code must stand alone (it runs under an emulator with no libc)."""
+    memcpy: the object code must stand alone (it runs under an emulator with no libc); with
+    ``tune_cpu`` (a name the description's check let through: no quotes), also tune its
+    scheduling for that CPU (llvmlite's function attributes take no string attributes)."""
     pattern = re.compile(rf'^(define void @"?{symbol}"?\(.*\))', re.MULTILINE)
     text, count = pattern.subn(r"\1 #0", text, count=1)
     if count != 1:
         raise EmitError(f"the CPU code generator could not find the definition of {symbol} "
                         "in the module it built; please report it")
-    return text + '\nattributes #0 = { "no-builtins" }\n'
+    tune = "" if tune_cpu is None else f' "tune-cpu"="{tune_cpu}"'
+    return text + f'\nattributes #0 = {{ "no-builtins"{tune} }}\n'
 
 
 def _check_features(func: PrimFunc, features: str, registry: Registry) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 from ir import PrimFunc
 from targets import cpu
 from tensorize.engine import Tensorized, auto_tensorize
-from tensorize.engine.cpu_tune import TileCache, tune_cpu
+from tensorize.engine.cpu_tune import TileCache, choose_tune_cpu, tune_cpu
 
 # Timed native runs; the first one's outputs are the ones checked.
 RUNS = 10
@@ -31,9 +31,16 @@ def run_cpu(func: PrimFunc, target: str, features: str, registry: Any,
             reference: dict[str, np.ndarray], inputs: dict[str, np.ndarray], report: Any,
             compare: Any, emitted: list[str], emit_code: bool) -> dict[str, np.ndarray]:
     """Emit ``func`` (tensorized for CPU target ``target``) for ``features`` and run it where
-    this host can; returns the outputs of that run, else ``reference``."""
-    kernel = cpu.emit(func, target, features, registry)
+    this host can; returns the outputs of that run, else ``reference``. Where the
+    description lists several scheduling models (``tune_cpus``) and an emulator counts
+    instructions, the kernel is the one tuned for the model that executes fewest."""
+    kernel, counts = choose_tune_cpu(func, target, features, registry)
     description = kernel.cpu
+    measured = {name: n for name, n in counts.items() if n is not None}
+    if measured:
+        best = min(measured, key=lambda name: measured[name])
+        report.step("tune-cpu", True, f"scheduled for {best}: " + ", ".join(
+            f"{name} {n:,} instructions" for name, n in measured.items()))
     start = time.perf_counter()
     assembly = cpu.compile(kernel, "asm")
     instructions = [_mnemonic(line) for line in assembly.splitlines()
@@ -46,6 +53,8 @@ def run_cpu(func: PrimFunc, target: str, features: str, registry: Any,
                               f"instructions: {listed}")
     data = {"target": target, "triple": description.triple, "features": features,
             "static_instructions": len(instructions)}
+    if measured:
+        data["tune_cpu"] = {"chosen": best, "instructions": measured}
     report.data["cpu"] = data
     if emit_code:
         emitted.append(assembly)

@@ -275,9 +275,16 @@ def schedule_cpu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     ko, kt = sch.split(loops[-1], [None, tk])
     # The k steps of an iteration are staged together where one load of the family takes
     # them for every staged input (ld1x4: two steps of 8 rows, and of 8 columns).
-    together = _loads_steps(sch, ko, cpu, registry, intrinsic,
-                            (tiling.rows, tiling.vectors * ti), tk)
+    group = _load_group(sch, ko, cpu, registry, intrinsic, (tiling.rows, tiling.vectors * ti),
+                        tk)
+    together = group > 0
     ko, ku = _split_steps(sch, ko, cpu) if together else (ko, [])
+    stage_at = ko
+    if ku and sch.get(ku[0]).extent > group:
+        # Each load's steps are staged next to their calls, not the iteration's loads all at
+        # its top: LLVM then keeps fewer of them live (measured: docs/arm_backend.md).
+        stage_at, steps = sch.split(ku[0], [None, group])
+        ku = [stage_at, steps]
     rest = [loop for p, loop in enumerate(loops[:-2]) if p != row]
     if row is not None:
         mo, mi = sch.split(loops[row], [None, tiling.rows])
@@ -287,7 +294,8 @@ def schedule_cpu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
         sch.reorder(*rest, ni_o, ko, *ku, ni_u, ni_t, kt)
         unrolled = [*ku, ni_u]
     _stage_and_tensorize(sch, block_name, intrinsic, registry, cpu, packed, operands, layouts,
-                         (ni_o, ko, ni_t), (names[-1], tk) if together else None)
+                         (ni_o, ko, ni_t), (names[-1], tk) if together else None,
+                         stage_at=stage_at)
     if not together:
         unrolled += _split_steps(sch, ko, cpu)[1]
     _unroll_and_pack(sch, cpu, intrinsic, unrolled, packed, factors)
@@ -331,9 +339,10 @@ def schedule_matrix(sch: Schedule, block_name: str, intrinsic: Intrinsic, regist
     _unroll_and_pack(sch, cpu, intrinsic, [*ku, mu, nu], packed, factors)
 
 
-def _loads_steps(sch: Schedule, ko: Any, cpu: CpuTarget, registry: Registry,
-                 intrinsic: Intrinsic, rows: tuple[int, int], tk: int) -> bool:
-    """True when the k loop splits into several steps an iteration (:func:`_steps`) and, for
+def _load_group(sch: Schedule, ko: Any, cpu: CpuTarget, registry: Registry,
+                intrinsic: Intrinsic, rows: tuple[int, int], tk: int) -> int:
+    """The k steps one load takes (the most any staged input's load takes, 0: not so) when
+    the k loop splits into several steps an iteration (:func:`_steps`) and, for
     every input staged in registers (``rows``: A's rows and B's columns in the tile), loads
     of the family fill its stage of those steps a whole number of steps at a time, several
     in one instruction, laid out step by step (operand shape ``(steps, rows, tk)``, ld1x4:
@@ -341,14 +350,15 @@ def _loads_steps(sch: Schedule, ko: Any, cpu: CpuTarget, registry: Registry,
     as the schedule's count (:func:`tile_cost`) assumes."""
     steps = _steps(sch, ko, cpu)
     if steps <= 1:
-        return False
+        return 0
     staged = [(op, n) for op, n in zip(intrinsic.inputs, rows)
               if op.scope == cpu.register_scope]
-    return bool(staged) and all(any(
-        steps % (group := load.operands[0].shape[0]) == 0 and
-        tuple(load.extents) == (n, group * tk) and
-        tuple(load.operands[0].shape) == (group, n, tk)
-        for load in _loads(registry, intrinsic, op.name)) for op, n in staged)
+    groups = [max((group for load in _loads(registry, intrinsic, op.name)
+                   if steps % (group := load.operands[0].shape[0]) == 0 and
+                   tuple(load.extents) == (n, group * tk) and
+                   tuple(load.operands[0].shape) == (group, n, tk)), default=0)
+              for op, n in staged]
+    return max(groups) if groups and all(groups) else 0
 
 
 def _steps(sch: Schedule, ko: Any, cpu: CpuTarget) -> int:
@@ -524,7 +534,8 @@ def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
                          registry: Registry, cpu: CpuTarget, packed: dict[str, str],
                          operands: dict[str, str], layouts: dict[str, str | None],
                          loops: tuple[Any, Any, Any], steps: tuple[str, int] | None,
-                         accumulator_tiles: tuple[int, int] | None = None) -> None:
+                         accumulator_tiles: tuple[int, int] | None = None,
+                         stage_at: Any = None) -> None:
     """Stage the packed inputs whose operands live in registers into them at every
     iteration of the k loop ``loops[1]`` (one k step, or several with ``steps``),
     the accumulator tile in registers across the k loop (zeroed before it, stored after it),
@@ -535,7 +546,8 @@ def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
     iteration, lays each register stage out step by step (each step's tile contiguous, the
     steps one after another, as in the packed layout); ``accumulator_tiles`` ``(ti, tj)``,
     when given, lays the accumulator registers out by tiles of that shape, one a
-    register."""
+    register. ``stage_at``, when given, is the loop inside ``ko`` the register stages are
+    placed in (a group of the iteration's steps)."""
     tile_loop, ko, first = loops
     block = sch.get_block(block_name)
     dims = {op: _index_vars(sch, block_name, buffer) for op, buffer in packed.items()}
@@ -544,7 +556,7 @@ def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
         if intrinsic.operand(op).scope != cpu.register_scope:
             continue
         stage = sch.cache_read(block, buffer, registry.scope(cpu.register_scope))
-        sch.compute_at(stage, ko)
+        sch.compute_at(stage, ko if stage_at is None else stage_at)
         stages[op] = stage
     c_op = intrinsic.output
     c_store = sch.cache_write(block, operands[c_op.name], registry.scope(c_op.scope))

@@ -27,14 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from intrinsics import Intrinsic, Registry
+from intrinsics import Intrinsic, Registry, default_registry
 from ir import PrimFunc
 from targets import cpu
 from tensorize import __version__
 from tensorize.engine import Tensorized, auto_tensorize
 from tensorize.engine.cpu_schedule import CpuTiling, TileChoice, fitting_tilings, tile_cost
 
-__all__ = ["MEASURED", "TileCache", "TileCacheWarning", "TileTrial", "cache_root", "tune_cpu"]
+__all__ = ["MEASURED", "TileCache", "TileCacheWarning", "TileTrial", "cache_root",
+           "choose_tune_cpu", "tune_cpu"]
 
 # How many of the estimate's best tiles are measured, per block.
 MEASURED = 4
@@ -233,6 +234,27 @@ def tune_cpu(func: PrimFunc, target: str, features: str, registry: Registry,
     if cache is not None and chosen:
         cache.save()
     return best, trials, chosen
+
+
+def choose_tune_cpu(func: PrimFunc, target: str, features: str | None = None,
+                    registry: Registry | None = None
+                    ) -> tuple[cpu.CpuKernel, dict[str, int | None]]:
+    """``func`` (tensorized for CPU target ``target``) emitted once for each CPU of the
+    description's ``tune_cpus`` whose scheduling model LLVM may tune it for, and the kernel
+    that executed the fewest instructions under an emulator (zero inputs: the count does not
+    depend on the values), with each CPU's count (None: not counted). Where no engine here
+    counts them (natively, or under qemu-user) the first of ``tune_cpus`` stands."""
+    registry = registry or default_registry()
+    names = registry.cpu(target).tune_cpus
+    kernels = {name: cpu.emit(func, target, features, registry, tune_cpu=name)
+               for name in names}
+    counts: dict[str, int | None] = {}
+    for name, kernel in kernels.items():
+        counted = len(names) > 1 and cpu.engine_for(kernel)[0] is not None
+        counts[name] = cpu.run(kernel, {}).instructions if counted else None
+    measured = {name: count for name, count in counts.items() if count is not None}
+    best = min(measured, key=lambda name: measured[name]) if measured else names[0]
+    return kernels[best], counts
 
 
 def _given(tiles: dict[str, CpuTiling]) -> TileChoice:
