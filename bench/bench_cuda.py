@@ -6,9 +6,11 @@ shared memory (static plus dynamic), cp.async stages, warps per block, occupancy
 SASS instructions per MMA in the k loop (cuobjdump), and the modelled shared-memory bank
 conflicts of its fragment loads and copies (``targets/cuda/banks.py``, on a one-block GEMM
 with the same tiling and stages, run under the host emulation); then the static tiling
-search's best candidates on sm_80 (``tensorize/engine/cuda_schedule.py``: each of the best
-estimates compiled, its bank conflicts modelled the same way) with their modelled cycles;
-then the same GEMMs (and u8 x s8, which only it multiplies) through the mma.sync family
+search's best candidates on sm_80 for each tensor-core family that multiplies the GEMM (WMMA
+and mma.sync; ``tensorize/engine/cuda_schedule.py``: each of the best estimates compiled,
+its non-MMA instructions and bank conflicts per m16n8k16 of work, the conflicts modelled the
+same way) with their modelled cycles, and the family the search takes and why; then the same
+GEMMs (and u8 x s8, which only it multiplies) through the mma.sync family
 (``intrinsics/cuda_mma.yaml``) in the engine's default tiling, with the non-MMA instructions
 also per m16n8k16's worth of work (an int8 m16n8k32 does two); then ResNet-50's first 3x3
 convolution.
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import suite_kernels  # bench/ is on the path: the benchmarks run as scripts
 
+from intrinsics import default_registry
 from targets import cuda
 from targets.cuda.banks import bank_conflicts
 from targets.cuda.compile import cuobjdump_path, resource_usage, sass_mix
@@ -41,11 +44,22 @@ from targets.cuda.occupancy import architecture, architectures, occupancy
 from targets.cuda.pipeline import STAGES
 from targets.cuda.run import gpu_unavailable, load
 from tensorize.engine import auto_tensorize
-from tensorize.engine.cuda_schedule import CudaTiling, TilingFigures, choose_tiling, search_tilings
+from tensorize.engine.cuda_schedule import (
+    UNIT_MACS,
+    CudaTiling,
+    TilingFigures,
+    TilingTrial,
+    choose_family,
+    choose_tiling,
+    instruction_macs,
+    search_tilings,
+    tensor_pipe,
+)
 
 GEMMS = ("gemm_fp16", "gemm_int8")
-# The fragment shape the engine picks for both (m16n16k16).
-FRAGMENT = (16, 16, 16)
+# The intrinsic of each tensor-core family that the tiling search tries per GEMM.
+FAMILIES = {"gemm_fp16": ("wmma_m16n16k16_f16_f32", "mma_m16n8k16_f16f16_f32"),
+            "gemm_int8": ("wmma_m16n16k16_s8_s32", "mma_m16n8k32_s8s8_s32")}
 # The mma.sync family's GEMMs: (suite kernel, intrinsic).
 MMA_GEMMS = (("gemm_fp16", "mma_m16n8k16_f16f16_f32"), ("gemm_int8", "mma_m16n8k32_s8s8_s32"),
              ("gemm_u8s8", "mma_m16n8k32_u8s8_s32"))
@@ -59,25 +73,34 @@ class Built:
     n: int
     tiling: CudaTiling
     kernel: cuda.CudaKernel
+    intrinsic: str
+    shape: tuple[int, int, int]
 
 
-def build(name: str, n: int, tiling: CudaTiling | None = None, stages: int = STAGES) -> Built:
-    """Tensorize and emit GEMM ``name`` at ``n``^3 with ``tiling`` (default: the engine's)
-    and ``stages``."""
-    elem = 2 if name == "gemm_fp16" else 1
-    tiling = tiling or choose_tiling((n, n, n), FRAGMENT, elem)
+def build(name: str, n: int, tiling: CudaTiling | None = None, stages: int = STAGES,
+          intrinsic: str | None = None) -> Built:
+    """Tensorize and emit GEMM ``name`` at ``n``^3 through ``intrinsic`` (default: the
+    engine's choice) with ``tiling`` (default: the engine's) and ``stages``."""
     func = suite_kernels.builders()[name](n, n, n)
-    kernel = cuda.emit(auto_tensorize(func, "cuda", tiling=tiling).func, stages=stages)
-    return Built(name, n, tiling, kernel)
+    if intrinsic is None:
+        (intrinsic,) = [b.intrinsic for b in auto_tensorize(func, "cuda").tensorized]
+    chosen = default_registry().get(intrinsic)
+    shape = tuple(chosen.extents)
+    elem = max(chosen.operands[0].dtype.bits // 8, 1)
+    tiling = tiling or choose_tiling((n, n, n), shape, elem)
+    kernel = cuda.emit(auto_tensorize(func, "cuda", intrinsic=intrinsic, tiling=tiling).func,
+                       stages=stages)
+    return Built(name, n, tiling, kernel, intrinsic, shape)
 
 
 def conflict_counts(built: Built) -> dict:
     """The bank model's counts for one block of the same tiling and stages: a GEMM of one
     block tile and as many k steps as stages, emulated on random inputs."""
-    bm, bn, bk = built.tiling.block_tile(*FRAGMENT)
+    bm, bn, bk = built.tiling.block_tile(*built.shape)
     (launch,) = [l for l in built.kernel.launches if l.tiled]
     func = suite_kernels.builders()[built.name](bm, bn, launch.stages * bk)
-    kernel = cuda.emit(auto_tensorize(func, "cuda", tiling=built.tiling).func,
+    kernel = cuda.emit(auto_tensorize(func, "cuda", intrinsic=built.intrinsic,
+                                      tiling=built.tiling).func,
                        stages=launch.stages)
     rng = np.random.default_rng(0)
     inputs = {p.name: (rng.standard_normal(p.shape) if p.dtype.is_float
@@ -96,11 +119,32 @@ def modelled_conflicts(built: Built) -> str:
 
 
 def searched(name: str, n: int, measured: int = 4) -> None:
-    """Print the tiling search's best ``measured`` candidates on sm_80 for GEMM ``name``."""
-    elem = 2 if name == "gemm_fp16" else 1
+    """Print the tiling search's best ``measured`` candidates on sm_80 for GEMM ``name`` per
+    tensor-core family (:data:`FAMILIES`), and the family it takes and why."""
+    registry = default_registry()
+    sm_80 = architecture("sm_80")
+    searches: dict[str, list[TilingTrial]] = {}
+    for intrinsic in (registry.get(i) for i in FAMILIES[name]):
+        shape = tuple(intrinsic.extents)
+        elem = max(intrinsic.operands[0].dtype.bits // 8, 1)
+        searches[intrinsic.name] = search_tilings(
+            (n, n, n), shape, elem, 1, sm_80, lambda r, s, t: occupancy(sm_80, r, s, t),
+            tensor_pipe(intrinsic, "sm_80"), _measure(name, n, intrinsic.name), measured)
+        trials = searches[intrinsic.name]
+        print(f"  tiling search through {intrinsic.name} (sm_80, {len(trials)} candidates, "
+              f"best {measured} estimates compiled):")
+        for trial in trials[:measured]:
+            print(f"    {trial.describe(shape)}")
+    print(f"  family taken: {choose_family(searches)[1]}")
+
+
+def _measure(name: str, n: int, intrinsic: str):
+    """The search's ``measure`` for GEMM ``name`` through ``intrinsic``: ptxas resources,
+    the SASS mix and the modelled bank conflicts, both per m16n8k16 of work."""
+    macs = instruction_macs(default_registry().get(intrinsic))
 
     def measure(tiling: CudaTiling, stages: int) -> TilingFigures | None:
-        built = build(name, n, tiling, stages)
+        built = build(name, n, tiling, stages, intrinsic)
         (launch,) = [l for l in built.kernel.launches if l.tiled]
         try:
             (r,) = [r for r in resource_usage(built.kernel, "sm_80")
@@ -110,23 +154,17 @@ def searched(name: str, n: int, measured: int = 4) -> None:
         other = None
         if cuobjdump_path() is not None:
             (mix,) = [m for m in sass_mix(built.kernel, "sm_80") if m.kernel == launch.kernel]
-            other = mix.other_per_mma
+            other = mix.other_per_mma * UNIT_MACS / macs
         counts = conflict_counts(built)
-        # Conflicts per MMA: extra wavefronts of one block over the block's MMAs in the
-        # emulated k steps (two m16n8k16 per 16 x 16 x 16 WMMA).
-        bm, bn, bk = tiling.block_tile(*FRAGMENT)
-        mmas = (bm // 16) * (bn // 8) * (launch.stages * bk // 16)
-        conflicts = sum(c.conflicts for c in counts.values()) / mmas
+        # Conflicts per unit: extra wavefronts of one block over the block's m16n8k16 units
+        # of work in the emulated k steps.
+        bm, bn, bk = tiling.block_tile(*built.shape)
+        units = bm * bn * launch.stages * bk / UNIT_MACS
+        conflicts = sum(c.conflicts for c in counts.values()) / units
         return TilingFigures(r.registers, r.shared_bytes + launch.dynamic_shared,
                              r.spill_stores + r.spill_loads, other, conflicts)
 
-    sm_80 = architecture("sm_80")
-    trials = search_tilings((n, n, n), FRAGMENT, elem, 1, sm_80,
-                            lambda r, s, t: occupancy(sm_80, r, s, t), measure, measured)
-    print(f"  tiling search (sm_80, {len(trials)} candidates, best {measured} estimates "
-          "compiled):")
-    for trial in trials[:measured]:
-        print(f"    {trial.describe(FRAGMENT)}")
+    return measure
 
 
 def static(n: int) -> None:
@@ -141,10 +179,11 @@ def static(n: int) -> None:
         prepared = time.perf_counter() - start
         (launch,) = [l for l in built.kernel.launches if l.tiled]
         warps = launch.block[1] * launch.block[2]
-        bm, bn, bk = built.tiling.block_tile(*FRAGMENT)
+        bm, bn, bk = built.tiling.block_tile(*built.shape)
         wm, wn = bm // built.tiling.warps[0], bn // built.tiling.warps[1]
         others = [l for l in built.kernel.launches if not l.tiled]
-        print(f"{name} {n}^3: block tile {bm}x{bn}x{bk}, {warps} warps of {wm}x{wn}, "
+        print(f"{name} {n}^3 through {built.intrinsic} (the engine's choice): block tile "
+              f"{bm}x{bn}x{bk}, {warps} warps of {wm}x{wn}, "
               f"{launch.stages} stages, grid {launch.grid}; {len(built.kernel.launches)} "
               f"launch(es): {len(others)} data-parallel before or after it "
               f"{[l.kernel for l in others]}; tensorize+emit {prepared:.2f} s")
@@ -158,8 +197,10 @@ def static(n: int) -> None:
                     f"({o.fraction:.0%}, {o.limited_by})")
             if disassemble:
                 (mix,) = [m for m in sass_mix(built.kernel, arch) if m.kernel == launch.kernel]
+                per_unit = UNIT_MACS / instruction_macs(default_registry().get(built.intrinsic))
                 line += (f"; {mix.other} non-MMA per {mix.mma} MMA in the {mix.scope}: "
-                         f"{mix.other_per_mma:.2f} per MMA")
+                         f"{mix.other_per_mma:.2f} per MMA, "
+                         f"{mix.other_per_mma * per_unit:.2f} per m16n8k16 of work")
             else:
                 line += "; SASS mix skipped: cuobjdump not found"
             print(line)
@@ -176,7 +217,8 @@ def mma_family(n: int) -> None:
         result = auto_tensorize(func, "cuda", intrinsic=intrinsic)
         kernel = cuda.emit(result.func)
         (launch,) = [l for l in kernel.launches if l.tiled]
-        depth = 32 if intrinsic.startswith("mma_m16n8k32") else 16
+        # MMA instructions per m16n8k16 of work: 0.5 where one IMMA.16832 does two.
+        per_unit = UNIT_MACS / instruction_macs(default_registry().get(intrinsic))
         print(f"{name} {n}^3 through {intrinsic}: {len(kernel.launches)} launch(es), grid "
               f"{launch.grid}, {launch.stages} stages")
         for arch in architectures():
@@ -185,7 +227,7 @@ def mma_family(n: int) -> None:
                     "spill bytes")
             if cuobjdump_path() is not None:
                 (mix,) = [m for m in sass_mix(kernel, arch) if m.kernel == launch.kernel]
-                per_work = mix.other_per_mma * 16 / depth
+                per_work = mix.other_per_mma * per_unit
                 line += (f"; {mix.other} non-MMA per {mix.mma} MMA in the {mix.scope}: "
                          f"{mix.other_per_mma:.2f} per MMA, {per_work:.2f} per m16n8k16 of work")
             print(line)

@@ -10,13 +10,15 @@ C++ compiler, CuPy and a driver) is reported as skipped with the reason, never a
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from intrinsics import Registry
+from intrinsics import Intrinsic, Registry
 from intrinsics.gpu_target import GpuArchitecture
 from ir import PrimFunc, ScheduleError
 from targets import cuda
@@ -26,71 +28,157 @@ from targets.cuda.occupancy import architecture, architectures, occupancy
 from targets.cuda.pipeline import STAGES
 from targets.cuda.run import gpu_unavailable
 from tensorize.engine import Tensorized, auto_tensorize
-from tensorize.engine.cuda_schedule import CudaTiling, TilingFigures, TilingTrial, search_tilings
+from tensorize.engine.cuda_schedule import (
+    UNIT_MACS,
+    CudaTiling,
+    TilingFigures,
+    TilingTrial,
+    choose_family,
+    instruction_macs,
+    mapping_cycles,
+    search_tilings,
+    tensor_pipe,
+)
+from tensorize.match import match_block
+from tensorize.schedule import tree
+
+
+@dataclass(frozen=True, slots=True)
+class CudaTuning:
+    """What ``--tune`` on ``--target cuda`` chose: the tensorization (``result``) and the
+    stages to emit it with; each searched intrinsic's trials, best first (one intrinsic
+    per family that matches the block: WMMA, mma.sync); the one taken (None: the engine's
+    own tiling stands) and why, one line."""
+
+    result: Tensorized
+    stages: int
+    searches: dict[str, list[TilingTrial]] = field(default_factory=dict)
+    chosen: str | None = None
+    reason: str = ""
 
 
 def tune_cuda(func: PrimFunc, registry: Registry, arch: str = "sm_80", measured: int = 6
-              ) -> tuple[Tensorized, int, list[TilingTrial]]:
-    """The tensorization of ``func`` for cuda with the tiling and stages the static search
-    ranks best on ``arch`` (``tensorize.engine.cuda_schedule``: each of the best
-    ``measured`` estimates compiled, its registers and shared memory from ptxas and its
-    non-MMA instructions per MMA from the SASS where cuobjdump exists), the stages, and the
-    trials. Without a tensorized block, without nvcc, or where no candidate tiling fits the
-    GEMM (too small for any block tile), the engine's own tiling stands."""
+              ) -> CudaTuning:
+    """The tensorization of ``func`` for cuda by the static search on ``arch``
+    (``tensorize.engine.cuda_schedule``): for each family's cheapest intrinsic that matches
+    the engine's tensorized block, its tilings ranked, the best ``measured`` estimates
+    compiled (registers and shared memory from ptxas, non-MMA instructions per unit of work
+    from the SASS where cuobjdump exists); then the family whose best trial ranks first
+    (:func:`choose_family`). Without a tensorized block, without nvcc, or where no
+    candidate tiling fits the GEMM (too small for any block tile), the engine's own tiling
+    stands."""
     first = auto_tensorize(func, "cuda", registry=registry)
     done = [b for b in first.blocks if b.intrinsic is not None]
     if not done or cuda.nvcc_path() is None:
-        return first, STAGES, []
-    intrinsic = registry.get(done[0].intrinsic)
-    shape = tuple(iv.extent for iv in intrinsic.iter_vars)
+        return CudaTuning(first, STAGES)
+    limits = architecture(arch, registry)
+    searches = {}
+    for intrinsic in _family_candidates(func, done[0], registry):
+        trials = _search(func, intrinsic, limits, registry, measured)
+        if trials:
+            searches[intrinsic.name] = trials
+    if not searches:
+        return CudaTuning(first, STAGES)
+    chosen, reason = choose_family(searches)
+    best = searches[chosen][0]
+    if not best.measured:
+        return CudaTuning(first, STAGES, searches, None, reason)
+    result = auto_tensorize(func, "cuda", registry=registry, intrinsic=chosen,
+                            tiling=best.tiling)
+    return CudaTuning(result, best.stages, searches, chosen, reason)
+
+
+def _family_candidates(func: PrimFunc, done: Any, registry: Registry) -> list[Intrinsic]:
+    """Per cuda family, the intrinsic the engine's estimate ranks cheapest among those that
+    match the tensorized block in ``func`` (the engine's own when the block was reshaped
+    first, a grouped convolution, and so is not in ``func`` as it stands)."""
+    own = registry.get(done.intrinsic)
+    if done.block not in tree.block_names(func):
+        return [own]
+    cheapest: dict[str, tuple[float, Intrinsic]] = {}
+    for intrinsic in registry.compute_intrinsics("cuda"):
+        found = match_block(func, done.block, intrinsic, registry)
+        if not isinstance(found, list) or not found:
+            continue
+        cost = min(mapping_cycles(func, m, registry) for m in found)
+        if cost < cheapest.get(intrinsic.family, (math.inf, own))[0]:
+            cheapest[intrinsic.family] = (cost, intrinsic)
+    return [i for _, i in cheapest.values()] or [own]
+
+
+def _search(func: PrimFunc, intrinsic: Intrinsic, limits: GpuArchitecture, registry: Registry,
+            measured: int) -> list[TilingTrial]:
+    """The tiling search's trials for ``func`` through ``intrinsic`` on ``limits``, over the
+    extents the block pads to for that intrinsic's shape (none when the engine cannot
+    tensorize it so)."""
+    try:
+        tiled = auto_tensorize(func, "cuda", registry=registry, intrinsic=intrinsic.name)
+    except ScheduleError:
+        return []
+    done = [b for b in tiled.blocks if b.intrinsic is not None]
+    if not done:
+        return []
     extents = tuple(done[0].extents[-3:])
     batch = int(np.prod(done[0].extents[:-3], dtype=np.int64))
+    shape = tuple(iv.extent for iv in intrinsic.iter_vars)
     elem = max(intrinsic.operands[0].dtype.bits // 8, 1)
 
     def measure(tiling: CudaTiling, stages: int) -> TilingFigures | None:
         try:
-            tensorized = auto_tensorize(func, "cuda", registry=registry, tiling=tiling)
-            return _figures(cuda.emit(tensorized.func, stages=stages), arch)
+            tensorized = auto_tensorize(func, "cuda", registry=registry,
+                                        intrinsic=intrinsic.name, tiling=tiling)
+            return _figures(cuda.emit(tensorized.func, stages=stages), intrinsic, limits.name)
         except (ScheduleError, cuda.EmitError, cuda.CompileError):
             return None
 
-    limits = architecture(arch, registry)
-    trials = search_tilings(extents, shape, elem, batch, limits,
-                            lambda r, s, t: occupancy(limits, r, s, t), measure, measured)
-    if not trials:
-        return first, STAGES, []
-    best = trials[0]
-    if not best.measured:
-        return first, STAGES, trials
-    return (auto_tensorize(func, "cuda", registry=registry, tiling=best.tiling), best.stages,
-            trials)
+    return search_tilings(extents, shape, elem, batch, limits,
+                          lambda r, s, t: occupancy(limits, r, s, t),
+                          tensor_pipe(intrinsic, limits.name), measure, measured)
 
 
 def tensorize_tuned(func: PrimFunc, registry: Registry, report: Any) -> tuple[Tensorized, int]:
     """``--tune`` on ``--target cuda``: :func:`tune_cuda`, one ``tune`` line per measured
-    trial (its tiles, figures and modelled cycles) and the trials in the JSON under
-    ``tune``; returns the tensorization and the stages to emit with."""
-    result, stages, trials = tune_cuda(func, registry)
-    if not trials:
+    trial of each family searched (its intrinsic, tiles, figures and modelled cycles) and
+    one for the family taken and why; in the JSON the trials under ``tune`` (the chosen
+    family's first, best first) and the choice under ``tune_family``. Returns the
+    tensorization and the stages to emit with."""
+    tuning = tune_cuda(func, registry)
+    if not tuning.searches:
         report.skip("tune", "nothing to tune: no tensorized block, no nvcc to measure with, "
                             "or no candidate block tile fits the GEMM; the engine's tiling "
                             "stands")
-        return result, stages
-    done = next(b for b in result.blocks if b.intrinsic is not None)
-    shape = tuple(iv.extent for iv in registry.get(done.intrinsic).iter_vars)
-    for trial in (t for t in trials if t.measured):
-        report.step("tune", True, trial.describe(shape))
-    report.data["tune"] = [{"warps": list(t.tiling.warps), "fragments": list(t.tiling.fragments),
-                            "k_steps": t.tiling.k_steps, "stages": t.stages,
-                            "measured": t.measured,
-                            "cycles": t.cycles if t.blocks_per_sm else None} for t in trials]
-    return result, stages
+        return tuning.result, tuning.stages
+    order = sorted(tuning.searches, key=lambda name: name != tuning.chosen)
+    records = []
+    for name in order:
+        shape = tuple(iv.extent for iv in registry.get(name).iter_vars)
+        for trial in (t for t in tuning.searches[name] if t.measured):
+            report.step("tune", True, f"{name}: {trial.describe(shape)}")
+        records += [{"intrinsic": name, "warps": list(t.tiling.warps),
+                     "fragments": list(t.tiling.fragments), "k_steps": t.tiling.k_steps,
+                     "stages": t.stages, "measured": t.measured,
+                     "cycles": t.cycles if t.blocks_per_sm else None,
+                     "other_per_unit": t.figures.other_per_unit}
+                    for t in tuning.searches[name]]
+    if tuning.chosen is None:
+        report.skip("tune", f"no trial could be measured, the engine's tiling stands; "
+                            f"{tuning.reason}")
+    else:
+        report.step("tune", True, f"family: {tuning.reason}")
+    report.data["tune"] = records
+    report.data["tune_family"] = {"intrinsic": tuning.chosen,
+                                  "family": (registry.get(tuning.chosen).family
+                                             if tuning.chosen else None),
+                                  "reason": tuning.reason}
+    return tuning.result, tuning.stages
 
 
-def _figures(kernel: cuda.CudaKernel, arch: str) -> TilingFigures | None:
+def _figures(kernel: cuda.CudaKernel, intrinsic: Intrinsic, arch: str) -> TilingFigures | None:
     """The tensorized launch's figures on ``arch``: ptxas resources (dynamic shared memory
-    added) and, where cuobjdump exists, non-MMA instructions per MMA in its k loop; None
-    when no launch is tiled (the engine refused the tiling)."""
+    added) and, where cuobjdump exists, non-MMA instructions in its k loop per unit of work
+    (per SASS MMA instruction, times the units one instruction of ``intrinsic`` does:
+    :func:`instruction_macs`); None when no launch is tiled (the engine refused the
+    tiling)."""
     launch = next((l for l in kernel.launches if l.tiled), None)
     if launch is None:
         return None
@@ -98,7 +186,7 @@ def _figures(kernel: cuda.CudaKernel, arch: str) -> TilingFigures | None:
     other = None
     if cuobjdump_path() is not None:
         (mix,) = [m for m in sass_mix(kernel, arch) if m.kernel == launch.kernel]
-        other = mix.other_per_mma if mix.mma else None
+        other = mix.other_per_mma * UNIT_MACS / instruction_macs(intrinsic) if mix.mma else None
     return TilingFigures(r.registers, r.shared_bytes + launch.dynamic_shared,
                          r.spill_stores + r.spill_loads, other)
 

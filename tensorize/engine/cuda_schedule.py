@@ -55,9 +55,10 @@ from tensorize.match.result import Match
 from tensorize.schedule import Schedule, tree
 from tensorize.schedule.index_map import IndexMap
 
-__all__ = ["CudaTiling", "TilingFigures", "TilingTrial", "choose_tiling", "estimate",
+__all__ = ["TENSOR_SPEEDUP", "UNIT_MACS", "CudaTiling", "TensorPipe", "TilingFigures",
+           "TilingTrial", "choose_family", "choose_tiling", "estimate", "instruction_macs",
            "mapping_cycles", "model_cycles", "schedule", "schedule_cuda", "search_tilings",
-           "tiling_candidates"]
+           "tensor_pipe", "tiling_candidates"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -583,23 +584,36 @@ def _operand_buffers(sch: Schedule, block_name: str) -> tuple[str, str, str]:
 # Candidates are (tiling, stages) pairs whose block tile divides the padded extents. Each is
 # first estimated without compiling (registers and shared memory from the tile sizes), the
 # best ``measured`` are compiled by the caller's ``measure`` (ptxas registers and shared
-# memory, the SASS mix, the modelled bank conflicts), and all are ranked by one cost model:
+# memory, the SASS mix, the modelled bank conflicts), and all are ranked by one cost model.
+# Work is counted in units of one m16n8k16 (UNIT_MACS multiply-accumulates), whatever
+# instruction does it, so that WMMA and mma.sync, whose instructions do one or two units,
+# are costed alike:
 #
 #   blocks per SM   occupancy from registers and shared memory (the occupancy calculator)
 #   waves           ceil(blocks / (blocks per SM x SM count))
-#   issue           blocks per SM x MMAs per block / 4 sub-partitions
-#                   x max(MMA_CYCLES, 1 + non-MMA per MMA + bank conflicts per MMA)
-#   global          blocks per SM x (BM + BN) x K x element bytes / GLOBAL_BYTES_PER_CYCLE
-#   shared          blocks per SM x bytes the warps' fragment loads read / SHARED_BYTES_PER_CYCLE
+#   resident        min(blocks per SM, ceil(blocks / SM count))   (a small grid spreads out)
+#   issue           resident x units per block / 4 sub-partitions
+#                   x max(tensor cycles per unit,
+#                         MMA instructions + non-MMA instructions + bank conflicts per unit)
+#   global          resident x (BM + BN) x K x element bytes / GLOBAL_BYTES_PER_CYCLE
+#   shared          resident x bytes the warps' fragment loads read / SHARED_BYTES_PER_CYCLE
 #   cycles          waves x max(issue, global, shared)
-#                   x max(1, 2 / warps per sub-partition)     (too few warps hide no latency)
+#                   x max(1, 2 / resident warps per sub-partition)  (too few hide no latency)
 #
-# MMAs are m16n8k16 HMMA/IMMA (two per 16 x 16 x 16 WMMA); MMA_CYCLES is the tensor pipe's
-# issue interval for one on an sm_80 sub-partition (1024 dense fp16 FMA per clock per SM).
-# GLOBAL_BYTES_PER_CYCLE is an SM's share of the L2 bandwidth (about 5 TB/s over 108 SMs at
-# 1.4 GHz on an A100: an estimate); SHARED_BYTES_PER_CYCLE is 32 banks of 4 bytes.
+# The tensor cycles per unit (:class:`TensorPipe`) come from the intrinsic's YAML interval,
+# the input type's rate on an sm_80 sub-partition, scaled by TENSOR_SPEEDUP for the
+# architecture. GLOBAL_BYTES_PER_CYCLE is an SM's share of the L2 bandwidth (about 5 TB/s
+# over 108 SMs at 1.4 GHz on an A100: an estimate); SHARED_BYTES_PER_CYCLE is 32 banks of 4
+# bytes.
 
-MMA_CYCLES = 8
+UNIT_MACS = 16 * 8 * 16
+# The tensor pipe's dense rate per SM and clock relative to sm_80's. On these parts it is the
+# same ratio for every input type (NVIDIA's whitepapers, dense, boost clock), so the YAML
+# intervals (sm_80's, per input type) scale by one number per architecture:
+#   sm_75  T4:        65 TFLOPS f16, 130 TOPS int8,  40 SMs at 1.59 GHz: 512 f16 MAC/clock/SM
+#   sm_80  A100 SXM4: 312 TFLOPS f16, 624 TOPS int8, 108 SMs at 1.41 GHz: 1024
+#   sm_90  H100 SXM5: 989 TFLOPS f16, 1979 TOPS int8, 132 SMs at 1.83 GHz: 2048
+TENSOR_SPEEDUP: Mapping[str, float] = {"sm_75": 0.5, "sm_80": 1.0, "sm_90": 2.0}
 # The occupancy of a candidate: (registers, shared bytes, threads) -> what
 # ``targets.cuda.occupancy.occupancy`` returns on the architecture (its ``blocks`` and
 # ``warps`` per SM); a callable, so the engine does not depend on the backend.
@@ -611,17 +625,55 @@ FRAGMENT_GRIDS = ((2, 2), (4, 2), (2, 4), (4, 4))
 STAGE_CHOICES = (2, 3, 4)
 
 
+def instruction_macs(intrinsic: Intrinsic) -> int:
+    """Multiply-accumulates of one tensor-core machine instruction (HMMA, IMMA) that the
+    compute ``intrinsic`` compiles to on sm_80 and later, from its shape and input type: an
+    m16n8 tile, as deep as the call's k up to the 256 bits of one row the PTX ISA's largest
+    mma takes (m16n8k16 for 16-bit inputs, m16n8k32 for 8-bit, m16n8k8 for tf32). So a
+    16x16x16 8-bit WMMA is two IMMA.16816 (2048 each), an mma.sync m16n8k32 one IMMA.16832
+    (4096), as the SASS of docs/cuda_backend.md shows."""
+    bits = intrinsic.operands[0].dtype.bits
+    depth = math.prod(iv.extent for iv in intrinsic.iter_vars if iv.kind is IterKind.REDUCE)
+    return 16 * 8 * min(depth, 256 // bits)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorPipe:
+    """What one unit of work (an m16n8k16, UNIT_MACS multiply-accumulates) costs an
+    intrinsic on one sub-partition of an architecture: ``cycles`` of the tensor pipe and
+    ``instructions``, the tensor-core machine instructions issued for it (1 for an
+    HMMA.16816, 0.5 for an IMMA.16832)."""
+
+    cycles: float
+    instructions: float
+
+
+def tensor_pipe(intrinsic: Intrinsic, arch: str) -> TensorPipe:
+    """The :class:`TensorPipe` of compute ``intrinsic`` on ``arch``: its YAML interval (the
+    input type's rate on sm_80) per UNIT_MACS of its work, over TENSOR_SPEEDUP; ValueError
+    naming the architectures known when ``arch`` is not one of them."""
+    speedup = TENSOR_SPEEDUP.get(arch)
+    if speedup is None:
+        raise ValueError(f"the tensor-pipe model requires an architecture with a published "
+                         f"rate, one of {', '.join(TENSOR_SPEEDUP)}, got {arch!r}")
+    macs = math.prod(intrinsic.extents)
+    return TensorPipe(intrinsic.cost.interval * UNIT_MACS / macs / speedup,
+                      UNIT_MACS / instruction_macs(intrinsic))
+
+
 @dataclass(frozen=True, slots=True)
 class TilingFigures:
     """What one candidate compiles to: ``registers`` per thread, ``shared_bytes`` per block
-    (static plus dynamic), ``spills`` (bytes), non-MMA instructions per MMA in the k loop and
-    modelled bank conflicts per MMA (None: not measured, the estimate stands in)."""
+    (static plus dynamic), ``spills`` (bytes), non-MMA instructions in the k loop and
+    modelled bank conflicts, each per unit of work (an m16n8k16: the SASS figures per MMA
+    instruction times the units one instruction does), None where not measured (the
+    estimate stands in)."""
 
     registers: int
     shared_bytes: int
     spills: int = 0
-    other_per_mma: float | None = None
-    conflicts_per_mma: float | None = None
+    other_per_unit: float | None = None
+    conflicts_per_unit: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -642,10 +694,10 @@ class TilingTrial:
         bm, bn, bk = self.tiling.block_tile(*shape)
         f = self.figures
         how = "measured" if self.measured else "estimated"
-        other = ("non-MMA instructions unknown (no cuobjdump)" if f.other_per_mma is None
-                 else f"{f.other_per_mma:.2f} non-MMA instructions per MMA")
-        conflicts = ("bank conflicts not modelled" if f.conflicts_per_mma is None
-                     else f"{f.conflicts_per_mma:.2f} bank conflicts per MMA")
+        other = ("non-MMA instructions unknown (no cuobjdump)" if f.other_per_unit is None
+                 else f"{f.other_per_unit:.2f} non-MMA instructions per m16n8k16")
+        conflicts = ("bank conflicts not modelled" if f.conflicts_per_unit is None
+                     else f"{f.conflicts_per_unit:.2f} bank conflicts per m16n8k16")
         fit = (f"{self.blocks_per_sm} blocks/SM, {self.waves} waves, {self.cycles:.3g} cycles"
                if self.blocks_per_sm else "does not fit on an SM")
         return (f"block {bm}x{bn}x{bk}, warps {self.tiling.warps[0]}x{self.tiling.warps[1]} "
@@ -657,12 +709,15 @@ class TilingTrial:
 def tiling_candidates(extents: tuple[int, int, int], shape: tuple[int, int, int],
                       elem_bytes: int) -> list[tuple[CudaTiling, int]]:
     """Every (tiling, stages) whose block tile divides the padded extents (m, n, k): warps
-    2x2, 2x4 or 4x2, fragments 2x2 to 4x4 a warp, 2 or 4 fragment steps per stage (1 or 2
+    2x2, 2x4 or 4x2, fragments 2x2 to 4x4 a warp (n fragments scaled to keep the warp
+    tile's width for fragments narrower than 16), 2 or 4 fragment steps per stage (1 or 2
     for 1-byte inputs), 2 to 4 stages (at most the k loop's steps)."""
     m_tiles, n_tiles, k_tiles = (e // s for e, s in zip(extents, shape))
+    widen = max(16 // shape[1], 1)
     found = []
     for wy, wx in WARP_GRIDS:
         for fm, fn in FRAGMENT_GRIDS:
+            fn *= widen
             if m_tiles % (wy * fm) or n_tiles % (wx * fn):
                 continue
             for kt in ((2, 4) if elem_bytes >= 2 else (1, 2)):
@@ -676,23 +731,26 @@ def tiling_candidates(extents: tuple[int, int, int], shape: tuple[int, int, int]
 
 def estimate(tiling: CudaTiling, stages: int, shape: tuple[int, int, int],
              elem_bytes: int) -> TilingFigures:
-    """Figures without compiling: an accumulator tile of 8 registers per 16 x 16 fragment,
+    """Figures without compiling: an accumulator tile of 8 registers per 16 x 16 of output,
     4 per A and B fragment and 40 for addresses; the padded shared stages (rows padded by
     16 bytes, as the backend lays them out). Non-MMA instructions and conflicts unknown."""
     fm, fn = tiling.fragments
     bm, bn, bk = tiling.block_tile(*shape)
-    registers = 8 * fm * fn + 4 * (fm + fn) + 40
+    accumulators = 8 * fm * fn * shape[0] * shape[1] // 256
+    registers = accumulators + 4 * (fm + fn) + 40
     stage = bm * (bk * elem_bytes + 16) + bk * (bn * elem_bytes + 16)
     return TilingFigures(registers, stages * stage)
 
 
 def model_cycles(tiling: CudaTiling, figures: TilingFigures, extents: tuple[int, int, int],
                  shape: tuple[int, int, int], elem_bytes: int, batch: int,
-                 limits: GpuArchitecture, occupancy: OccupancyOf) -> tuple[int, int, float]:
+                 limits: GpuArchitecture, occupancy: OccupancyOf, pipe: TensorPipe
+                 ) -> tuple[int, int, float]:
     """(blocks per SM, waves, cycles) of the cost model (section comment) on the
     architecture ``limits`` describes (the cuda family's ``gpu:`` section: its SM count and
     the shared memory a block may opt in to) with ``occupancy(registers, shared,
-    threads)``; a block over its shared memory or spilling does not fit (0, 0, inf)."""
+    threads)`` and the intrinsic's ``pipe`` there; a block over its shared memory or
+    spilling does not fit (0, 0, inf)."""
     bm, bn, _ = tiling.block_tile(*shape)
     warps = tiling.warps[0] * tiling.warps[1]
     if figures.shared_bytes > limits.max_shared_per_block:
@@ -702,33 +760,39 @@ def model_cycles(tiling: CudaTiling, figures: TilingFigures, extents: tuple[int,
         return 0, 0, float("inf")
     blocks = (extents[0] // bm) * (extents[1] // bn) * batch
     waves = -(-blocks // (fit.blocks * limits.sm_count))
+    # A grid of fewer blocks than fit on all SMs puts fewer on each: an SM works only on
+    # those it gets, so more room per SM must not cost a small grid more.
+    resident = min(fit.blocks, -(-blocks // limits.sm_count))
     k = extents[2]
-    mmas = (bm // 16) * (bn // 8) * (k // 16)
-    other = figures.other_per_mma if figures.other_per_mma is not None else 2.0
-    conflicts = figures.conflicts_per_mma or 0.0
-    issue = fit.blocks * mmas / 4 * max(MMA_CYCLES, 1 + other + conflicts)
-    global_ = fit.blocks * (bm + bn) * k * elem_bytes / GLOBAL_BYTES_PER_CYCLE
+    units = bm * bn * k / UNIT_MACS
+    # Unmeasured: 2 non-MMA instructions per unit, about what the copies and fragment
+    # loads of a well-tiled k loop take (docs/cuda_backend.md measures 0.5 to 1.2).
+    other = figures.other_per_unit if figures.other_per_unit is not None else 2.0
+    conflicts = figures.conflicts_per_unit or 0.0
+    issue = resident * units / 4 * max(pipe.cycles, pipe.instructions + other + conflicts)
+    global_ = resident * (bm + bn) * k * elem_bytes / GLOBAL_BYTES_PER_CYCLE
     fragments = warps * (tiling.fragments[0] * shape[0] + tiling.fragments[1] * shape[1])
-    shared = fit.blocks * fragments * shape[2] * (k // shape[2]) * elem_bytes
-    hiding = max(1.0, 2.0 / (fit.warps / 4))
+    shared = resident * fragments * shape[2] * (k // shape[2]) * elem_bytes
+    hiding = max(1.0, 2.0 / (resident * warps / 4))
     busiest = max(issue, global_, shared / SHARED_BYTES_PER_CYCLE)
     return fit.blocks, waves, waves * busiest * hiding
 
 
 def search_tilings(extents: tuple[int, int, int], shape: tuple[int, int, int],
                    elem_bytes: int, batch: int, limits: GpuArchitecture, occupancy: OccupancyOf,
-                   measure: Callable[[CudaTiling, int], TilingFigures | None],
+                   pipe: TensorPipe, measure: Callable[[CudaTiling, int], TilingFigures | None],
                    measured: int = 6) -> list[TilingTrial]:
-    """The candidates (:func:`tiling_candidates`) ranked by modelled cycles, best first:
-    all estimated, the best ``measured`` of them then measured (``measure`` returns None for
-    one that does not compile) and ranked again on what they measured. Unmeasured trials
-    rank after measured ones; equal cycles go to larger block tiles (less traffic per MMA
-    where the tensor pipe hides it), then more stages (the model does not see the latency
-    they hide), then fewer non-MMA instructions per MMA."""
+    """The candidates (:func:`tiling_candidates`) ranked by modelled cycles with the
+    intrinsic's ``pipe``, best first: all estimated, the best ``measured`` of them then
+    measured (``measure`` returns None for one that does not compile) and ranked again on
+    what they measured. Unmeasured trials rank after measured ones; equal cycles go to
+    larger block tiles (less traffic per MMA where the tensor pipe hides it), then more
+    stages (the model does not see the latency they hide), then fewer non-MMA instructions
+    per unit of work."""
     def trial(tiling: CudaTiling, stages: int, figures: TilingFigures,
               done: bool) -> TilingTrial:
         fit = model_cycles(tiling, figures, extents, shape, elem_bytes, batch, limits,
-                           occupancy)
+                           occupancy, pipe)
         return TilingTrial(tiling, stages, figures, done, *fit)
 
     estimated = sorted((trial(t, s, estimate(t, s, shape, elem_bytes), False)
@@ -742,28 +806,68 @@ def search_tilings(extents: tuple[int, int, int], shape: tuple[int, int, int],
 
 
 def _rank(trial: TilingTrial) -> tuple:
-    other = trial.figures.other_per_mma
+    other = trial.figures.other_per_unit
     (wy, wx), (fm, fn) = trial.tiling.warps, trial.tiling.fragments
     return (not trial.measured, trial.cycles, -wy * wx * fm * fn, -trial.stages,
             float("inf") if other is None else other)
+
+
+def choose_family(searches: Mapping[str, list[TilingTrial]]) -> tuple[str, str]:
+    """Which of the searched intrinsics (name -> its search's trials, best first) to take,
+    and why, in one line: the one whose best trial was measured, then models the fewest
+    cycles, then issues the fewest non-MMA instructions per unit of work (where the tensor
+    pipe bounds both, the instructions around it are what the model cannot see: latency
+    and register pressure). ValueError when no search found a trial."""
+    best = {name: trials[0] for name, trials in searches.items() if trials}
+    if not best:
+        raise ValueError("choose_family requires at least one search with a trial, got none")
+
+    def key(name: str) -> tuple:
+        t = best[name]
+        other = t.figures.other_per_unit
+        return (not t.measured, t.cycles, float("inf") if other is None else other)
+
+    ranked = sorted(best, key=key)
+    chosen = best[ranked[0]]
+    figures = "; ".join(
+        f"{name}: {best[name].cycles:.4g} cycles, "
+        + ("non-MMA per m16n8k16 unknown" if best[name].figures.other_per_unit is None
+           else f"{best[name].figures.other_per_unit:.2f} non-MMA per m16n8k16")
+        + ("" if best[name].measured else " (estimated)") for name in ranked)
+    if len(ranked) == 1:
+        return ranked[0], f"{ranked[0]}: the only family that matches ({figures})"
+    runner = best[ranked[1]]
+    reason = ("fewer modelled cycles" if chosen.cycles < runner.cycles
+              else "measured, the other only estimated" if chosen.measured != runner.measured
+              else "cycles tie, fewer non-MMA instructions per unit of work")
+    return ranked[0], f"{ranked[0]}: {reason} ({figures})"
 
 
 # ---- choosing a family: WMMA or mma.sync ------------------------------------------------------
 
 def mapping_cycles(func: PrimFunc, match: Match, registry: Registry) -> float:
     """What a mapping costs on the tensor pipe (the engine's estimate for cuda, lower is
-    better): its calls times the intrinsic's YAML issue interval, on the oldest architecture
-    of the cuda family's ``gpu:`` section, since every kernel is compiled for all of them;
-    infinite when the intrinsic needs a later one (its ``feature``, ``sm_XX``: mma.sync's
-    bf16 and 8-bit shapes need sm_80). WMMA and mma.sync drive the same tensor cores, so
-    their cycles tie where both fit, and the matcher's order (fewest calls) decides; only
-    mma.sync multiplies mixed-sign 8-bit operands."""
+    better): its calls times the intrinsic's YAML issue interval (the input type's rate, so
+    8-bit work costs half of 16-bit work), on the oldest architecture of the cuda family's
+    ``gpu:`` section, since every kernel is compiled for all of them; infinite when the
+    intrinsic needs a later one (its ``feature``, ``sm_XX``: mma.sync's bf16 and 8-bit
+    shapes need sm_80).
+
+    Equal cycles (whole numbers) are broken by a fraction below one that grows with the
+    tensor-core machine instructions issued per unit of work (:func:`instruction_macs`; a
+    ratio, so the fraction stays clear of the cycles' rounding at any size): a 16x16x16
+    8-bit WMMA issues
+    two IMMA.16816 where an m16n8k32 mma.sync issues one IMMA.16832, and measured at
+    4096^3 the latter takes 0.54 non-MMA instructions per m16n8k16 of work against WMMA's
+    0.95. For 16-bit inputs both issue HMMA.16816 alike (measured 1.08 and 1.14, too close
+    to call without compiling), so the tie stands and the matcher's order keeps WMMA."""
     intrinsic = match.intrinsic
     oldest = min(_sm_number(name) for name in registry.gpu(intrinsic.target).architectures)
     needed = intrinsic.feature
     if needed is not None and _sm_number(needed) > oldest:
         return math.inf
-    return float(match.calls * intrinsic.cost.interval)
+    per_unit = UNIT_MACS / instruction_macs(intrinsic)
+    return float(match.calls * intrinsic.cost.interval) + per_unit / (per_unit + 1)
 
 
 def _sm_number(name: str) -> int:

@@ -63,7 +63,7 @@ def test_show_prints_everything(capsys: pytest.CaptureFixture[str]) -> None:
     assert "cuda: nvcuda::wmma::mma_sync({C}, {A}, {B}, {C});" in out
     assert "k (reduce, 16)" in out
     assert "fill: C <- wmma_fill_m16n16k16_s32" in out
-    assert "cost: latency 32 cycles, issue interval 16 cycles" in out
+    assert "cost: latency 32 cycles, issue interval 8 cycles" in out
     assert "reference: https://docs.nvidia.com/" in out
 
 

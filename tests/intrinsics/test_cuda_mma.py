@@ -33,12 +33,17 @@ def test_the_family_is_a_second_cuda_family_with_every_input_pair(family) -> Non
     assert mixed.semantics_text == "C[i, j] += s32(A[i, k]) * s32(B[k, j])"
     assert {i.feature for i in compute.values()} == {"sm_75", "sm_80"}
     assert compute["mma_m16n8k16_f16f16_f32"].feature == "sm_75"
-    # One scale with WMMA's: 16 cycles per 4096 multiply-accumulates.
-    for intrinsic in compute.values():
+    # One scale with WMMA's, the input type's rate on sm_80: 16 cycles per 4096 16-bit
+    # multiply-accumulates, 8 per 4096 8-bit ones (A100: 312 TFLOPS f16, 624 TOPS int8).
+    registry = load_registry([BUILTIN_DIR / "cuda.yaml", FAMILY])
+    wmma = {i.name: i for i in registry.family("cuda").intrinsics if i.kind == "compute"}
+    for intrinsic in [*compute.values(), *wmma.values()]:
         macs = 1
         for extent in intrinsic.extents:
             macs *= extent
-        assert intrinsic.cost.interval * 4096 == 16 * macs
+        per_4096 = 8 if intrinsic.operands[0].dtype.bits == 8 else 16
+        per_4096 *= 2 if intrinsic.operands[0].dtype.bits == 32 else 1
+        assert intrinsic.cost.interval * 4096 == per_4096 * macs, intrinsic.name
 
 
 def test_each_lane_holds_one_thirty_second_of_each_tile(family) -> None:

@@ -11,7 +11,7 @@ from ir import Block, For, ForKind, IntrinsicCall, post_order_visit
 from ir.verify import verify
 from targets import host
 from tensorize.engine.cuda_schedule import CudaTiling, choose_tiling
-from tests.targets.cuda.helpers import TENSORIZED, random_inputs, tensorized
+from tests.targets.cuda.helpers import TENSORIZED, WMMA_INT8, random_inputs, tensorized
 from tests.tensorize.engine.suite import suite
 
 
@@ -64,7 +64,7 @@ def test_tensorized_kernel_matches_the_untouched_one(name):
 
 
 def test_epilogue_chain_is_one_block_under_each_fragment_store():
-    func = tensorized("matmul_requant_int8")
+    func = tensorized("matmul_requant_int8", WMMA_INT8)
     verify(func)
     # bias, scale and clip read the accumulator tile in shared memory; no global
     # intermediate is left between the GEMM and the int8 output (the one global buffer is

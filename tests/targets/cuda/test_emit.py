@@ -8,11 +8,11 @@ import pytest
 
 from ir import script as T
 from targets import cuda
-from tests.targets.cuda.helpers import emitted
+from tests.targets.cuda.helpers import WMMA, WMMA_INT8, emitted
 
 
 def test_int8_gemm_transposes_b_then_launches_one_block_of_four_warps():
-    kernel = emitted("gemm_int8")
+    kernel = emitted("gemm_int8", intrinsic=WMMA_INT8)
     # B (k rows of n) is first stored n rows of k by a data-parallel kernel, into B_global.
     assert [(l.grid, l.block, l.tiled) for l in kernel.launches] == [
         ((16, 1, 1), (256, 1, 1), False), ((1, 1, 1), (32, 2, 2), True)]
@@ -21,7 +21,7 @@ def test_int8_gemm_transposes_b_then_launches_one_block_of_four_warps():
 
 
 def test_each_warp_declares_only_its_own_fragments():
-    source = emitted("gemm_int8").source
+    source = emitted("gemm_int8", intrinsic=WMMA_INT8).source
     # The 64x64 accumulator is 4x4 fragments; each of the 2x2 warps keeps 2x2 of them.
     assert "int> C_wmma_accumulator[2][2];" in source
     assert "row_major> A_shared_wmma_matrix_a[2][1];" in source
@@ -77,7 +77,7 @@ def test_narrow_int8_tiles_still_move_16_bytes_and_a_guarded_copy_says_why_not()
 
 @pytest.mark.parametrize("name", ["matmul_relu_fp16", "matmul_requant_int8"])
 def test_epilogues_run_in_the_gemm_kernel_on_a_staging_tile_per_warp(name):
-    kernel = emitted(name)
+    kernel = emitted(name, intrinsic=WMMA.get(name))
     # One kernel, after the int8 B operand's transpose.
     assert [l.tiled for l in kernel.launches] == ([False, True] if "int8" in name else [True])
     source = kernel.source

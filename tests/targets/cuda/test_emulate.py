@@ -13,7 +13,7 @@ import ir
 from ir import script as T
 from targets import cuda, host
 from tensorize.engine import auto_tensorize
-from tests.targets.cuda.helpers import TENSORIZED, emitted, random_inputs, sized
+from tests.targets.cuda.helpers import TENSORIZED, WMMA_INT8, emitted, random_inputs, sized
 from tests.tensorize.engine.suite import suite
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
@@ -68,7 +68,7 @@ def _reports(kernel: cuda.CudaKernel, inputs: dict, reverse: bool, pattern: str)
 
 @pytest.mark.parametrize("nth", [0, 1])
 def test_a_missing_barrier_is_reported_as_the_race_it_leaves(nth):
-    kernel = emitted("gemm_int8", pipeline=False)
+    kernel = emitted("gemm_int8", pipeline=False, intrinsic=WMMA_INT8)
     inputs = random_inputs(suite()["gemm_int8"], seed=5)
     broken = _without_barrier(kernel, nth)
     assert broken.source.count("__syncthreads();") == kernel.source.count("__syncthreads();") - 1
@@ -106,7 +106,7 @@ def test_a_missing_warp_barrier_around_the_epilogue_is_reported(nth):
 
 
 def test_misaligned_fragment_pointer_is_reported():
-    kernel = emitted("gemm_int8")
+    kernel = emitted("gemm_int8", intrinsic=WMMA_INT8)
     broken = dataclasses.replace(kernel, source=kernel.source.replace(
         ", (&A_shared[", ", (&A_shared[8 + ", 1))
     with pytest.raises(cuda.EmulationError, match="not 32-byte aligned"):
@@ -115,7 +115,7 @@ def test_misaligned_fragment_pointer_is_reported():
 
 @pytest.mark.parametrize("pipeline", [False, True])
 def test_misaligned_vector_copy_is_reported(pipeline):
-    kernel = emitted("gemm_int8", pipeline)
+    kernel = emitted("gemm_int8", pipeline, WMMA_INT8)
     move = "tz_cp_async16" if pipeline else "tz_copy16"
     broken = dataclasses.replace(kernel, source=kernel.source.replace(
         f"{move}(&A_shared[", f"{move}(&A_shared[4 + ", 1))
@@ -133,7 +133,7 @@ def test_kernels_without_double_buffering_match_too(name):
 
 
 def _pipelined_gemm() -> tuple[cuda.CudaKernel, dict, np.ndarray]:
-    kernel = emitted("gemm_int8")
+    kernel = emitted("gemm_int8", intrinsic=WMMA_INT8)
     inputs = random_inputs(suite()["gemm_int8"], seed=6)
     return kernel, inputs, host.run(suite()["gemm_int8"], inputs)["C"]
 

@@ -13,7 +13,7 @@ import pytest
 from targets import cuda, host
 from targets.cuda.emulate import COPY_MODES
 from tensorize.engine import auto_tensorize
-from tests.targets.cuda.helpers import emitted, random_inputs, sized
+from tests.targets.cuda.helpers import WMMA_INT8, emitted, random_inputs, sized
 from tests.targets.cuda.test_emulate import THREAD, WARP, WRITE_AFTER_READ, _race_kernel
 from tests.tensorize.engine.suite import suite
 
@@ -28,7 +28,7 @@ A_FRAGMENT_LDM = "((v0_o * 16)) * 16 + (0)]), 16);"
 
 
 def _gemm() -> tuple[cuda.CudaKernel, dict[str, np.ndarray]]:
-    return emitted("gemm_int8"), random_inputs(suite()["gemm_int8"], seed=6)
+    return emitted("gemm_int8", intrinsic=WMMA_INT8), random_inputs(suite()["gemm_int8"], seed=6)
 
 
 def _edited(kernel: cuda.CudaKernel, *edits: tuple[str, str]) -> cuda.CudaKernel:

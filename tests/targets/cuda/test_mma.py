@@ -24,7 +24,7 @@ from targets.cuda.emulate import COPY_MODES
 from tensorize.engine import auto_tensorize, count_calls
 from tensorize.engine.cuda_schedule import mapping_cycles
 from tensorize.match import match_block
-from tests.targets.cuda.helpers import random_inputs, sized
+from tests.targets.cuda.helpers import WMMA_INT8, random_inputs, sized
 from tests.tensorize.engine.suite import suite
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
@@ -203,7 +203,7 @@ def test_fragments_are_declared_from_the_yaml_as_per_lane_registers():
     assert re.search(r"\n +int C_mma_accumulator\[\d+\]\[\d+\]\[4\];", source)
     assert "tz_ptx_ldmatrix_x4" in source
     # A WMMA kernel does not carry the family's helpers.
-    wmma = cuda.emit(auto_tensorize(_gemm("gemm_int8"), "cuda").func).source
+    wmma = cuda.emit(auto_tensorize(_gemm("gemm_int8"), "cuda", intrinsic=WMMA_INT8).func).source
     assert "wmma::mma_sync" in wmma and "tz_ptx_ldmatrix_x4" not in wmma
 
 
@@ -212,6 +212,9 @@ def test_the_engine_keeps_wmma_where_cycles_tie_and_takes_mma_for_mixed_signs():
     assert [b.intrinsic for b in fp16.tensorized] == ["wmma_m16n16k16_f16_f32"]
     mixed = auto_tensorize(_gemm("gemm_u8s8"), "cuda")
     assert [b.intrinsic for b in mixed.tensorized] == ["mma_m16n8k32_u8s8_s32"]
+    # 8-bit: the cycles tie and one IMMA.16832 does the work of WMMA's two IMMA.16816.
+    int8 = auto_tensorize(_gemm("gemm_int8"), "cuda")
+    assert [b.intrinsic for b in int8.tensorized] == ["mma_m16n8k32_s8s8_s32"]
 
 
 def test_mapping_cycles_rule_out_what_the_oldest_architecture_lacks(tmp_path):
@@ -223,8 +226,10 @@ def test_mapping_cycles_rule_out_what_the_oldest_architecture_lacks(tmp_path):
         (match, *_) = match_block(_gemm(name), "C", registry.get(intrinsic), registry)
         cycles[key] = mapping_cycles(_gemm(name), match, registry)
         wmma = match_block(_gemm(name), "C", registry.get(wmma_name), registry)[0]
-        # The same tensor pipe: 2 m16n8k16 of 8 cycles per 16x16x16 WMMA of 16.
-        assert cycles[key] == mapping_cycles(_gemm(name), wmma, registry) == 4 * 4 * 4 * 16
+        # The same tensor pipe: 2 m16n8k16 of 8 cycles per 16x16x16 WMMA of 16, and the
+        # same one HMMA.16816 per m16n8k16 (the fraction that breaks ties).
+        assert cycles[key] == mapping_cycles(_gemm(name), wmma, registry)
+        assert cycles[key] == 4 * 4 * 4 * 16 + 1 / 2
     # A cuda family whose oldest architecture is sm_75: no bf16 mma.sync there.
     text = (BUILTIN_DIR / "cuda.yaml").read_text()
     assert text.count("    sm_80:\n") == 1

@@ -17,7 +17,7 @@ from targets.cuda.compile import (
     sass_mix,
 )
 from targets.cuda.occupancy import Occupancy, architecture, architectures, occupancy
-from tests.targets.cuda.helpers import emitted
+from tests.targets.cuda.helpers import WMMA_INT8, emitted
 
 # CUDA 13's ptxas -v on the double-buffered int8 GEMM, and a kernel without the "Function
 # properties" block, barriers or shared memory, after one that spills.
@@ -105,15 +105,15 @@ def test_resource_usage_of_the_double_buffered_gemm():
     # free of bank conflicts); no spills on either architecture. The B transpose before it
     # uses no shared memory.
     for arch in ("sm_80", "sm_90"):
-        transpose, gemm = sorted(resource_usage(emitted("gemm_int8"), arch),
+        transpose, gemm = sorted(resource_usage(emitted("gemm_int8", intrinsic=WMMA_INT8), arch),
                                  key=lambda r: r.kernel)
         assert (transpose.kernel, transpose.shared_bytes) == ("gemm_int8_k0", 0)
         assert (gemm.kernel, gemm.arch, gemm.shared_bytes) == ("gemm_int8_k1", arch, 6144)
         assert 0 < gemm.registers <= 255
         assert (gemm.spill_stores, gemm.spill_loads, gemm.stack_frame) == (0, 0, 0)
         # Cached with the PTX it comes from: asking again runs neither nvcc nor ptxas.
-        assert resource_usage(emitted("gemm_int8"), arch) is resource_usage(emitted("gemm_int8"),
-                                                                             arch)
+        kernel = emitted("gemm_int8", intrinsic=WMMA_INT8)
+        assert resource_usage(kernel, arch) is resource_usage(kernel, arch)
 
 
 # cuobjdump -sass, shortened and without the encodings: a copy loop (0x0030-0x0050, no MMA)
@@ -164,7 +164,8 @@ def test_parse_sass_counts_the_innermost_loop_holding_an_mma():
 def test_sass_mix_of_the_int8_gemm():
     # 64^3 in 4 k steps over 3 stages, the k loop unrolled 3 times: 2 x 2 fragments of
     # m16n16k16 per warp, each mma_sync two IMMA.16816, over 3 steps: 24 in the loop.
-    transpose, mix = sorted(sass_mix(emitted("gemm_int8"), "sm_80"), key=lambda m: m.kernel)
+    transpose, mix = sorted(sass_mix(emitted("gemm_int8", intrinsic=WMMA_INT8), "sm_80"),
+                            key=lambda m: m.kernel)
     assert (transpose.kernel, transpose.mma) == ("gemm_int8_k0", 0)
     assert (mix.kernel, mix.mma, mix.scope) == ("gemm_int8_k1", 24, "k loop")
     assert mix.other > 0

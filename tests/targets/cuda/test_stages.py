@@ -13,7 +13,7 @@ from targets import cuda, host
 from targets.cuda.compile import resource_usage
 from targets.cuda.emulate import COPY_MODES
 from tensorize.engine import auto_tensorize
-from tests.targets.cuda.helpers import random_inputs, sized, tensorized
+from tests.targets.cuda.helpers import WMMA_INT8, random_inputs, sized, tensorized
 from tests.tensorize.engine.suite import suite
 
 needs_compiler = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
@@ -60,7 +60,7 @@ def test_ptxas_sees_no_static_shared_memory_and_no_spills():
 @pytest.mark.parametrize("stages", [2, 4])
 def test_other_stage_counts_wait_for_all_but_n_minus_2_groups(stages):
     # gemm_int8 64^3 has four 16-deep steps.
-    kernel = cuda.emit(tensorized("gemm_int8"), stages=stages)
+    kernel = cuda.emit(tensorized("gemm_int8", WMMA_INT8), stages=stages)
     assert f"tz_cp_async_wait_group<{stages - 2}>();" in kernel.source
     assert kernel.source.count("tz_cp_async_commit();") == stages
     inputs = random_inputs(suite()["gemm_int8"], seed=5)
@@ -74,7 +74,7 @@ def test_other_stage_counts_wait_for_all_but_n_minus_2_groups(stages):
 def test_a_rasterised_grid_computes_every_tile_once():
     # 256 x 384 x 32 int8 in 128 x 128 tiles: a 3 x 2 grid, run in swizzled block order.
     func = sized("gemm_int8", m=256, n=384, k=32)
-    kernel = cuda.emit(auto_tensorize(func, "cuda").func)
+    kernel = cuda.emit(auto_tensorize(func, "cuda", intrinsic=WMMA_INT8).func)
     (launch,) = [l for l in kernel.launches if l.tiled]
     assert launch.grid == (3, 2, 1)
     assert "const int tz_block_y = " in kernel.source
