@@ -332,8 +332,9 @@ def _emulate_once(kernel: cuda.CudaKernel, inputs: dict[str, np.ndarray],
     seconds = time.perf_counter() - start
     for name, expected in reference.items():
         ok, detail = compare(outputs[name], expected)
-        report.step("emulate", ok, f"{name}: the CUDA source on the host's emulation of WMMA "
-                                   f"and the thread model, asynchronous copies landing "
+        report.step("emulate", ok, f"{name}: the CUDA source on the host's emulation of the "
+                                   f"warp matrix instructions and the thread model, "
+                                   f"asynchronous copies landing "
                                    f"{copies.replace('_', ' ')} ({seconds:.1f} s), against "
                                    f"the reference executor: {detail}")
     return outputs
