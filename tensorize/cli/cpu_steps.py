@@ -90,22 +90,23 @@ def tensorize_cpu(func: PrimFunc, target: str, features: str, registry: Any,
                   intrinsic: str | None, tune: bool, report: Any
                   ) -> tuple[Tensorized, dict[str, str]]:
     """Tensorize ``func`` for CPU target ``target`` with the register tiles the tile cache
-    holds for its blocks (else the estimate's), or, with ``tune``, with those that measured
-    best (one ``tune`` line per candidate), which the cache then keeps. Returns the result
-    and, per block whose tile came from the cache or the tuner, the words saying so."""
+    holds for its blocks (else the estimate's), or, with ``tune``, with the intrinsics and
+    tiles that measured best among those the engine tries for them (one ``tune`` line per
+    candidate), which the cache then keeps. Returns the result and, per block whose tile
+    came from the cache or the tuner, the words saying so."""
     cache = TileCache(target, features, registry)
     if not tune:
         result = auto_tensorize(func, target, registry=registry, intrinsic=intrinsic,
                                 features=features, tiling=cache.choose)
-        return result, {block: f"tile from cache: {t.rows} x {t.vectors}"
-                        for block, t in cache.hits.items()}
+        return result, {block: f"tile from cache: {name} {t.rows} x {t.vectors}"
+                        for block, (name, t) in cache.hits.items()}
     result, trials, chosen = tune_cpu(func, target, features, registry, intrinsic,
                                       cache=cache)
     for trial in trials:
         report.step("tune", True, trial.describe())
     report.data["tune"] = [trial.to_dict() for trial in trials]
-    return result, {block: f"tile {t.rows} x {t.vectors} measured best, cached in {cache.path}"
-                    for block, t in chosen.items()}
+    return result, {block: f"{name} tile {t.rows} x {t.vectors} measured best, cached in "
+                           f"{cache.path}" for block, (name, t) in chosen.items()}
 
 
 def _mnemonic(line: str) -> str:
