@@ -374,14 +374,20 @@ def _readers(sch: Schedule, buffer: str) -> list[str]:
     return found
 
 
+def _sole_reader(sch: Schedule, buffer: str):
+    """The block reading ``buffer`` when exactly one block reads it without writing it;
+    else None."""
+    readers = _readers(sch, buffer)
+    return sch.get_block(readers[0]) if len(readers) == 1 else None
+
+
 def _elementwise_reader(sch: Schedule, buffer: str):
     """The one block reading ``buffer``, when it maps it element by element: a spatial store
     at its own iterators (over the whole output) reading ``buffer`` at the same iterators,
     possibly permuted (a reindexed GEMM result is transposed back this way)."""
-    readers = _readers(sch, buffer)
-    if len(readers) != 1:
+    handle = _sole_reader(sch, buffer)
+    if handle is None:
         return None
-    handle = sch.get_block(readers[0])
     block = sch.get(handle).block
     store = block.body
     if (not isinstance(store, BufferStore) or block.init is not None
@@ -407,10 +413,9 @@ def _transpose_back(sch: Schedule, buffer: str):
     element and can run as the GEMM's epilogue (its stores then unfuse the pixel index).
     Only a plain copy whose load indices are sums of distinct iterators' digits and whose
     store writes each output element once; None, with nothing changed, for any other."""
-    readers = _readers(sch, buffer)
-    if len(readers) != 1:
+    handle = _sole_reader(sch, buffer)
+    if handle is None:
         return None
-    handle = sch.get_block(readers[0])
     block = sch.get(handle).block
     store = block.body
     ivs = tuple(iv.var for iv in block.iter_vars)
