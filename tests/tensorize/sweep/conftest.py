@@ -1,10 +1,13 @@
-"""Sweep files written into a test's temporary directory."""
+"""Sweep files written into a test's temporary directory, and an executor that runs
+points in the test's own process."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+from tensorize.sweep import run_point
 
 MACHINES = Path(__file__).resolve().parents[3] / "examples" / "machines"
 
@@ -32,3 +35,16 @@ def write_sweep(tmp_path):
         path.write_text(text)
         return path
     return write
+
+
+class CountingExecutor:
+    """Runs the points it is handed in this process, counting them (what the runner hands
+    over is the same for every executor)."""
+
+    def __init__(self) -> None:
+        self.handed: list[str] = []
+
+    def run(self, tasks):
+        for task in tasks:
+            self.handed.append(task.key)
+            yield task, run_point(task)

@@ -12,24 +12,12 @@ import time
 
 import pytest
 
-from tensorize.sweep import expand, load_sweep, run_point, run_sweep
-from tests.tensorize.sweep.conftest import SMALL
+from tensorize.sweep import expand, load_sweep, run_sweep
+from tests.tensorize.sweep.conftest import SMALL, CountingExecutor
 
 pytestmark = pytest.mark.slow
 
 SIXTEEN = SMALL.replace("array.cols: [8]", "array.cols: [8, 16, 32, 64]")
-
-
-class InProcess:
-    """Runs the points it is handed here, counting them."""
-
-    def __init__(self) -> None:
-        self.handed: list[str] = []
-
-    def run(self, tasks):
-        for task in tasks:
-            self.handed.append(task.key)
-            yield task, run_point(task)
 
 
 def _start(path, out):
@@ -57,7 +45,7 @@ def _finished(out):
 
 def _resume_runs_the_rest(path, out, finished):
     sweep = load_sweep(path)
-    rerun = InProcess()
+    rerun = CountingExecutor()
     outcome = run_sweep(sweep, out, rerun, plots=False)
     done = {row["key"] for row in finished}
     assert sorted(rerun.handed) == sorted(p.key for p in expand(sweep).points

@@ -23,12 +23,11 @@ from tensorize.sweep import (
     SweepSpecError,
     expand,
     load_sweep,
-    run_point,
     run_sweep,
 )
 from tensorize.sweep.model_totals import model_totals, model_totals_text
 from tensorize.sweep.report import summary_text
-from tests.tensorize.sweep.conftest import MACHINES
+from tests.tensorize.sweep.conftest import MACHINES, CountingExecutor
 
 # One bottleneck block of ResNet-50 on a 16x16 image: the 7x7 stem, the block's 1x1, 3x3
 # and 1x1 convolutions and its projection (the last two of one shape, so one kernel), the
@@ -64,14 +63,6 @@ def small_resnet(tmp_path_factory):
 
 def _sweep(write_sweep, model, rows="[8]", select=""):
     return write_sweep(SWEEP.format(rows=rows, model=model, select=select))
-
-
-class InProcess:
-    """Runs each point in this process (the runner hands every executor the same tasks)."""
-
-    def run(self, tasks):
-        for task in tasks:
-            yield task, run_point(task)
 
 
 def _check_against_model_command(outcome, out, sweep, model, capsys):
@@ -119,7 +110,7 @@ def test_each_layer_has_the_cycles_tensorize_model_reports(write_sweep, tiny_mod
         layer = by_name[dict(workload.info)["layers"][0]]
         assert structural_equal(workload.build(), layer.func)
     out = tmp_path / "out"
-    outcome = run_sweep(sweep, out, InProcess(), stream=io.StringIO(), plots=False)
+    outcome = run_sweep(sweep, out, CountingExecutor(), stream=io.StringIO(), plots=False)
     assert [r["error"] for r in outcome.rows] == [None] * 5
     _check_against_model_command(outcome, out, sweep, tiny_model, capsys)
     for row, workload in zip(outcome.rows, sweep.workloads, strict=True):
@@ -132,7 +123,7 @@ def test_each_layer_has_the_cycles_tensorize_model_reports(write_sweep, tiny_mod
     assert {row["model"] for row in table} == {"tiny_int8.onnx"}
     assert outcome.summary["model_totals"] == model_totals(outcome.rows, sweep.workloads)
     assert model_totals_text(outcome.summary["model_totals"]) in summary_text(outcome.summary)
-    again = run_sweep(load_sweep(_sweep(write_sweep, tiny_model)), out, InProcess(),
+    again = run_sweep(load_sweep(_sweep(write_sweep, tiny_model)), out, CountingExecutor(),
                       stream=io.StringIO(), plots=False)
     assert (again.executed, again.resumed) == (0, 5)
 

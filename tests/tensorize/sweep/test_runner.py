@@ -9,9 +9,9 @@ import os
 import pytest
 
 from tensorize.cli import main
-from tensorize.sweep import LocalExecutor, load_sweep, run_point, run_sweep
+from tensorize.sweep import LocalExecutor, load_sweep, run_sweep
 from tests.tensorize.cli.test_run_cmd import SMALL_GEMM as KERNEL
-from tests.tensorize.sweep.conftest import MACHINES
+from tests.tensorize.sweep.conftest import MACHINES, CountingExecutor
 
 # On the built-in family (16x16x16 GEMM tiles), the 8-row array cannot run the GEMM.
 BUILTIN_FAMILY = """\
@@ -21,19 +21,6 @@ vary:
 workloads:
   - layers: [{name: g, gemm: {m: 32, n: 16, k: 32}}]
 """
-
-
-class CountingExecutor:
-    """Runs the points it is handed in this process, counting them (what the runner hands
-    over is the same for every executor)."""
-
-    def __init__(self) -> None:
-        self.handed: list[str] = []
-
-    def run(self, tasks):
-        for task in tasks:
-            self.handed.append(task.key)
-            yield task, run_point(task)
 
 
 def test_each_row_has_the_cycles_tensorize_run_measures(write_sweep, tmp_path, capsys):
