@@ -11,13 +11,14 @@ lacks). ``docs/cpu_targets.md`` explains how to describe a target.
   plain) into a :class:`CpuKernel`: LLVM IR, symbol, buffer (argument) order, features.
 - :func:`compile` gives the -O3 assembly (``"asm"``) or the object (``"obj"``).
 - :func:`engine_for` says which engine would run it here, or why none can; :func:`run` runs
-  it on numpy arrays.
+  it on numpy arrays; :func:`count_executed` counts the instructions it executes, where an
+  engine here can.
 """
 
 from targets.cpu.emit import CpuKernel, emit
 from targets.cpu.errors import CpuRunError, EmitError
 from targets.cpu.machine import compile
-from targets.cpu.run import CpuRun, engine_for, run
+from targets.cpu.run import CpuRun, count_executed, engine_for, run
 
-__all__ = ["CpuKernel", "CpuRun", "CpuRunError", "EmitError", "compile", "emit", "engine_for",
-           "run"]
+__all__ = ["CpuKernel", "CpuRun", "CpuRunError", "EmitError", "compile", "count_executed", "emit",
+           "engine_for", "run"]

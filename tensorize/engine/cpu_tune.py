@@ -34,10 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from intrinsics import Intrinsic, Registry, default_registry, feature_names
+from intrinsics import Intrinsic, Registry, default_registry
 from ir import PrimFunc, ScheduleError
 from targets import cpu
-from targets.arm.i8mm_count import count_i8mm
 from tensorize import __version__
 from tensorize.engine import Tensorized, auto_tensorize
 from tensorize.engine.cpu_schedule import CpuTiling, TileChoice, fitting_tilings, tile_cost
@@ -326,19 +325,12 @@ def _mappings(func: PrimFunc, target: str, features: str, registry: Registry,
 
 def _measure(result: Tensorized, target: str, features: str, registry: Registry
              ) -> tuple[int | None, float | None]:
-    """Instructions executed under an emulator, or the best native run's seconds, of
-    ``result``'s code on zero inputs (neither depends on the values); (None, None) when no
-    engine here runs it or the engine neither counts nor times. AArch64 code that the
-    counting emulator lacks only i8mm for is counted with its i8mm instructions as SDOT
-    (``targets.arm.i8mm_count``: one instruction for one)."""
+    """Instructions executed under an emulator (:func:`targets.cpu.count_executed`, which
+    also counts i8mm code), or the best native run's seconds, of ``result``'s code on zero
+    inputs (neither depends on the values); (None, None) when no engine here runs it or the
+    engine neither counts nor times."""
     kernel = cpu.emit(result.func, target, features, registry)
-    engine = cpu.engine_for(kernel)[0]
-    lacking = feature_names(kernel.features) - kernel.cpu.emulated.get("unicorn", frozenset())
-    if engine != "native" and kernel.cpu.arch == "aarch64" and lacking == {"i8mm"}:
-        return count_i8mm(kernel, {}), None
-    if engine is None:
-        return None, None
+    if cpu.engine_for(kernel)[0] != "native":
+        return cpu.count_executed(kernel, {}), None
     run = cpu.run(kernel, {}, RUNS)
-    if run.instructions is not None:
-        return run.instructions, None
     return None, (run.best if run.seconds else None)

@@ -55,3 +55,12 @@ def test_the_kernel_picked_with_i8mm_runs_exactly(name) -> None:
     assert run.engine == "qemu-user"
     for buffer, expected in host.run(func, inputs).items():
         np.testing.assert_array_equal(run.outputs[buffer], expected)
+
+
+def test_count_executed_counts_sdot_and_i8mm_code_as_their_counters_do() -> None:
+    func = gemm_int8(16, 16, 16)
+    inputs = random_inputs(func)
+    sdot = cpu.emit(auto_tensorize(func, "arm").func, "arm")
+    assert cpu.count_executed(sdot, inputs) == cpu.run(sdot, inputs).instructions
+    smmla = cpu.emit(auto_tensorize(func, "arm", features=I8MM).func, "arm", I8MM)
+    assert cpu.count_executed(smmla, inputs) == count_i8mm(smmla, inputs)
