@@ -103,6 +103,19 @@ class Executor:
         return LayerRun(output, "fallback", why_not=reason,
                         seconds=time.perf_counter() - start)
 
+    @staticmethod
+    def _first_taken(layer: Layer, prepare):
+        """The layer or its first variant whose kernel ``prepare`` (``func -> (outcome,
+        prepared or None)``) takes: ``(that layer, its outcome, prepared)``; where none is
+        taken, ``(layer, the first outcome, None)``."""
+        first = None
+        for candidate in (layer, *layer.variants):
+            outcome, prepared = prepare(candidate.func)
+            first = first or outcome
+            if prepared is not None:
+                return candidate, outcome, prepared
+        return layer, first, None
+
     @property
     def roofline(self) -> dict[str, Any] | None:
         """The report's roofline parameters (None: no machine model)."""
@@ -181,15 +194,9 @@ class NpuExecutor(Executor):
         from targets import npu
 
         start = time.perf_counter()
-        first = None
-        for candidate in (layer, *layer.variants):
-            outcome, plan = self._plan(candidate.func)
-            first = first or outcome
-            if plan is not None:
-                layer = candidate
-                break
-        else:
-            return self._fallback(layer, arrays, _reason(first))
+        layer, outcome, plan = self._first_taken(layer, self._plan)
+        if plan is None:
+            return self._fallback(layer, arrays, _reason(outcome))
         planned, calls = plan
         with self.timings.measure("pack"):
             packed = layer.pack(arrays)
@@ -249,15 +256,9 @@ class CpuExecutor(Executor):
         target and run by its engine here; the host when none tensorizes or none runs."""
         from targets import cpu
 
-        first = None
-        for candidate in (layer, *layer.variants):
-            outcome, kernel = self._tensorized(candidate.func)
-            first = first or outcome
-            if kernel is not None:
-                layer = candidate
-                break
-        else:
-            return self._fallback(layer, arrays, _reason(first))
+        layer, outcome, kernel = self._first_taken(layer, self._tensorized)
+        if kernel is None:
+            return self._fallback(layer, arrays, _reason(outcome))
         emitted, calls = kernel
         engine, reason = cpu.engine_for(emitted)
         if engine is None:
