@@ -7,7 +7,8 @@ status: 0 success, 1 the work failed (a check, a validation), 2 bad usage or bad
 A subcommand's module is imported only when that subcommand runs, so ``tensorize --help``
 loads no backend. Everything, imports included, happens inside :func:`main`'s error handling:
 a user error prints ``error: ...`` (and, with ``--json``, a JSON object with ``"ok": false``
-on stdout), Ctrl-C exits 130, a closed stdout (``tensorize run ... | head``) exits quietly,
+on stdout), Ctrl-C exits 130 quietly at any moment (see :func:`_exit_on_interrupt`), a closed
+stdout (``tensorize run ... | head``) exits quietly,
 and anything unexpected prints one line naming it (``TENSORIZE_DEBUG=1`` shows the
 traceback). The handler runs on a thread with a deep stack, so deep kernels do not run out
 of Python's recursion limit.
@@ -15,23 +16,60 @@ of Python's recursion limit.
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import json
 import os
+import signal
 import sys
-import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from types import FrameType
+
+EXIT_INTERRUPTED = 130
+
+
+def _exit_on_interrupt() -> None:
+    """Make Ctrl-C end the console command quietly, whatever it is doing: importing numpy
+    (whose import turns an interrupt into a misleading ImportError), inside LLVM, or in the
+    interpreter's own shutdown (where an interrupt would print a traceback). The process's
+    worker processes (a sweep's pool or local cluster) are killed with it; every finished
+    sweep point is already on disk."""
+
+    def interrupted(signum: int, frame: FrameType | None) -> None:
+        os.write(2, b"interrupted\n")
+        multiprocessing = sys.modules.get("multiprocessing")  # no children without it
+        if multiprocessing is not None:
+            for child in multiprocessing.active_children():
+                child.kill()
+        os._exit(EXIT_INTERRUPTED)
+
+    signal.signal(signal.SIGINT, interrupted)
+
+
+def _is_console_command() -> bool:
+    """Whether this process is the ``tensorize`` command (its console script, or
+    ``python -m tensorize``), not a Python program that imports the CLI."""
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+    return os.path.basename(main_file) in ("tensorize", "tensorize.exe", "__main__.py") and \
+        (os.path.basename(main_file) != "__main__.py"
+         or os.path.basename(os.path.dirname(main_file)) == "tensorize")
+
+
+# First, before the imports below: the console command's interrupts are handled from here on
+# (the interpreter's own start-up, before this line, is the only window left).
+if _is_console_command():
+    _exit_on_interrupt()
+
+import argparse  # noqa: E402  (after the interrupt handler, on purpose)
+import importlib  # noqa: E402
+import json  # noqa: E402
+import threading  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
+from typing import Any  # noqa: E402
 
 from tensorize import __version__
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-# What a shell reports for a command stopped by Ctrl-C (128 + SIGINT) or by writing to a
-# closed pipe (128 + SIGPIPE).
-EXIT_INTERRUPTED = 130
+# What a shell reports for a command stopped by writing to a closed pipe (128 + SIGPIPE); by
+# Ctrl-C, EXIT_INTERRUPTED above (128 + SIGINT).
 EXIT_BROKEN_PIPE = 141
 
 # The subcommands: name -> (module, one-line help). The module is imported only when the
@@ -78,7 +116,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``tensorize`` console command; returns the exit status."""
+    """Entry point of the ``tensorize`` console command; returns the exit status.
+
+    In the console command, Ctrl-C ends the process at once with status 130
+    (:func:`_exit_on_interrupt`); called from Python, KeyboardInterrupt ends the command and
+    it returns 130."""
     args: argparse.Namespace | None = None
     try:
         words = list(sys.argv[1:] if argv is None else argv)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,10 @@ def _print(outcome: Any, out: Path) -> None:
           f"{outcome.executed} ran now ({rate:.2f} points/s), {outcome.resumed} were done, "
           f"{outcome.failed} failed")
     print(f"rows: {out / 'results.csv'}, {out / 'results.jsonl'}")
+    if outcome.rejected:
+        print(f"warn {len(outcome.rejected)} line(s) of {out / 'results.jsonl'} were not valid "
+              f"rows, and their points ran again: {'; '.join(outcome.rejected[:3])}"
+              f"{'; ...' if len(outcome.rejected) > 3 else ''}", file=sys.stderr)
     text = summary_text(outcome.summary)
     if text:
         print()
@@ -114,5 +119,6 @@ def _json(outcome: Any, sweep: Any, out: Path, executor: str) -> dict[str, Any]:
             "out": str(out), "points": len(outcome.rows), "machines": outcome.machines,
             "excluded": outcome.excluded, "executed": outcome.executed,
             "resumed": outcome.resumed, "failed": outcome.failed,
+            "rejected_rows": outcome.rejected,
             "seconds": round(outcome.seconds, 3), "summary": outcome.summary,
             "plots": [str(p) for p in outcome.plots], "plots_skipped": outcome.plots_skipped}

@@ -25,7 +25,6 @@ A model's rows add up per machine to the model's total (:mod:`tensorize.sweep.mo
 from __future__ import annotations
 
 import fnmatch
-import functools
 import hashlib
 import re
 from collections.abc import Sequence
@@ -34,7 +33,7 @@ from typing import Any
 
 from intrinsics.source import Findings, YNode
 from ir import PrimFunc, TensorizeError
-from tensorize.sweep.workloads import Workload, unknown_keys
+from tensorize.sweep.workloads import Workload, parse_kernel_text, unknown_keys
 
 # What ``select:`` may test, each given one value or a list of them (any may match; every
 # key given must match): the op type, the convolution window, the layer name (a pattern).
@@ -100,18 +99,7 @@ def model_workloads(path: Path, layers: Sequence[Any]) -> list[Workload]:
 
 def build_model_layer(workload: Workload) -> PrimFunc:
     """A ``model`` workload's kernel, parsed from the text it carries."""
-    return _parse(workload.source)
-
-
-@functools.lru_cache(maxsize=256)
-def _parse(text: str) -> PrimFunc:
-    """One parse per kernel and worker process: a worker runs a kernel on many machines."""
-    from ir.script import parse
-
-    func = parse(text, "<model layer>")
-    if not isinstance(func, PrimFunc):
-        raise TensorizeError("a model workload requires one function, got a module")
-    return func
+    return parse_kernel_text(workload.source, "a model layer")
 
 
 def _read_select(node: YNode | None, findings: Findings) -> dict[str, tuple[str, ...]] | None:

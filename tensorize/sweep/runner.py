@@ -40,6 +40,8 @@ class SweepOutcome:
     seconds: float
     plots: list[Path] = field(default_factory=list)
     plots_skipped: str | None = None
+    # Lines of the output's results.jsonl that were not valid rows; their points ran again.
+    rejected: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> int:
@@ -53,23 +55,33 @@ def run_sweep(sweep: Sweep, out: Path, executor: Any, stream: TextIO | None = No
     expansion = expand(sweep)
     models = any(w.kind == "model" for w in sweep.workloads)
     store = ResultStore(out, list(sweep.vary), models)
+    try:
+        outcome = _run(sweep, expansion, store, out, executor, stream)
+    finally:
+        store.close()
+    if plots:
+        _plot(outcome, sweep, out)
+    return outcome
+
+
+def _run(sweep: Sweep, expansion: Expansion, store: ResultStore, out: Path, executor: Any,
+         stream: TextIO | None) -> SweepOutcome:
+    """The points of ``expansion`` not done in ``store``, run on ``executor``; the rows of
+    every point in point order."""
     files = _write_machines(expansion, out)
     todo = [p for p in expansion.points if not store.is_done(p.key)]
     resumed = len(expansion.points) - len(todo)
     progress = Progress(len(expansion.points), resumed, stream)
     by_key = {p.key: p for p in todo}
     executed = 0
-    try:
-        for task, measured in executor.run([p.task for p in todo]):
-            point = by_key[task.key]
-            row = {"key": point.key, "index": point.index, "workload": point.task.workload.name,
-                   **_described(point.task.workload), "fields": point.fields, **point.area,
-                   "machine_file": files[point.key], **measured}
-            store.add(row)
-            executed += 1
-            progress.update(bool(row["error"]))
-    finally:
-        store.close()
+    for task, measured in executor.run([p.task for p in todo]):
+        point = by_key[task.key]
+        row = {"key": point.key, "index": point.index, "workload": point.task.workload.name,
+               **_described(point.task.workload), "fields": point.fields, **point.area,
+               "machine_file": files[point.key], **measured}
+        store.add(row)
+        executed += 1
+        progress.update(bool(row["error"]))
     progress.finish()
     # A resumed row is this sweep's point: its position, fields and workload name as the
     # file now gives them (a renamed layer keeps its key).
@@ -78,11 +90,8 @@ def run_sweep(sweep: Sweep, out: Path, executor: Any, stream: TextIO | None = No
             for p in expansion.points if p.key in store.done]
     store.write_csv(rows)
     summary = summarize(rows, len(sweep.workloads), model_totals(rows, sweep.workloads))
-    outcome = SweepOutcome(rows, executed, resumed, expansion.machines, expansion.excluded,
-                           summary, progress.elapsed)
-    if plots:
-        _plot(outcome, sweep, out)
-    return outcome
+    return SweepOutcome(rows, executed, resumed, expansion.machines, expansion.excluded,
+                        summary, progress.elapsed, rejected=store.rejected)
 
 
 def _described(workload: Workload) -> dict[str, Any]:

@@ -3,20 +3,29 @@ tensorize the workload for the point's machine, simulate it, check the outputs a
 reference executor, and measure.
 
 The steps are those of ``tensorize run KERNEL --target npu --machine FILE``, through the same
-functions: the machine text is written to a file and read by the bounded machine reader
-(``targets.npu.load_machine``, ``machine_registry``), the workload tensorized by
-``auto_tensorize`` and simulated by ``targets.npu.run`` on the run command's random inputs
-(seed 0). A point that fails returns its error; it never raises.
+functions: the machine text the task carries is written to a file in this process's private
+directory and read by the bounded machine reader (``targets.npu.load_machine``,
+``machine_registry``), the workload tensorized by ``auto_tensorize`` and simulated by
+``targets.npu.run`` on the run command's random inputs (seed 0). A point that fails returns
+its error; it never raises.
+
+Nothing a worker reads comes from a shared place: the directory is made by ``mkdtemp`` (mode
+0700, an unguessable name) in the worker process itself, and a machine file is checked against
+the task's text before each use, so no file is simulated because of its name (docs/trust.md).
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import shutil
 import tempfile
 import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from threadpoolctl import threadpool_limits
 
 from ir.errors import TensorizeError
 from tensorize.sweep.points import Task
@@ -29,7 +38,10 @@ def run_point(task: Task) -> dict[str, Any]:
     row: dict[str, Any] = {"key": task.key, "cycles": None, "utilisation": None, "macs": None,
                            "dram_bytes": None}
     try:
-        row.update(_measure(task))
+        # A worker is one of several on the machine: BLAS threads (the reference executor's,
+        # the simulator's tile products) would compete with the other workers.
+        with threadpool_limits(1, user_api="blas"):
+            row.update(_measure(task))
         row["error"] = None
     except TensorizeError as err:
         row["error"] = str(err)
@@ -72,16 +84,34 @@ def _machine(text: str) -> tuple[Any, Any]:
     bounded reader's input) once per process."""
     from targets.npu import load_machine, machine_registry
 
-    path = machine_file(text, Path(tempfile.gettempdir()) / "tensorize-sweep" / "machines")
-    return load_machine(path), machine_registry(path)
+    path = machine_file(text, _private_directory())
+    config, registry = load_machine(path), machine_registry(path)
+    if path.read_bytes() != text.encode():
+        raise TensorizeError(f"the machine file {path} changed while it was read; the point "
+                             "was not simulated")
+    return config, registry
+
+
+@lru_cache(maxsize=1)
+def _private_directory() -> Path:
+    """This process's own directory for machine files: made by mkdtemp (mode 0700, a fresh
+    random name), removed when the process exits."""
+    directory = Path(tempfile.mkdtemp(prefix="tensorize-sweep-"))
+    atexit.register(shutil.rmtree, directory, True)
+    return directory
 
 
 def machine_file(text: str, directory: Path) -> Path:
-    """``text`` written as ``directory/<digest>.yaml`` (once), the file's path."""
+    """``text`` written as ``directory/<digest>.yaml``, the file's path. A file already
+    there is kept only when it holds exactly ``text``; otherwise it is replaced."""
     path = directory / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
-    if not path.exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{id(text)}.tmp")
-        partial.write_text(text)
-        partial.replace(path)
+    try:
+        if path.read_bytes() == text.encode():
+            return path
+    except OSError:
+        pass  # absent or unreadable: written below
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=directory, suffix=".tmp", delete=False) as part:
+        part.write(text)
+    Path(part.name).replace(path)
     return path

@@ -4,9 +4,9 @@ A workload is a picklable value that a worker turns into a PrimFunc (:meth:`Work
 Its kinds, by the key that introduces it in the sweep file:
 
 - ``kernel: FILE`` (``func: NAME`` picks one of several): a kernel file as ``tensorize run``
-  reads it. Its text travels with the workload, so a worker on another host builds the same
-  kernel; where the file is readable at the same path with the same text, it is read there
-  (errors then name the user's file).
+  reads it, once, in the sweep's own process. The kernel travels to the workers as printed
+  script text, which a worker parses and never executes: no file is read or run on a worker
+  because of its name or path (docs/trust.md).
 - ``layers: [...]``: layers given by shape, built with the TE builder: ``gemm: {m, n, k}``
   and ``conv2d: {height, width, channels, out_channels, kernel}`` (NHWC, HWIO weights, int8
   into int32, stride 1, no padding: give the padded input size for a padded layer).
@@ -21,9 +21,9 @@ and :data:`BUILDERS`, how a worker builds a workload of that kind.
 from __future__ import annotations
 
 import hashlib
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -59,11 +59,22 @@ class Workload:
 
 
 def build_kernel(workload: Workload) -> PrimFunc:
-    """A ``kernel`` workload's function, read from its file (or the text it carries)."""
-    from tensorize.kernel_file import read_kernel_file
+    """A ``kernel`` workload's function, parsed from the script text it carries (printed
+    from the user's file when the sweep read it)."""
+    return parse_kernel_text(workload.source, dict(workload.spec)["path"])
 
-    spec = dict(workload.spec)
-    return read_kernel_file(_kernel_path(spec["path"], workload.source), spec["func"]).func
+
+@lru_cache(maxsize=256)
+def parse_kernel_text(text: str, origin: str) -> PrimFunc:
+    """A workload's kernel from its script text, parsed (never run), once per worker process:
+    a worker runs one kernel on many machines. ``origin`` names it in errors."""
+    from ir.script import parse
+
+    func = parse(text, f"<kernel of {origin}>")
+    if not isinstance(func, PrimFunc):
+        raise TensorizeError(f"the sweep workload from {origin} requires one function, got a "
+                             "module")
+    return func
 
 
 def build_layer(workload: Workload) -> PrimFunc:
@@ -73,33 +84,18 @@ def build_layer(workload: Workload) -> PrimFunc:
 
 
 def kernel_workload(path: Path, func: str | None) -> Workload:
-    """The workload of a kernel file, read once here so that a bad file is refused before
-    any point runs."""
+    """The workload of a kernel file, read once here (as ``tensorize run`` reads it) so that
+    a bad file is refused before any point runs; it carries the kernel as script text."""
+    from ir.printer import print_node
     from tensorize.kernel_file import read_kernel_file
 
     kernel = read_kernel_file(path, func)
-    source = path.read_text()
-    digest = hashlib.sha256(source.encode()).hexdigest()
+    text = print_node(kernel.func)
+    # The key hashes the printed kernel: what the workers run, whatever built it.
+    digest = hashlib.sha256(text.encode()).hexdigest()
     name = kernel.func.name if func is None else func
     return Workload(name, "kernel", (("path", str(path)), ("func", func), ("sha256", digest)),
-                    source)
-
-
-def _kernel_path(path: str, source: str) -> Path:
-    """The user's file when it holds ``source``, else a copy of ``source`` in this host's
-    temporary directory (a worker on another host)."""
-    given = Path(path)
-    try:
-        if given.read_text() == source:
-            return given
-    except OSError:
-        pass
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    copy = Path(tempfile.gettempdir()) / "tensorize-sweep" / digest / given.name
-    if not copy.exists():
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        copy.write_text(source)
-    return copy
+                    text)
 
 
 def _i32(value: Any) -> Any:

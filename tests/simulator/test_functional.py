@@ -161,3 +161,22 @@ def test_vec_mulshift_matches_exact_rational_rounding(row, mult, shift):
     x = np.array([row])
     out = vec_case(f"vec.mulshift acc[0], rows=1, mult={mult}, shift={shift}", x)
     assert out[0].tolist() == [reference_mulshift(v, mult, shift) for v in row]
+
+
+def test_tile_products_run_on_one_blas_thread(monkeypatch):
+    from threadpoolctl import threadpool_info
+
+    from simulator import datapath
+
+    seen = []
+    exact = datapath.matmul_exact
+
+    def recording(inp, wgt):
+        seen.extend(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas")
+        return exact(inp, wgt)
+
+    monkeypatch.setattr(datapath, "matmul_exact", recording)
+    a = np.arange(12).reshape(3, 4) - 6
+    b = np.arange(16).reshape(4, 4) - 8
+    assert np.array_equal(gemm_case(a, b, None), a @ b)
+    assert seen and set(seen) == {1}

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,37 @@ def deep(A: T.Buffer((16,), "int32"), C: T.Buffer((16,), "int32")):
     assert sys.getrecursionlimit() < 1500
     assert main(["run", str(path), "--quiet"]) == 0
     assert "ok   execute" in capsys.readouterr().out
+
+
+# A kernel file whose build() signals that the command is at work, then works for a minute.
+SLOW_BUILD = '''
+import pathlib
+import time
+
+
+def build():
+    pathlib.Path({marker!r}).write_text("at work")
+    time.sleep(60)
+'''
+
+
+def test_ctrl_c_ends_the_console_command_quietly_at_once(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    kernel = tmp_path / "slow.py"
+    kernel.write_text(SLOW_BUILD.format(marker=str(marker)))
+    process = subprocess.Popen([sys.executable, "-m", "tensorize", "run", str(kernel),
+                                "--target", "npu"], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if marker.exists() or process.poll() is not None:
+                break
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert marker.exists()
+    assert process.returncode == EXIT_INTERRUPTED
+    assert err == "interrupted\n"
+    assert out == ""
