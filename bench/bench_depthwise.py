@@ -30,6 +30,7 @@ from simulator import load_machine
 from targets import host, npu
 from targets.npu.stages import host_function
 from tensorize.engine import auto_tensorize
+from tensorize.runners.npu import simulate_and_measure
 
 LAYERS = [(112, 32), (56, 64), (56, 128), (14, 512)]  # (height = width, channels)
 
@@ -74,8 +75,8 @@ def main() -> None:
         host_s = best_of(5, compiled, I, W, want)
         result = auto_tensorize(depthwise(size, channels), "npu", registry=registry,
                                 config=config, intrinsic="npu_gemm")
-        run = npu.run(result.func, {"I": I, "W": W}, config, registry.get)
-        got = run.outputs["O"]
+        run = simulate_and_measure(result.func, {"I": I, "W": W}, config, registry)
+        got = run.run.outputs["O"]
         packing_s = 0.0
         for stage in npu.split_stages(result.func, registry.get):
             if not stage.on_npu:
@@ -85,10 +86,9 @@ def main() -> None:
                 packing_s += best_of(5, packed, *arrays)
         npu_s = run.cycles / config.clock_mhz / 1e6
         tensors = I.nbytes + W.nbytes + want.nbytes
-        peak = run.cycles * config.array.rows * config.array.cols
         label = f"{size}x{size}x{channels}"
         print(f"{label:<24}{host_s * 1e3:>7.2f}ms{npu_s * 1e3:>7.2f}ms{packing_s * 1e3:>7.2f}ms"
-              f"{(npu_s + packing_s) * 1e3:>7.2f}ms{run.cycles:>9}{100 * run.macs / peak:>8.1f}%"
+              f"{(npu_s + packing_s) * 1e3:>7.2f}ms{run.cycles:>9}{100 * run.utilisation:>8.1f}%"
               f"{100 / tile:>8.1f}%{run.dram_bytes / tensors:>7.1f}x  {np.array_equal(got, want)}")
 
 

@@ -20,6 +20,7 @@ from intrinsics import default_registry
 from targets import npu
 from tensorize.engine import auto_tensorize
 from tensorize.engine.tune import tune_npu
+from tensorize.runners.npu import simulate_and_measure
 
 import suite_kernels  # bench/ is on the path: the benchmarks run as scripts
 
@@ -44,12 +45,11 @@ def main() -> None:
         registry = npu.machine_registry(path) if path else default_registry()
         for label, func in kernels:
             result = auto_tensorize(func, "npu", registry=registry, config=config)
-            run = npu.run(result.func, {}, config, registry.get)
-            roof = run.roofline(config)
-            peak = run.cycles * config.array.rows * config.array.cols
+            run = simulate_and_measure(result.func, {}, config, registry)
+            roof = run.roofline
             print(f"{config.name:<16}{label:<30}{run.cycles:>10}"
-                  f"{run.cycles / config.clock_mhz:>9.1f}{100 * run.macs / peak:>8.1f}%"
-                  f"{run.dram_bytes / run.cycles:>9.2f}{roof.bound_cycles:>10.0f}"
+                  f"{run.cycles / config.clock_mhz:>9.1f}{100 * run.utilisation:>8.1f}%"
+                  f"{run.bytes_per_cycle:>9.2f}{roof.bound_cycles:>10.0f}"
                   f"{roof.binds:>11}{run.cycles / roof.bound_cycles:>8.2f}")
         tuned.append((config.name, tune_npu(kernels[0][1], config, registry)[1]))
     for name, trials in tuned:

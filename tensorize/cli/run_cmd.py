@@ -49,39 +49,35 @@ as asked (the reason is printed); 2 for a bad kernel or bad usage.
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import math
 import re
 import sys
-import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from intrinsics import Registry, default_registry, feature_names, lowerer
-from ir import Block, BlockRealize, IterKind, Node, PrimFunc, post_order_visit
+from intrinsics import Registry, default_registry, feature_names
+from ir import Block, Node, PrimFunc, TensorizeError, post_order_visit
 from ir import script as T
 from ir.printer import print_node
 from ir.structural import structural_equal
+from targets.host import written_params
 from tensorize.cli import argtypes
 from tensorize.cli.errors import UsageError
 from tensorize.cli.outputs import check_output_path, write_atomically, write_text_atomically
 from tensorize.cli.registry_args import add_registry_arguments
-from tensorize.engine import (Tensorized, auto_tensorize, count_calls, named_intrinsic,
-                              target_features)
-from tensorize.engine.count import count_calls_by_block
+from tensorize.engine import named_intrinsic
 from tensorize.kernel_file import (KernelFile, call_reference, check_reference_arguments,
                                    read_kernel_file)
-from tensorize.schedule import tree
+from tensorize.runners import (MAX_BYTES, Note, RunContext, RunOptions, RunReport, Step,
+                               cpu_targets, make_context, run_kernel)
+from tensorize.runners.npu import NO_PROGRAM
 from tensorize.validate import compare, random_array
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-# The most the kernel's buffers (parameters and intermediates) may take together unless
-# --max-bytes says otherwise: the run holds several copies of each.
-MAX_BYTES = 4 << 30
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 _EXAMPLES = """
@@ -175,48 +171,9 @@ def _byte_size(text: str) -> int:
     return int(match.group(1)) * _UNITS[match.group(2)]
 
 
-class _Report:
-    """The steps of one run, printed as they finish and kept for --json."""
-
-    def __init__(self, as_json: bool) -> None:
-        self.as_json = as_json
-        self.steps: list[dict[str, Any]] = []
-        self.data: dict[str, Any] = {}
-
-    def step(self, name: str, ok: bool, detail: str) -> bool:
-        """A step taken: passed or failed, and what it found."""
-        self.steps.append({"step": name, "ok": ok, "detail": detail})
-        if not self.as_json:
-            print(f"{'ok  ' if ok else 'FAIL'} {name:<11} {detail}")
-        return ok
-
-    def skip(self, name: str, reason: str, fails: bool = False) -> None:
-        """A step this machine cannot take (a missing compiler or device), and why;
-        ``fails``: the run cannot pass without it (code emitted but never run)."""
-        self.steps.append({"step": name, "ok": not fails, "skipped": True, "detail": reason})
-        if not self.as_json:
-            print(f"skip {name:<11} {reason}")
-
-    @property
-    def ok(self) -> bool:
-        """True when no step failed."""
-        return all(s["ok"] for s in self.steps)
-
-    def finish(self, errors: Sequence[str] = ()) -> int:
-        """Print the errors (and the JSON report with --json); returns the exit status."""
-        self.data["steps"] = self.steps
-        self.data["ok"] = self.ok and not errors
-        if errors:
-            self.data["error"] = "; ".join(errors)
-        if self.as_json:
-            print(json.dumps(self.data, indent=2))
-        for error in errors:
-            print(f"error: {error}", file=sys.stderr)
-        return EXIT_OK if self.data["ok"] else EXIT_FAILED
-
-
 def handle(args: argparse.Namespace) -> int:
-    """Run the steps; returns the exit status."""
+    """Check the options and the kernel, run it through its target's runner, print what it
+    reports; returns the exit status."""
     _check_options(args)
     path = Path(args.kernel)
     output = check_output_path("-o", args.output, path) if args.output else None
@@ -224,6 +181,63 @@ def handle(args: argparse.Namespace) -> int:
     if output is not None and trace is not None and output.resolve() == trace.resolve():
         raise UsageError(f"-o and --trace require two different files, got {args.output} "
                          "for both")
+    ctx = _context(args)
+    if args.tune and ctx.kind not in ("npu", "cpu", "cuda"):
+        raise UsageError(f"--tune requires --target npu, cuda or a CPU target "
+                         f"({cpu_targets(ctx.registry)}), got --target {args.target}")
+    if args.intrinsic:
+        _check_named_intrinsic(args.intrinsic, args.target, ctx.features, ctx.registry)
+    kernel = read_kernel_file(path, args.func)
+    func = kernel.func
+    _check_size(func, args.max_bytes, path)
+    report = RunReport(listener=_printer(args.json, args.explain))
+    report.data.update({"kernel": str(path), "func": func.name, "target": args.target})
+    if not (args.quiet or args.json):
+        print(print_node(func))
+    try:
+        return _run(args, ctx, kernel, report, output, trace)
+    except TensorizeError as err:
+        if not args.json:
+            raise
+        # The steps that passed stay in the JSON report, beside the error that ended it.
+        print(json.dumps(report.to_dict([str(err)]), indent=2))
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _run(args: argparse.Namespace, ctx: RunContext, kernel: KernelFile, report: RunReport,
+         output: Path | None, trace: Path | None) -> int:
+    """The steps, printed as they finish; the exit status."""
+    func = kernel.func
+    inputs, expected = _inputs_and_reference(kernel, ctx.seed)
+    reparsed = T.parse(print_node(func), filename=f"<printed {func.name}>")
+    report.step("round-trip", structural_equal(func, reparsed),
+                "print -> parse gives a structurally equal function")
+    opts = RunOptions(intrinsic=args.intrinsic, require_tensorized=args.require_tensorized,
+                      allow_fallback=args.allow_fallback, tune=args.tune,
+                      emit=frozenset(args.emit))
+    outcome = run_kernel(ctx, func, inputs, opts, report)
+    if outcome.refusal:
+        return _finish(report, args.json, outcome.refusal)
+    if trace is not None and outcome.timeline is not None:
+        write_atomically(trace, outcome.timeline)
+        report.step("trace", True, f"timeline of the first NPU program written to {trace}")
+    elif trace is not None:
+        report.step("trace", False, f"{NO_PROGRAM}, so there is no timeline to write to "
+                                    f"{trace}")
+    _check_reference(expected, outcome.outputs or {}, report)
+    if outcome.emitted:
+        text = "\n\n".join(e.rstrip("\n") for e in outcome.emitted) + "\n"
+        if output is not None:
+            write_text_atomically(output, text)
+        else:
+            print(text, end="")
+    return _finish(report, args.json)
+
+
+def _context(args: argparse.Namespace) -> RunContext:
+    """The run context from the options: the registry (with --intrinsics-dir, and the
+    --machine file's own family), the target, its features, the machine, seed and limit."""
     machine = None
     if args.machine:
         from targets.npu import load_machine, machine_registry
@@ -232,44 +246,40 @@ def handle(args: argparse.Namespace) -> int:
         registry = machine_registry(args.machine, args.intrinsics_dir)
     else:
         registry = default_registry(args.intrinsics_dir)
-    kind = _target_kind(args.target, args.features, registry)
-    if args.tune and kind not in ("npu", "cpu", "cuda"):
-        raise UsageError(f"--tune requires --target npu, cuda or a CPU target "
-                         f"({_cpu_targets(registry)}), got --target {args.target}")
-    features = _features(args.features, args.target, registry) if kind == "cpu" else None
-    if args.intrinsic:
-        _check_named_intrinsic(args.intrinsic, args.target, features, registry)
-    kernel = read_kernel_file(path, args.func)
-    func = kernel.func
-    _check_size(func, args.max_bytes, path)
-    report = _Report(as_json=args.json)
-    report.data.update({"kernel": str(path), "func": func.name, "target": args.target})
-    if not (args.quiet or args.json):
-        print(print_node(func))
-    inputs, expected = _inputs_and_reference(kernel, args.seed)
-    reparsed = T.parse(print_node(func), filename=f"<printed {func.name}>")
-    report.step("round-trip", structural_equal(func, reparsed),
-                "print -> parse gives a structurally equal function")
+    try:
+        return make_context(registry, args.target, features=args.features, machine=machine,
+                            seed=args.seed, max_bytes=args.max_bytes)
+    except TensorizeError as err:
+        raise UsageError(str(err)) from None
 
-    emitted: list[str] = []
-    if args.target == "host":
-        outputs = _run_host(func, inputs, report)
-    else:
-        reductions = _reduction_blocks(func)
-        result = _tensorize(func, args, features, registry, report, reductions, machine)
-        refusal = _tensorize_failures(result, args, reductions)
-        if refusal:
-            return report.finish(refusal)
-        outputs = _run_target(func, result, inputs, args, features, trace, registry, report,
-                              emitted, machine)
-    _check_reference(expected, outputs, report)
-    if emitted:
-        text = "\n\n".join(e.rstrip("\n") for e in emitted) + "\n"
-        if output is not None:
-            write_text_atomically(output, text)
+
+def _printer(as_json: bool, explain: bool) -> Callable[[Step | Note], None]:
+    """What prints each step and note as it arrives: with ``explain`` the explanations too
+    (with --json on stderr, and nothing else: stdout holds the JSON report)."""
+
+    def show(item: Step | Note) -> None:
+        if isinstance(item, Note) and item.kind == "explain":
+            if explain:
+                print(f"     explain     {item.text}",
+                      file=sys.stderr if as_json else sys.stdout)
+        elif as_json:
+            return
+        elif isinstance(item, Step):
+            print(f"{item.status:<4} {item.name:<11} {item.detail}")
         else:
-            print(text, end="")
-    return report.finish()
+            print(item.text)
+
+    return show
+
+
+def _finish(report: RunReport, as_json: bool, errors: list[str] | None = None) -> int:
+    """Print the errors (and the JSON report with --json); returns the exit status."""
+    data = report.to_dict(errors)
+    if as_json:
+        print(json.dumps(data, indent=2))
+    for error in errors or ():
+        print(f"error: {error}", file=sys.stderr)
+    return EXIT_OK if data["ok"] else EXIT_FAILED
 
 
 def _check_options(args: argparse.Namespace) -> None:
@@ -294,54 +304,6 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.output and not args.emit:
         raise UsageError(f"-o {args.output} requires --emit ir|code|trace to say what to "
                          "write, got no --emit")
-
-
-def _target_kind(target: str, features: str | None, registry: Registry) -> str:
-    """The kind of ``target`` (``Registry.target_kind``), after refusing a target no loaded
-    description declares and --features on a target that is not a CPU."""
-    if target == "host":
-        kind = "host"
-    elif target in registry.targets:
-        kind = registry.target_kind(target)
-    else:
-        known = ", ".join(sorted(registry.targets))
-        close = difflib.get_close_matches(target, list(registry.targets), n=1)
-        hint = f"; did you mean {close[0]}?" if close else \
-            "; describe it in a family file and pass its directory with --intrinsics-dir"
-        raise UsageError(f"--target requires host or a target a description declares "
-                         f"({known}), got {target!r}{hint}")
-    if features is not None and kind != "cpu":
-        raise UsageError(f"--features applies to a CPU target ({_cpu_targets(registry)}), "
-                         f"got --target {target}")
-    return kind
-
-
-def _cpu_targets(registry: Registry) -> str:
-    """The CPU targets the loaded descriptions declare, for a message."""
-    return ", ".join(t for t in registry.targets if registry.target_kind(t) == "cpu")
-
-
-def _features(spec: str | None, target: str, registry: Registry) -> str:
-    """The CPU target's features: its description's defaults, with ``spec``'s ``+x`` added
-    and ``-x`` removed; a feature neither the defaults nor an intrinsic of the target names
-    is refused."""
-    defaults = target_features(target, registry) or ""
-    if spec is None:
-        return defaults
-    chosen = [f for f in defaults.split(",") if f]
-    known = sorted(feature_names(defaults)
-                   | {i.feature for i in registry.for_target(target) if i.feature})
-    for item in (f.strip() for f in spec.split(",")):
-        name = item[1:]
-        if item[:1] not in ("+", "-") or name not in known:
-            raise UsageError(f"--features requires +name or -name of a known feature "
-                             f"({', '.join(known)}), got {item!r}")
-        at = next((n for n, f in enumerate(chosen) if f[1:] == name), None)
-        if at is None:
-            chosen.append(item)
-        else:
-            chosen[at] = item
-    return ",".join(chosen)
 
 
 def _check_named_intrinsic(name: str, target: str, features: str | None,
@@ -387,10 +349,8 @@ def _inputs_and_reference(kernel: KernelFile, seed: int
                           ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
     """Random inputs (every parameter; outputs start random too), and what the file's
     reference returns for them (None without one), checked before any work."""
-    from targets import host
-
     func = kernel.func
-    outputs = host.compile(func).written
+    outputs = written_params(func)  # an IR walk: nothing is compiled to learn it
     given = [p for p in func.params if all(p is not o for o in outputs)]
     if kernel.reference is not None:
         check_reference_arguments(kernel.reference, kernel.path, given)
@@ -407,241 +367,11 @@ def _inputs_and_reference(kernel: KernelFile, seed: int
                                   [inputs[p.name] for p in given], outputs)
 
 
-def _run_host(func: PrimFunc, inputs: dict[str, np.ndarray], report: _Report
-              ) -> dict[str, np.ndarray]:
-    from targets import host
-
-    start = time.perf_counter()
-    compiled = host.compile(func)
-    compile_s = time.perf_counter() - start
-    arrays = {name: a.copy() for name, a in inputs.items()}
-    start = time.perf_counter()
-    compiled(*arrays.values())
-    run_s = time.perf_counter() - start
-    outputs = [p.name for p in compiled.written]
-    report.step("execute", True, f"host LLVM JIT: compile {compile_s * 1e3:.0f} ms, "
-                                 f"run {run_s * 1e3:.1f} ms, outputs {', '.join(outputs)}")
-    report.data["timing_ms"] = {"compile": round(compile_s * 1e3, 2),
-                                "run": round(run_s * 1e3, 3)}
-    return {name: arrays[name] for name in outputs}
-
-
-def _tensorize(func: PrimFunc, args: argparse.Namespace, features: str | None,
-               registry: Registry, report: _Report, reductions: set[str],
-               machine: Any = None) -> Tensorized:
-    tiles: dict[str, str] = {}
-    if features is not None:
-        from tensorize.cli.cpu_steps import tensorize_cpu
-
-        result, tiles = tensorize_cpu(func, args.target, features, registry, args.intrinsic,
-                                      args.tune, report)
-    elif args.tune and args.target == "cuda":
-        from tensorize.cli.cuda_steps import tensorize_tuned
-
-        result, args.cuda_stages = tensorize_tuned(func, registry, report)
-    elif args.tune:
-        from simulator import load_machine
-        from tensorize.engine.tune import tune_npu
-
-        result, trials = tune_npu(func, machine or load_machine(), registry, args.intrinsic)
-        for trial in trials:
-            report.step("tune", True, trial.describe())
-        report.data["tune"] = [trial.to_dict() for trial in trials]
-    else:
-        result = auto_tensorize(func, args.target, registry=registry, intrinsic=args.intrinsic,
-                                features=features, config=machine)
-    strict = bool(args.intrinsic or args.require_tensorized)
-    fails = not result.tensorized and not args.allow_fallback
-    for outcome in result.blocks:
-        if outcome.intrinsic is not None:
-            tile = f"  ({tiles[outcome.block]})" if outcome.block in tiles else ""
-            report.step("tensorize", True, f"{outcome.block}: {outcome.intrinsic}  "
-                                           f"{outcome.mapping}{tile}")
-        elif outcome.folded:
-            report.step("tensorize", True, f"{outcome.block}: not tensorized "
-                                           f"({outcome.reason}); folded into a tensorized "
-                                           "block's copies, no kernel of its own")
-        else:
-            ok = not fails and not (strict and outcome.block in reductions)
-            report.step("tensorize", ok,
-                        f"{outcome.block}: not tensorized ({outcome.reason}); runs as is")
-    if args.explain:
-        for line in result.explain:
-            print(f"     explain     {line}", file=sys.stderr if args.json else sys.stdout)
-    report.data["tensorize_seconds"] = round(result.seconds, 4)
-    report.data["blocks"] = [{"block": b.block, "intrinsic": b.intrinsic, "mapping": b.mapping,
-                              "reason": b.reason} for b in result.blocks]
-    report.data["explain"] = list(result.explain)
-    report.data["not_tensorized"] = [(b.block, b.reason) for b in result.blocks
-                                     if b.intrinsic is None and b.block in reductions]
-    report.data["trace"] = result.schedule.replay_trace()
-    return result
-
-
-def _tensorize_failures(result: Tensorized, args: argparse.Namespace, reductions: set[str]
-                        ) -> list[str]:
-    """Why the run must stop right after tensorizing (empty: it goes on): a reduction (of
-    ``reductions``) not tensorized under --intrinsic / --require-tensorized, or no block
-    tensorized at all without --allow-fallback."""
-    untouched = [b for b in result.blocks if b.intrinsic is None]
-    if args.intrinsic or args.require_tensorized:
-        missing = [f"block {b.block!r} is not tensorized: {b.reason}" for b in untouched
-                   if b.block in reductions]
-        if missing:
-            return missing
-    if result.tensorized or args.allow_fallback:
-        return []
-    blocks = [b for b in untouched if b.block in reductions] or untouched
-    reasons = "; ".join(f"{b.block}: {b.reason}" for b in blocks) or "the kernel has no block"
-    message = (f"not tensorized: {reasons}; pass --allow-fallback to run it on {args.target} "
-               "untensorized")
-    return [message]
-
-
-def _run_target(func: PrimFunc, result: Tensorized, inputs: dict[str, np.ndarray],
-                args: argparse.Namespace, features: str | None, trace: Path | None,
-                registry: Registry, report: _Report, emitted: list[str], machine: Any = None
-                ) -> dict[str, np.ndarray]:
-    """Steps 3 and 4 on the tensorized ``result``, and the calls table; the outputs of the
-    most faithful run."""
-    outputs = _validate(func, result, inputs, registry, report)
-    if args.target == "npu":
-        outputs = _simulate(result, inputs, outputs, args, trace, registry, report, emitted,
-                            machine)
-    elif features is not None:
-        from tensorize.cli.cpu_steps import run_cpu
-
-        outputs = run_cpu(result.func, args.target, features, registry, outputs, inputs,
-                          report, compare, emitted, "code" in args.emit)
-    elif args.target == "cuda":
-        from tensorize.cli.cuda_steps import run_cuda
-
-        outputs = run_cuda(result.func, outputs, inputs, report, compare, emitted,
-                           "code" in args.emit, registry=registry, **_cuda_stages(args))
-    else:
-        report.skip("run", f"no code generator serves target {args.target} (kind "
-                           f"{registry.target_kind(args.target)}); only its tensorized IR "
-                           "was validated", fails=True)
-    _calls_table(result, report, args.json)
-    if not result.tensorized:
-        reasons = "; ".join(f"{b.block}: {b.reason}" for b in result.blocks)
-        report.skip("tensorize", f"not tensorized: {reasons}; it ran untensorized "
-                                 "(--allow-fallback)")
-    if "ir" in args.emit:
-        emitted.insert(0, print_node(result.func))
-    if "trace" in args.emit:
-        emitted.append(result.schedule.replay_trace())
-    return outputs
-
-
-def _validate(func: PrimFunc, result: Tensorized, inputs: dict[str, np.ndarray],
-              registry: Registry, report: _Report) -> dict[str, np.ndarray]:
-    from targets import host
-
-    want = host.run(func, inputs)
-    got = host.run(result.func, inputs, lowerer(registry.get))
-    for name, expected in want.items():
-        ok, detail = compare(got[name], expected)
-        report.step("validate", ok, f"{name}: tensorized IR (intrinsics run as their "
-                                    f"semantics) against the untouched kernel: {detail}")
-    return want
-
-
-def _simulate(result: Tensorized, inputs: dict[str, np.ndarray],
-              reference: dict[str, np.ndarray], args: argparse.Namespace, trace: Path | None,
-              registry: Registry, report: _Report, emitted: list[str], machine: Any = None
-              ) -> dict[str, np.ndarray]:
-    from simulator import gigabytes_per_second, load_machine
-    from targets import npu
-
-    config = machine or load_machine()
-    run = npu.run(result.func, inputs, config, registry.get)
-    on_host = [s.label for s in run.stages if not s.on_npu]
-    sims = run.sims
-    peak = run.cycles * config.array.rows * config.array.cols
-    utilisation = run.macs / peak if peak else 0.0
-    report.step("simulate", True,
-                f"{config.name}: {run.cycles} cycles ({run.cycles / config.clock_mhz:.1f} us "
-                f"at {config.clock_mhz:g} MHz), MAC utilisation {100 * utilisation:.1f}%, "
-                f"{len(sims)} NPU program(s)"
-                + (f"; on the host: {', '.join(on_host)}" if on_host else ""))
-    per_cycle = run.dram_bytes / run.cycles if run.cycles else 0.0
-    gbps = gigabytes_per_second(per_cycle, config)
-    roofline = run.roofline(config)
-    if sims:
-        report.step("units", True, "busy/stall cycles: " + ", ".join(
-            f"{u.name} {u.busy}/{u.stall}" for u in run.units.values()))
-        report.step("dram", True, f"{run.dram_bytes} bytes moved: {per_cycle:.2f} bytes/cycle "
-                                  f"= {gbps:.2f} GB/s (port "
-                                  f"{config.dram.bytes_per_cycle:g} bytes/cycle)")
-        report.step("roofline", True, roofline.describe(run.cycles))
-    for name, expected in reference.items():
-        ok, detail = compare(run.outputs[name], expected)
-        report.step("check", ok, f"{name} from the simulator against the reference "
-                                 f"executor: {detail}")
-    report.data["npu"] = {
-        "machine": config.name, "array": [config.array.rows, config.array.cols],
-        "dataflow": config.array.dataflow, "clock_mhz": config.clock_mhz,
-        "cycles": run.cycles, "mac_utilisation": round(utilisation, 4), "macs": run.macs,
-        "programs": len(sims), "host_stages": on_host,
-        "instructions": sum(len(s.compiled.program) for s in run.stages if s.compiled),
-        "units": {u.name: {"busy": u.busy, "stall": u.stall, "idle": u.idle,
-                           "instructions": u.instructions} for u in run.units.values()},
-        "dram": {"bytes": run.dram_bytes,
-                 "read": sum(s.bytes["dram.read"] for s in sims),
-                 "write": sum(s.bytes["dram.write"] for s in sims),
-                 "bytes_per_cycle": round(per_cycle, 4), "gb_per_s": round(gbps, 4),
-                 "port_bytes_per_cycle": config.dram.bytes_per_cycle},
-        "roofline": {"compute_cycles": round(roofline.compute_cycles, 1),
-                     "bandwidth_cycles": round(roofline.bandwidth_cycles, 1),
-                     "min_dram_bytes": roofline.min_dram_bytes,
-                     "bound_cycles": round(roofline.bound_cycles, 1),
-                     "binds": roofline.binds,
-                     "run_over_bound": round(run.cycles / roofline.bound_cycles, 4)
-                     if roofline.bound_cycles else None}}
-    nothing = "no NPU program ran (every stage ran on the host)"
-    if trace is not None and sims:
-        write_atomically(trace, sims[0].write_trace)
-        report.step("trace", True, f"timeline of the first NPU program written to {trace}")
-    elif trace is not None:
-        report.step("trace", False, f"{nothing}, so there is no timeline to write to {trace}")
-    if "code" in args.emit and sims:
-        emitted.extend(s.compiled.assembly for s in run.stages if s.compiled is not None)
-    elif "code" in args.emit:
-        report.step("emit", False, f"{nothing}, so there is no NPU code to emit")
-    return run.outputs
-
-
-def _calls_table(result: Tensorized, report: _Report, as_json: bool) -> None:
-    by_block = count_calls_by_block(result.func)
-    report.data["calls"] = [{"block": b, "intrinsic": i, "executed": n}
-                            for (b, i), n in by_block.items()]
-    report.data["calls_total"] = count_calls(result.func)
-    if as_json or not by_block:
-        return
-    width = max(len(b) for b, _ in by_block) + 2
-    iwidth = max(len(i) for _, i in by_block) + 2
-    print(f"\n{'block':<{width}}{'intrinsic':<{iwidth}}{'calls executed':>14}")
-    for (block, name), count in by_block.items():
-        print(f"{block:<{width}}{name:<{iwidth}}{count:>14}")
-
-
 def _check_reference(expected: dict[str, np.ndarray] | None, outputs: dict[str, np.ndarray],
-                     report: _Report) -> None:
+                     report: RunReport) -> None:
     if expected is None:
         report.step("reference", True, "skipped: the file defines no reference(...) function")
         return
     for name, want in expected.items():
         ok, detail = compare(outputs[name], want)
         report.step("reference", ok, f"{name} against numpy reference(...): {detail}")
-
-
-def _reduction_blocks(func: PrimFunc) -> set[str]:
-    return {s.block.name for s, _ in tree.walk_stmts(func) if isinstance(s, BlockRealize)
-            and any(iv.kind is IterKind.REDUCE for iv in s.block.iter_vars)}
-
-
-def _cuda_stages(args: argparse.Namespace) -> dict[str, int]:
-    """The cp.async stages ``--tune`` chose for cuda (none: the emitter's default)."""
-    stages = getattr(args, "cuda_stages", None)
-    return {} if stages is None else {"stages": stages}

@@ -142,7 +142,8 @@ def schedule_cuda(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry
 
     a, b, c = _operand_buffers(sch, block_name)
     names = [o.name for o in intrinsic.operands]
-    scope = {o.name: o.scope for o in intrinsic.operands}
+    # Scope values, not names: a vendor family's scopes are in this registry alone.
+    scope = {o.name: registry.scope(o.scope) for o in intrinsic.operands}
     a_shared = sch.cache_read(block, a, "shared")
     sch.compute_at(a_shared, ko)
     b_rows = intrinsic.operands[1].dtype.bits == 8

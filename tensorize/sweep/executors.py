@@ -21,7 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from tensorize.cli.errors import UsageError
+from tensorize.runners.context import ContextError
 from tensorize.sweep.points import Task
 from tensorize.sweep.task import run_point
 
@@ -97,7 +97,7 @@ class DaskExecutor:
         try:
             from dask.distributed import Client, LocalCluster, as_completed
         except ImportError:
-            raise UsageError("--executor dask requires Dask (dask[distributed]); install "
+            raise ContextError("--executor dask requires Dask (dask[distributed]); install "
                              "the sweep extra: pip install 'tensorize[sweep]'") from None
         cluster = None
         if self.address is None:
@@ -109,7 +109,7 @@ class DaskExecutor:
         try:
             client = Client(cluster if cluster is not None else self.address, timeout="20s")
         except (OSError, TimeoutError, ValueError) as err:  # unreachable, or not an address
-            raise UsageError(f"--address {self.address}: cannot reach a Dask scheduler there "
+            raise ContextError(f"--address {self.address}: cannot reach a Dask scheduler there "
                              f"({err})") from None
         try:
             futures = {client.submit(run_point, task, key=f"sweep-point-{task.key}",

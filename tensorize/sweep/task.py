@@ -54,8 +54,9 @@ def run_point(task: Task) -> dict[str, Any]:
 def _measure(task: Task) -> dict[str, Any]:
     import numpy as np
 
-    from targets import host, npu
+    from targets import host
     from tensorize.engine import auto_tensorize
+    from tensorize.runners.npu import simulate_and_measure
     from tensorize.validate import compare, random_array
 
     config, registry = _machine(task.machine_text)
@@ -66,16 +67,15 @@ def _measure(task: Task) -> dict[str, Any]:
         raise TensorizeError(f"not tensorized: {reasons or 'the kernel has no block'}")
     rng = np.random.default_rng(0)
     inputs = {p.name: random_array(p.shape, p.dtype, rng) for p in func.params}
-    run = npu.run(result.func, inputs, config, registry.get)
+    measure = simulate_and_measure(result.func, inputs, config, registry)
     expected = host.run(func, inputs)
     for name, want in expected.items():
-        ok, detail = compare(run.outputs[name], want)
+        ok, detail = compare(measure.run.outputs[name], want)
         if not ok:
             raise TensorizeError(f"{name} from the simulator differs from the reference "
                                  f"executor: {detail}")
-    peak = run.cycles * config.array.rows * config.array.cols
-    return {"cycles": run.cycles, "utilisation": round(run.macs / peak, 6) if peak else 0.0,
-            "macs": run.macs, "dram_bytes": run.dram_bytes}
+    return {"cycles": measure.cycles, "utilisation": round(measure.utilisation, 6),
+            "macs": measure.macs, "dram_bytes": measure.dram_bytes}
 
 
 @lru_cache(maxsize=64)

@@ -12,7 +12,7 @@ from intrinsics import default_registry
 from targets import cuda, host
 from targets.cuda.banks import bank_conflicts
 from targets.cuda.occupancy import architecture, occupancy
-from tensorize.cli.cuda_steps import tune_cuda
+from tensorize.runners.cuda import tune_cuda
 from tensorize.engine import auto_tensorize
 from tensorize.engine.cuda_schedule import (
     CudaTiling,

@@ -66,7 +66,7 @@ def test_an_unexpected_exception_is_one_line_with_exit_1(gemm: str, capsys, monk
     def broken(*args, **kwargs):
         raise RuntimeError("the engine fell over")
 
-    monkeypatch.setattr(run_cmd, "auto_tensorize", broken)
+    monkeypatch.setattr(run_cmd, "run_kernel", broken)
     assert main(["run", gemm, "--target", "npu", "--quiet"]) == 1
     err = capsys.readouterr().err
     assert err == ("internal error: RuntimeError: the engine fell over (set TENSORIZE_DEBUG=1 "
@@ -77,7 +77,7 @@ def test_debug_switch_shows_the_traceback(gemm: str, monkeypatch) -> None:
     def broken(*args, **kwargs):
         raise RuntimeError("the engine fell over")
 
-    monkeypatch.setattr(run_cmd, "auto_tensorize", broken)
+    monkeypatch.setattr(run_cmd, "run_kernel", broken)
     monkeypatch.setenv("TENSORIZE_DEBUG", "1")
     with pytest.raises(RuntimeError, match="the engine fell over"):
         main(["run", gemm, "--target", "npu", "--quiet"])
@@ -96,7 +96,7 @@ def test_ctrl_c_during_the_work_exits_130(gemm: str, monkeypatch) -> None:
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(run_cmd, "auto_tensorize", interrupted)
+    monkeypatch.setattr(run_cmd, "run_kernel", interrupted)
     assert main(["run", gemm, "--target", "npu", "--quiet"]) == EXIT_INTERRUPTED
 
 

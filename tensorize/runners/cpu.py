@@ -1,4 +1,4 @@
-"""The steps of ``tensorize run`` for a CPU target (any family with a ``cpu:`` section):
+"""The runner's steps for a CPU target (any family with a ``cpu:`` section):
 tensorize with the register tiles the tile cache holds (or, with --tune, measure the best few
 candidates and cache the winners: ``tensorize.engine.cpu_tune``), emit LLVM IR for it,
 compile it to assembly, and run it here with the first engine of the target's ``run`` list
@@ -14,26 +14,28 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Any
-
 import numpy as np
 
 from ir import PrimFunc
 from targets import cpu
 from tensorize.engine import Tensorized, auto_tensorize
 from tensorize.engine.cpu_tune import TileCache, choose_tune_cpu, tune_cpu
+from tensorize.runners.context import RunContext
+from tensorize.runners.report import RunReport
+from tensorize.validate import compare
 
 # Timed native runs; the first one's outputs are the ones checked.
 RUNS = 10
 
 
-def run_cpu(func: PrimFunc, target: str, features: str, registry: Any,
-            reference: dict[str, np.ndarray], inputs: dict[str, np.ndarray], report: Any,
-            compare: Any, emitted: list[str], emit_code: bool) -> dict[str, np.ndarray]:
-    """Emit ``func`` (tensorized for CPU target ``target``) for ``features`` and run it where
-    this host can; returns the outputs of that run, else ``reference``. Where the
+def run_cpu(ctx: RunContext, func: PrimFunc, reference: dict[str, np.ndarray],
+            inputs: dict[str, np.ndarray], report: RunReport, emitted: list[str],
+            emit_code: bool) -> dict[str, np.ndarray]:
+    """Emit ``func`` (tensorized for the context's CPU target) for its features and run it
+    where this host can; returns the outputs of that run, else ``reference``. Where the
     description lists several scheduling models (``tune_cpus``) and an emulator counts
     instructions, the kernel is the one tuned for the model that executes fewest."""
+    target, features, registry = ctx.target, ctx.features or "", ctx.registry
     kernel, counts = choose_tune_cpu(func, target, features, registry)
     description = kernel.cpu
     measured = {name: n for name, n in counts.items() if n is not None}
@@ -86,14 +88,14 @@ def run_cpu(func: PrimFunc, target: str, features: str, registry: Any,
     return run.outputs
 
 
-def tensorize_cpu(func: PrimFunc, target: str, features: str, registry: Any,
-                  intrinsic: str | None, tune: bool, report: Any
-                  ) -> tuple[Tensorized, dict[str, str]]:
-    """Tensorize ``func`` for CPU target ``target`` with the register tiles the tile cache
+def tensorize_cpu(ctx: RunContext, func: PrimFunc, intrinsic: str | None, tune: bool,
+                  report: RunReport) -> tuple[Tensorized, dict[str, str]]:
+    """Tensorize ``func`` for the context's CPU target with the register tiles the tile cache
     holds for its blocks (else the estimate's), or, with ``tune``, with the intrinsics and
     tiles that measured best among those the engine tries for them (one ``tune`` line per
     candidate), which the cache then keeps. Returns the result and, per block whose tile
     came from the cache or the tuner, the words saying so."""
+    target, features, registry = ctx.target, ctx.features or "", ctx.registry
     cache = TileCache(target, features, registry)
     if not tune:
         result = auto_tensorize(func, target, registry=registry, intrinsic=intrinsic,

@@ -1,10 +1,11 @@
-"""The ``--target cuda`` steps of ``tensorize run``: emit the CUDA C++, compile it with nvcc
+"""The runner's steps for the cuda target kind: emit the CUDA C++, compile it with nvcc
 for each architecture (with what ptxas says of each kernel's registers, shared memory and
 spills, and the occupancy they allow), run it under the host emulation of the warp matrix API
 (asynchronous copies landing at their wait, and again at their issue), and run it on a GPU
 where CuPy finds one.
 
-Each step reports through the run's report; a step whose tool is missing here (nvcc, a host
+Every step uses the context's registry (a vendor's own tensor-core family included) and
+reports through the run's report; a step whose tool is missing here (nvcc, a host
 C++ compiler, CuPy and a driver) is reported as skipped with the reason, never as passed.
 """
 
@@ -40,7 +41,10 @@ from tensorize.engine.cuda_schedule import (
     tensor_pipe,
 )
 from tensorize.match import match_block
+from tensorize.runners.context import RunContext
+from tensorize.runners.report import RunReport
 from tensorize.schedule import tree
+from tensorize.validate import compare
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +131,8 @@ def _search(func: PrimFunc, intrinsic: Intrinsic, limits: GpuArchitecture, regis
         try:
             tensorized = auto_tensorize(func, "cuda", registry=registry,
                                         intrinsic=intrinsic.name, tiling=tiling)
-            return _figures(cuda.emit(tensorized.func, stages=stages), intrinsic, limits.name)
+            return _figures(cuda.emit(tensorized.func, registry, stages=stages), intrinsic,
+                            limits.name)
         except (ScheduleError, cuda.EmitError, cuda.CompileError):
             return None
 
@@ -136,7 +141,8 @@ def _search(func: PrimFunc, intrinsic: Intrinsic, limits: GpuArchitecture, regis
                           tensor_pipe(intrinsic, limits.name), measure, measured)
 
 
-def tensorize_tuned(func: PrimFunc, registry: Registry, report: Any) -> tuple[Tensorized, int]:
+def tensorize_tuned(func: PrimFunc, registry: Registry, report: RunReport
+                    ) -> tuple[Tensorized, int]:
     """``--tune`` on ``--target cuda``: :func:`tune_cuda`, one ``tune`` line per measured
     trial of each family searched (its intrinsic, tiles, figures and modelled cycles) and
     one for the family taken and why; in the JSON the trials under ``tune`` (the chosen
@@ -191,15 +197,15 @@ def _figures(kernel: cuda.CudaKernel, intrinsic: Intrinsic, arch: str) -> Tiling
                          r.spill_stores + r.spill_loads, other)
 
 
-def run_cuda(func: PrimFunc, reference: dict[str, np.ndarray], inputs: dict[str, np.ndarray],
-             report: Any, compare: Any, emitted: list[str], emit_code: bool,
-             stages: int = STAGES, registry: Registry | None = None
-             ) -> dict[str, np.ndarray]:
+def run_cuda(ctx: RunContext, func: PrimFunc, reference: dict[str, np.ndarray],
+             inputs: dict[str, np.ndarray], report: RunReport, emitted: list[str],
+             emit_code: bool, stages: int = STAGES) -> dict[str, np.ndarray]:
     """Emit ``func`` (tensorized for cuda) as CUDA C++ with ``stages`` cp.async stages and
     check it every way this machine allows: compiled for each architecture of the cuda
-    family's ``gpu:`` section in ``registry`` (default: the built-in and user families);
-    returns the outputs of the most faithful run (GPU, else emulation, else ``reference``)."""
-    kernel = cuda.emit(func, stages=stages)
+    family's ``gpu:`` section in the context's registry; returns the outputs of the most
+    faithful run (GPU, else emulation, else ``reference``)."""
+    registry = ctx.registry
+    kernel = cuda.emit(func, registry, stages=stages)
     launches = "; ".join(f"{l.kernel} grid {l.grid} block {l.block}" for l in kernel.launches)
     report.step("emit", True, f"CUDA C++, {len(kernel.source.splitlines())} lines, "
                               f"{len(kernel.launches)} kernel(s): {launches}")
@@ -211,8 +217,8 @@ def run_cuda(func: PrimFunc, reference: dict[str, np.ndarray], inputs: dict[str,
     if emit_code:
         emitted.append(_with_launches(kernel))
     _compile(kernel, report, architectures(registry))
-    outputs = _emulate(kernel, inputs, reference, report, compare) or reference
-    return _on_gpu(kernel, inputs, reference, report, compare) or outputs
+    outputs = _emulate(kernel, inputs, reference, report) or reference
+    return _on_gpu(kernel, inputs, reference, report) or outputs
 
 
 def _with_launches(kernel: cuda.CudaKernel) -> str:
@@ -225,7 +231,7 @@ def _with_launches(kernel: cuda.CudaKernel) -> str:
     return "\n".join(lines) + "\n" + kernel.source
 
 
-def _compile(kernel: cuda.CudaKernel, report: Any,
+def _compile(kernel: cuda.CudaKernel, report: RunReport,
              limits: Mapping[str, GpuArchitecture]) -> None:
     if cuda.nvcc_path() is None:
         report.skip("compile", "nvcc not found (install the CUDA toolkit or set NVCC)")
@@ -247,7 +253,7 @@ def _compile(kernel: cuda.CudaKernel, report: Any,
                             "nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels)")
 
 
-def _ptxas(kernel: cuda.CudaKernel, limits: GpuArchitecture, report: Any,
+def _ptxas(kernel: cuda.CudaKernel, limits: GpuArchitecture, report: RunReport,
            disassemble: bool) -> None:
     """One line per kernel: what ptxas says of its resources, and the occupancy they allow
     on the architecture ``limits`` describes; then, when ``disassemble``, one with its SASS
@@ -270,7 +276,7 @@ def _ptxas(kernel: cuda.CudaKernel, limits: GpuArchitecture, report: Any,
         report.data["cuda"].setdefault("ptxas", []).append(data)
 
 
-def _sass(mix: SassMix, arch: str, report: Any) -> dict[str, Any]:
+def _sass(mix: SassMix, arch: str, report: RunReport) -> dict[str, Any]:
     """The report line and the JSON record of one kernel's SASS mix (kernels without an MMA
     get no line)."""
     if mix.mma:
@@ -303,13 +309,13 @@ def _resources(r: KernelResources, limits: GpuArchitecture, threads: int,
 
 
 def _emulate(kernel: cuda.CudaKernel, inputs: dict[str, np.ndarray],
-             reference: dict[str, np.ndarray], report: Any, compare: Any
+             reference: dict[str, np.ndarray], report: RunReport
              ) -> dict[str, np.ndarray] | None:
     """Runs the emulation with asynchronous copies landing at their wait and, when the
     kernel issues any, again landing at their issue; returns the first run's outputs."""
     modes = COPY_MODES if "tz_cp_async16(&" in kernel.source else COPY_MODES[:1]
     try:
-        results = [_emulate_once(kernel, inputs, reference, report, compare, mode)
+        results = [_emulate_once(kernel, inputs, reference, report, mode)
                    for mode in modes]
     except cuda.EmulationError as err:  # no host compiler: nothing can run
         report.skip("emulate", str(err))
@@ -318,7 +324,7 @@ def _emulate(kernel: cuda.CudaKernel, inputs: dict[str, np.ndarray],
 
 
 def _emulate_once(kernel: cuda.CudaKernel, inputs: dict[str, np.ndarray],
-                  reference: dict[str, np.ndarray], report: Any, compare: Any, copies: str
+                  reference: dict[str, np.ndarray], report: RunReport, copies: str
                   ) -> dict[str, np.ndarray] | None:
     start = time.perf_counter()
     try:
@@ -341,7 +347,7 @@ def _emulate_once(kernel: cuda.CudaKernel, inputs: dict[str, np.ndarray],
 
 
 def _on_gpu(kernel: cuda.CudaKernel, inputs: dict[str, np.ndarray],
-            reference: dict[str, np.ndarray], report: Any, compare: Any
+            reference: dict[str, np.ndarray], report: RunReport
             ) -> dict[str, np.ndarray] | None:
     reason = gpu_unavailable()
     if reason is not None:
