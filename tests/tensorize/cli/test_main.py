@@ -153,3 +153,21 @@ def test_ctrl_c_ends_the_console_command_quietly_at_once(tmp_path: Path) -> None
     assert process.returncode == EXIT_INTERRUPTED
     assert err == "interrupted\n"
     assert out == ""
+
+
+def test_json_keeps_the_steps_that_passed_when_a_step_refuses(gemm: str, capsys,
+                                                              monkeypatch) -> None:
+    from ir.errors import ScheduleError
+
+    def refused(ctx, func, inputs, opts, report):
+        report.step("tensorize", True, "C: a block that tensorized")
+        raise ScheduleError("cache_read", "operand dst requires 64 contiguous elements")
+
+    monkeypatch.setattr(run_cmd, "run_kernel", refused)
+    assert main(["run", gemm, "--target", "npu", "--json"]) == 2
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["ok"] is False
+    assert [s["step"] for s in report["steps"]] == ["round-trip", "tensorize"]
+    assert "operand dst requires 64 contiguous elements" in report["error"]
+    assert "operand dst requires 64 contiguous elements" in captured.err
