@@ -41,14 +41,17 @@ epilogue.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from intrinsics import Intrinsic, Registry
 from intrinsics.gpu_target import GpuArchitecture
-from ir import BufferLoad, BufferStore, IntImm, IterKind, PrimFunc, ScheduleError, Select, Var
+from ir import (BufferLoad, BufferStore, Expr, IntImm, IterKind, PrimFunc, ScheduleError,
+                Select, Var)
 from ir.arith import linearize
 from ir.visitor import post_order_visit
 from tensorize.match.result import Match
@@ -241,7 +244,7 @@ def _implicit_gather(sch: Schedule, buffer: str) -> None:
         # Inlining needs the digits to cover the dimension (a padded one has more).
         if digits is None or math.prod(e for _, _, e in digits) != store.buffer.shape[dim]:
             return
-        parts.append(_unfused(f"d{dim}", [(c, e) for c, _, e in digits]))
+        parts.append([(c, e) for c, _, e in digits])
     _, lowest, extent = digits[-1]
     lanes = 16 // max(store.buffer.dtype.bits // 8, 1)
     used = {id(a) for index in store.indices for a, _ in linearize(index).terms}
@@ -252,12 +255,12 @@ def _implicit_gather(sch: Schedule, buffer: str) -> None:
         return
     if unused:
         # Unit iterators the store does not use (a batch of 1) leave the iteration space.
-        names = [f"v{i}" for i in range(len(block.iter_vars))]
-        kept = [n for n, iv in zip(names, block.iter_vars) if id(iv.var) in used]
-        sch.transform_block_layout(producer, f"lambda {', '.join(names)}: ({', '.join(kept)},)")
-    names = ", ".join(f"d{dim}" for dim in range(len(store.indices)))
-    dims = ", ".join(part for dim in parts for part in dim)
-    sch.transform_layout(producer, buffer, f"lambda {names}: ({dims})")
+        olds = _index_vars("v", len(block.iter_vars))
+        kept = tuple(v for v, iv in zip(olds, block.iter_vars) if id(iv.var) in used)
+        sch.transform_block_layout(producer, IndexMap(olds, kept))
+    dims = _index_vars("d", len(store.indices))
+    sch.transform_layout(producer, buffer, IndexMap(dims, tuple(
+        digit for d, digits in zip(dims, parts) for digit in _unfused(d, digits))))
     sch.compute_inline(producer)
     padding = _zero_padding(sch, store.value.buffer.name)
     if padding is not None:
@@ -328,13 +331,18 @@ def _mixed_radix(index, extents: dict) -> list[tuple[int, Var, int]] | None:
     return digits
 
 
-def _unfused(name: str, digits: list[tuple[int, int]]) -> list[str]:
-    """The index expressions taking a fused index ``name`` apart into its digits."""
-    found = []
+def _unfused(index: Var, digits: list[tuple[int, int]]) -> list[Expr]:
+    """The index expressions taking a fused ``index`` apart into its digits."""
+    found: list[Expr] = []
     for position, (coefficient, extent) in enumerate(digits):
-        value = name if coefficient == 1 else f"{name} // {coefficient}"
-        found.append(value if position == 0 else f"{value} % {extent}")
+        value = index if coefficient == 1 else index // coefficient
+        found.append(value if position == 0 else value % extent)
     return found
+
+
+def _index_vars(prefix: str, count: int) -> tuple[Var, ...]:
+    """``count`` fresh index variables, named ``prefix0``, ``prefix1``, ..."""
+    return tuple(Var(f"{prefix}{i}") for i in range(count))
 
 
 def _plain_producer(sch: Schedule, buffer: str):
@@ -355,9 +363,8 @@ def _swap_last(sch: Schedule, stage, buffer: str) -> None:
     """Store ``buffer`` (accessed by ``stage``) with its last two dimensions swapped."""
     regions = (*sch.get(stage).block.reads, *sch.get(stage).block.writes)
     ndim = next(r.buffer.ndim for r in regions if r.buffer.name == buffer)
-    names = [f"d{i}" for i in range(ndim)]
-    swapped = [*names[:-2], names[-1], names[-2]]
-    sch.transform_layout(stage, buffer, f"lambda {', '.join(names)}: ({', '.join(swapped)})")
+    dims = _index_vars("d", ndim)
+    sch.transform_layout(stage, buffer, IndexMap(dims, (*dims[:-2], dims[-1], dims[-2])))
 
 
 def _written(sch: Schedule, stage) -> str:
@@ -430,21 +437,23 @@ def _transpose_back(sch: Schedule, buffer: str):
                                  or list(writes.target_shape(shape)) != list(store.buffer.shape)):
         return None
     extents = {iv.var: iv.extent for iv in block.iter_vars}
-    names = {var: f"v{n}" for n, var in enumerate(ivs)}
-    targets, covered = [], []
+    olds = _index_vars("v", len(ivs))
+    names = dict(zip(ivs, olds))
+    targets: list[Expr] = []
+    covered = []
     for index, extent in zip(store.value.indices, store.value.buffer.shape):
         digits = _mixed_radix(index, extents)
         if digits is None or math.prod(e for _, _, e in digits) != extent:
             return None
         covered += [id(var) for _, var, _ in digits]
-        targets.append(" + ".join(f"{names[var]} * {c}" for c, var, _ in digits))
+        terms = [names[var] * c for c, var, _ in digits]
+        targets.append(functools.reduce(operator.add, terms))
     # Each iterator in one digit; one of extent 1 the load does not use (a batch of 1)
     # leaves the iteration space.
     if (len(covered) != len(set(covered))
             or any(extents[var] != 1 for var in ivs if id(var) not in covered)):
         return None
-    sch.transform_block_layout(handle, f"lambda {', '.join(names.values())}: "
-                                       f"({', '.join(targets)},)")
+    sch.transform_block_layout(handle, IndexMap(olds, tuple(targets)))
     return sch.get_block(block.name)
 
 
