@@ -125,6 +125,11 @@ def reshape(shape: tuple[int, ...]) -> HostFn:
     return lambda xs: xs[0].reshape(shape)
 
 
+def window(index: tuple[slice, ...]) -> HostFn:
+    """The part of the input ``index`` selects (a Split's output), as its own array."""
+    return lambda xs: np.ascontiguousarray(xs[0][index])
+
+
 def transpose(perm: tuple[int, ...]) -> HostFn:
     """Transpose by ``perm``."""
     return lambda xs: np.ascontiguousarray(xs[0].transpose(perm))

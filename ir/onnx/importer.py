@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from ir.onnx import host_ops, linear
-from ir.onnx.errors import OnnxImportError
+from ir.onnx.errors import OnnxImportError, printable
 from ir.onnx.graph import Graph, Layer, TensorInfo
 from ir.onnx.operators import OperatorLayers
 from ir.onnx.quant import QParams
@@ -62,6 +63,8 @@ class _Importer(OperatorLayers):
         for node in read.nodes:
             if _is(node, "DequantizeLinear"):
                 self._note_dequantize(node)
+            elif _is(node, "QuantizeLinear"):
+                self._qparams(node, node.inputs[1:3], node.attrs.get("axis", 1))  # checked
         qdq = {node.index for node in read.nodes if self._qdq_candidate(node)}
         absorbed: set[int] = set()
         for node in read.nodes:
@@ -73,10 +76,11 @@ class _Importer(OperatorLayers):
                 continue
             if _is(node, "DequantizeLinear") and not self._dq_needed(node, qdq):
                 continue
-            layer = (self._qdq_layer(node) if node.index in qdq else self._layer(node))
-            self.layers.append(layer)
-            self.shapes[layer.output] = layer.output_shape
-            self.dtypes[layer.output] = layer.output_dtype
+            layers = (self._qdq_layer(node),) if node.index in qdq else self._layers(node)
+            for layer in layers:
+                self.layers.append(_shown(layer))
+                self.shapes[layer.output] = layer.output_shape
+                self.dtypes[layer.output] = layer.output_dtype
         return Graph(read.path, tuple(self._info(n) for n in read.inputs),
                      tuple(self._info(n) for n in read.outputs), tuple(self.layers),
                      read.model, read.constants)
@@ -121,17 +125,88 @@ class _Importer(OperatorLayers):
         return node.outputs[0] in self.read.outputs or any(u.index not in qdq for u in users)
 
     def _qparams(self, node: NodeView, names: Sequence[str], axis: int) -> QParams:
+        """The scale and zero point named ``names`` of ``node``'s quantised tensor, checked
+        as ONNX states them (:meth:`_check_qparams`)."""
         constants = self.read.constants
         if not names or names[0] not in constants or (len(names) > 1 and names[1]
                                                       and names[1] not in constants):
             raise OnnxImportError(f"{self.read.where(node)} requires a constant scale and "
                                   "zero point, got a computed one")
         scale = constants[names[0]]
-        zp = constants[names[1]] if len(names) > 1 and names[1] else np.zeros((), np.uint8)
+        given = constants[names[1]] if len(names) > 1 and names[1] else None
+        self._check_qparams(node, names, scale, given, int(axis))
+        zp = given if given is not None else np.zeros((), self._default_zero_dtype(node))
         if zp.size > 1 and np.any(zp != zp.reshape(-1)[0]):
             raise OnnxImportError(f"{self.read.where(node)} requires one zero point for the "
                                   f"whole tensor, got {zp.size} different ones")
         return QParams(scale, zp.reshape(-1)[:1].reshape(()), int(axis))
+
+    def _check_qparams(self, node: NodeView, names: Sequence[str], scale: np.ndarray,
+                       zero_point: np.ndarray | None, axis: int) -> None:
+        """ONNX's rules, which onnxruntime enforces when it runs the model: a scale of one
+        element (per tensor), or, for QuantizeLinear and DequantizeLinear, 1-D with one
+        element per index of ``axis`` of the quantised tensor (per axis); a zero point of
+        the scale's shape, int8 or uint8 (for a dequantised constant, which is folded on the
+        host: the constant's type, int32 for a bias)."""
+        where = self.read.where(node)
+        per_axis = _is(node, "QuantizeLinear") or _is(node, "DequantizeLinear")
+        block = node.attrs.get("block_size", 0) if per_axis else 0
+        if block:
+            raise OnnxImportError(f"{where} requires per-tensor or per-axis quantisation, "
+                                  f"got blocked quantisation (block_size {block})")
+        if scale.size != 1 and (scale.ndim != 1 or not per_axis):
+            wanted = "a scalar or a 1-D" if per_axis else "a one-element"
+            raise OnnxImportError(f"{where} requires {wanted} scale, got {names[0]!r} of "
+                                  f"shape {scale.shape}")
+        shape = self._quantised_shape(node) if per_axis else None
+        if scale.size != 1 and shape is not None:
+            if not -len(shape) <= axis < len(shape):
+                raise OnnxImportError(f"{where} requires an axis within its "
+                                      f"{len(shape)}-D input ({-len(shape)} to "
+                                      f"{len(shape) - 1}), got axis {axis}")
+            if scale.size != shape[axis]:
+                raise OnnxImportError(f"{where} requires one scale per index of axis {axis} "
+                                      f"({shape[axis]} for input shape {shape}), got "
+                                      f"{scale.size} in {names[0]!r}")
+        if zero_point is None:
+            return
+        if zero_point.size != scale.size or zero_point.ndim > 1:
+            raise OnnxImportError(f"{where} requires its zero point {names[1]!r} of the "
+                                  f"scale's shape {scale.shape}, got shape {zero_point.shape}")
+        allowed: tuple[str, ...] = ("int8", "uint8")
+        constant = self.read.constants.get(node.inputs[0])
+        if _is(node, "DequantizeLinear") and constant is not None:
+            allowed = (constant.dtype.name,)  # folded on the host, whatever its type
+        if zero_point.dtype.name not in allowed:
+            raise OnnxImportError(f"{where} requires a zero point of {' or '.join(allowed)}, "
+                                  f"got {names[1]!r} of {zero_point.dtype.name}")
+
+    def _default_zero_dtype(self, node: NodeView) -> np.dtype:
+        """The integer type of a quantised tensor without a zero point: a
+        DequantizeLinear's input's; for a QuantizeLinear, uint8 or, from opset 21 on, its
+        ``output_dtype``."""
+        if _is(node, "DequantizeLinear"):
+            tensor = node.inputs[0]
+            constant = self.read.constants.get(tensor)
+            dtype = constant.dtype.name if constant is not None else self.dtypes.get(tensor)
+            return np.dtype(dtype if dtype in ("int8", "uint8", "int32") else "uint8")
+        code = node.attrs.get("output_dtype", 0) if _is(node, "QuantizeLinear") else 0
+        if not code:
+            return np.dtype(np.uint8)
+        from onnx import helper
+
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(code))
+        if dtype.name not in ("int8", "uint8"):
+            raise OnnxImportError(f"{self.read.where(node)} requires an output_dtype of int8 "
+                                  f"or uint8, got {dtype.name}")
+        return dtype
+
+    def _quantised_shape(self, node: NodeView) -> tuple[int, ...] | None:
+        """The shape of the tensor a QuantizeLinear or DequantizeLinear reads, if known."""
+        tensor = node.inputs[0]
+        if tensor in self.read.constants:
+            return tuple(self.read.constants[tensor].shape)
+        return self.shapes.get(tensor)
 
     def _qdq_layer(self, node: NodeView) -> Layer:
         quantize = self.read.consumers[node.outputs[0]][0]
@@ -261,6 +336,16 @@ class _Importer(OperatorLayers):
             raise OnnxImportError(f"{self.read.path}: graph tensor {name!r} requires a static "
                                   "shape, got none")
         return TensorInfo(name, self.shapes[name], self.dtypes.get(name, "float32"))
+
+
+def _shown(layer: Layer) -> Layer:
+    """``layer`` with its name and op printable (:func:`ir.onnx.errors.printable`): they
+    go to a terminal in progress lines and tables, and a model may hold any characters."""
+    name, op = printable(layer.name), printable(layer.op)
+    if name == layer.name and op == layer.op:
+        return layer
+    return replace(layer, name=name, op=op,
+                   variants=tuple(_shown(v) for v in layer.variants))
 
 
 def _is(node: NodeView, op: str) -> bool:

@@ -1,11 +1,14 @@
 """The importer's function per plain operator: Conv, MatMul, Gemm, their integer forms
 (QLinearConv, ConvInteger, QLinearMatMul, MatMulInteger), QuantizeLinear, DequantizeLinear,
-the host operators, and the onnxruntime fallback for any other.
+the host operators, Split, and the onnxruntime fallback for any other.
 
 :class:`OperatorLayers` is mixed into the importer (:mod:`ir.onnx.importer`), whose state
 (the read model, the shapes and dtypes known so far, the dequantised constants) and shared
 helpers (``_shape``, ``_qparams``, ``_operands``) its handlers use. :data:`HANDLERS` maps
-an op type to its handler.
+an op type to its handler; :data:`SEVERAL` an op type whose node has several outputs to
+the handler making one layer per output in use (Split). A fallback node gets a layer per
+output in use too; where onnx's inference of the whole model left an output's shape unknown,
+:mod:`ir.onnx.inference` finds it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ir.onnx import host_ops, linear
+from ir.onnx import host_ops, inference, linear
 from ir.onnx.errors import OnnxImportError, UnsupportedOperatorError
 from ir.onnx.graph import Layer
 from ir.onnx.quant import QParams
@@ -36,14 +39,33 @@ class OperatorLayers:
     shapes: dict[str, tuple[int, ...]]
     dtypes: dict[str, str]
 
-    def _layer(self, node: NodeView) -> Layer:
+    def _layers(self, node: NodeView) -> tuple[Layer, ...]:
+        """The node's layers: one, or one per output in use for a node with several
+        (:meth:`_split`, and the fallback)."""
         where = self.read.where(node)
-        handler = HANDLERS.get(node.op) if node.domain in ("", "ai.onnx") else None
+        onnx_domain = node.domain in ("", "ai.onnx")
+        several = SEVERAL.get(node.op) if onnx_domain else None
+        if several is not None:
+            return several(self, node, where)
+        handler = HANDLERS.get(node.op) if onnx_domain else None
         if handler is not None:
-            return handler(self, node, where)
+            return (handler(self, node, where),)
         if not self.fallback:
             raise UnsupportedOperatorError(self.read.path, node.name, node.op)
         return self._fallback(node)
+
+    def _outputs_in_use(self, node: NodeView) -> list[int]:
+        """Indices of the node's outputs that a later node or the graph reads (the first
+        output where none is: the node still gets its layer, checked like any other)."""
+        used = [i for i, name in enumerate(node.outputs)
+                if name and (name in self.read.consumers or name in self.read.outputs)]
+        return used or [0]
+
+    @staticmethod
+    def _layer_name(node: NodeView, used: Sequence[int], index: int) -> str:
+        """The name of the layer of output ``index``: the node's, or, where an output
+        other than the first is in ``used``, ``name:index``."""
+        return node.name if list(used) == [0] else f"{node.name}:{index}"
 
     def _float_input(self, node: NodeView, tensor: str) -> np.ndarray | None:
         """A constant input as float (a dequantised constant folded), or None."""
@@ -97,7 +119,7 @@ class OperatorLayers:
         x, w_name = node.inputs[0], node.inputs[3]
         weights = self._constant(node, w_name, "weights")
         xq = self._qparams(node, node.inputs[1:3], 1)
-        wq = QParams(self._constant(node, node.inputs[4], "w_scale"),
+        wq = QParams(self._weight_scale(node, 4, weights.shape[0], "output channel"),
                      self._constant(node, node.inputs[5], "w_zero_point").reshape(-1)[:1]
                      .reshape(()), 0)
         self._check_weight_zero_points(node, node.inputs[5])
@@ -119,7 +141,9 @@ class OperatorLayers:
     def _qlinear_matmul(self, node: NodeView, where: str) -> Layer:
         a, b = node.inputs[0], node.inputs[3]
         aq = self._qparams(node, node.inputs[1:3], 1)
-        bq = QParams(self._constant(node, node.inputs[4], "b_scale"),
+        columns = self._shape(b, node)[-1] if b not in self.read.constants \
+            else self.read.constants[b].shape[-1]
+        bq = QParams(self._weight_scale(node, 4, columns, "column of b"),
                      self._constant(node, node.inputs[5], "b_zero_point").reshape(-1)[:1]
                      .reshape(()), 1)
         yq = self._qparams(node, node.inputs[6:8], 1)
@@ -142,6 +166,17 @@ class OperatorLayers:
                                          None, yq, node.outputs[0], where)
         return linear.integer_matmul(node.name, op, a, a_shape, aq, b, self._shape(b, node),
                                      None, bq, None, yq, node.outputs[0], where)
+
+    def _weight_scale(self, node: NodeView, index: int, count: int, per: str) -> np.ndarray:
+        """The constant weight scale at input ``index``: one element, or one per ``per``
+        (``count`` of them), as onnxruntime's QLinearConv and QLinearMatMul take it."""
+        name = node.inputs[index]
+        scale = self._constant(node, name, "weight scale")
+        if scale.size != 1 and (scale.ndim != 1 or scale.size != count):
+            raise OnnxImportError(f"{self.read.where(node)} requires a weight scale of one "
+                                  f"element or one per {per} ({count}), got {name!r} of "
+                                  f"shape {scale.shape}")
+        return scale
 
     def _zero_point_params(self, node: NodeView, index: int, dtype: str) -> QParams:
         if len(node.inputs) > index and node.inputs[index]:
@@ -266,26 +301,117 @@ class OperatorLayers:
                      tuple(self._shape(i, node) for i in inputs), tuple(int(d) for d in shape),
                      dtype, 0, "", host=fn, epilogue=epilogue)
 
-    def _fallback(self, node: NodeView) -> Layer:
+    def _split(self, node: NodeView, where: str) -> tuple[Layer, ...]:
+        """Split: one host layer per output in use, each a slice of the input along
+        ``axis`` (sizes from the ``split`` input or attribute, or ``num_outputs``, or equal
+        parts)."""
+        x = node.inputs[0]
+        shape = self._shape(x, node)
+        rank = len(shape)
+        axis = int(node.attrs.get("axis", 0))
+        if not -rank <= axis < rank:
+            raise OnnxImportError(f"{where} requires an axis within its {rank}-D input "
+                                  f"({-rank} to {rank - 1}), got axis {axis}")
+        axis %= rank
+        sizes = self._split_sizes(node, shape[axis], where)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        dtype = self.dtypes.get(x, "float32")
+        used = self._outputs_in_use(node)
+        layers = []
+        for index in used:
+            part = shape[:axis] + (sizes[index],) + shape[axis + 1:]
+            window = (slice(None),) * axis + (slice(starts[index],
+                                                    starts[index] + sizes[index]),)
+            name = self._layer_name(node, used, index)
+            layers.append(Layer(name, "Split", (x,), node.outputs[index], (shape,), part,
+                                dtype, 0, f"axis {axis} [{starts[index]}:"
+                                f"{starts[index] + sizes[index]}]",
+                                host=host_ops.window(window)))
+        return tuple(layers)
+
+    def _split_sizes(self, node: NodeView, extent: int, where: str) -> list[int]:
+        """The sizes of a Split's parts along its axis of ``extent``, checked."""
+        count = len(node.outputs)
+        name = node.inputs[1] if len(node.inputs) > 1 else ""
+        if name:
+            sizes = [int(v) for v in self._constant(node, name, "split sizes").reshape(-1)]
+        elif "split" in node.attrs:
+            sizes = [int(v) for v in node.attrs["split"]]
+        elif "num_outputs" in node.attrs:
+            parts = int(node.attrs["num_outputs"])
+            if parts != count or parts <= 0:
+                raise OnnxImportError(f"{where} requires num_outputs equal to its {count} "
+                                      f"outputs, got {parts}")
+            # Opset 18: parts of ceil(extent / n), the last one smaller.
+            chunk = -(-extent // parts)
+            sizes = [chunk] * (parts - 1) + [extent - chunk * (parts - 1)]
+        else:
+            if extent % count:
+                raise OnnxImportError(f"{where} requires its axis ({extent}) to divide into "
+                                      f"{count} equal parts, got a remainder of "
+                                      f"{extent % count}")
+            sizes = [extent // count] * count
+        if len(sizes) != count or min(sizes) <= 0 or sum(sizes) != extent:
+            raise OnnxImportError(f"{where} requires {count} positive sizes (one per output) "
+                                  f"adding up to its axis ({extent}), got {sizes}")
+        return sizes
+
+    def _fallback(self, node: NodeView) -> tuple[Layer, ...]:
         from ir.onnx.fallback import ort_node
 
-        used = [o for o in node.outputs[1:] if o and o in self.read.consumers]
-        if used:
-            raise OnnxImportError(f"{self.read.where(node)} requires only its first output to "
-                                  f"be used (it runs on the host as one layer), got {used[0]!r} "
-                                  "used too")
-        out = node.outputs[0]
-        if out not in self.shapes or out not in self.dtypes:
-            raise OnnxImportError(f"{self.read.where(node)} requires a static output shape "
-                                  "(from onnx shape inference) to run on the host, got none")
+        where = self.read.where(node)
+        used = self._outputs_in_use(node)
+        outputs = [node.outputs[i] for i in used]
+        types = self._fallback_types(node, outputs)
         constants = {t: self._float_input(node, t) for t in node.inputs
                      if t in self.read.constants or t in self.qconst}
         activations = [t for t in node.inputs if t and t not in constants]
-        fn = ort_node(node, activations, constants, self.read.model)
-        return Layer(node.name, node.op, tuple(activations), out,
-                     tuple(self._shape(i, node) for i in activations), self.shapes[out],
-                     self.dtypes[out], 0, "", host=fn, fallback=True,
-                     epilogue="run by onnxruntime (no importer function for this operator)")
+        functions = ort_node(node, activations, constants, self.read.model, outputs, where)
+        layers = []
+        for index, out, fn in zip(used, outputs, functions):
+            shape, dtype = types[out]
+            name = self._layer_name(node, used, index)
+            layers.append(Layer(name, node.op, tuple(activations), out,
+                                tuple(self._shape(i, node) for i in activations), shape,
+                                dtype, 0, "", host=fn, fallback=True,
+                                epilogue="run by onnxruntime (no importer function for "
+                                         "this operator)"))
+        return tuple(layers)
+
+    def _fallback_types(self, node: NodeView, outputs: Sequence[str]
+                        ) -> dict[str, tuple[tuple[int, ...], str]]:
+        """The static shape and dtype of each of ``outputs``: from onnx's inference of the
+        whole model, else of the node alone on the types known now, else by the rule of a
+        contrib operator (:mod:`ir.onnx.inference`)."""
+        types = {o: (self.shapes[o], self.dtypes[o]) for o in outputs
+                 if o in self.shapes and o in self.dtypes}
+        if len(types) == len(outputs):
+            return types
+        where = self.read.where(node)
+        found = inference.infer_onnx(node, self._type_of, self.read.constants,
+                                     self.read.opsets)
+        if node.outputs[0] in outputs and node.outputs[0] not in found:
+            first = inference.contrib_output(node, self._type_of, where)
+            if first is not None:
+                found[node.outputs[0]] = first
+        found.update(types)
+        missing = [o for o in outputs if o not in found]
+        if missing:
+            raise OnnxImportError(f"{where} requires a static shape for its output "
+                                  f"{missing[0]!r} to run on the host, got none (onnx's shape "
+                                  "inference does not know it, and neither does the "
+                                  "importer); export with static shapes")
+        return {o: found[o] for o in outputs}
+
+    def _type_of(self, tensor: str) -> tuple[tuple[int, ...], str] | None:
+        """A tensor's (shape, dtype), where known: a constant's, or one inferred or
+        computed."""
+        value = self.read.constants.get(tensor)
+        if value is not None:
+            return tuple(value.shape), value.dtype.name
+        if tensor in self.shapes and tensor in self.dtypes:
+            return self.shapes[tensor], self.dtypes[tensor]
+        return None
 
 
 HANDLERS: dict[str, Callable[[OperatorLayers, NodeView, str], Layer]] = {
@@ -301,4 +427,9 @@ HANDLERS: dict[str, Callable[[OperatorLayers, NodeView, str], Layer]] = {
     **{op: OperatorLayers._host_op for op in ("Relu", "Clip", "Add", "MaxPool", "AveragePool",
                                          "GlobalAveragePool", "Reshape", "Flatten",
                                          "Transpose", "Softmax")},
+}
+
+# Operators whose node becomes several layers, one per output in use.
+SEVERAL: dict[str, Callable[[OperatorLayers, NodeView, str], tuple[Layer, ...]]] = {
+    "Split": OperatorLayers._split,
 }

@@ -3,6 +3,11 @@
 Everything a later step needs is collected here once: the constants (initializers and
 Constant nodes, as numpy arrays), every tensor's static shape and dtype that is known (graph
 inputs, and onnx's shape inference for the rest), the producer and consumers of each tensor.
+
+What no later step could run is refused here, naming the file and the node: an opset newer
+than the installed onnx defines, and a node whose operator neither onnx, nor onnxruntime's
+contrib domain, nor a function of the model itself defines (onnxruntime, which checks the
+model, would refuse it too, without saying where).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ir.onnx import limits
-from ir.onnx.errors import OnnxImportError
+from ir.onnx.errors import OnnxImportError, printable
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +42,8 @@ class NodeView:
 @dataclass(slots=True)
 class ModelFile:
     """A read model: its path, the proto, its nodes in order, constants, shapes, dtypes,
-    graph inputs and outputs (names), and each tensor's consumers."""
+    graph inputs and outputs (names), each tensor's consumers, the default domain's opset
+    and every imported domain's (``""`` for the default)."""
 
     path: str
     model: object
@@ -49,10 +55,16 @@ class ModelFile:
     outputs: list[str]
     consumers: dict[str, list[NodeView]] = field(default_factory=dict)
     opset: int = 0
+    opsets: dict[str, int] = field(default_factory=dict)
 
     def where(self, node: NodeView) -> str:
         """``model.onnx: node 'conv1' (Conv)``, for messages."""
-        return f"{self.path}: node {node.name!r} ({node.op})"
+        return f"{self.path}: node {node.name!r} ({printable(node.op)})"
+
+
+# onnxruntime's own operator domain (its contrib operators: QLinearConcat, QLinearAdd, ...),
+# whose nodes run through the fallback. onnx does not define them, so they are not checked.
+ONNXRUNTIME_DOMAINS = frozenset({"com.microsoft"})
 
 
 def require(module: str, who: str) -> None:
@@ -88,6 +100,7 @@ def read_model(path: str | os.PathLike) -> ModelFile:
         raise OnnxImportError(f"{name}: requires an ONNX model, got a file onnx cannot "
                               f"parse ({type(err).__name__}: {err})") from None
     graph = model.graph
+    opsets = _check_opsets(name, model)
     if len(graph.node) > limits.MAX_NODES:
         raise OnnxImportError(f"{name}: requires at most {limits.MAX_NODES} nodes, got "
                               f"{len(graph.node)}")
@@ -119,6 +132,7 @@ def read_model(path: str | os.PathLike) -> ModelFile:
         view = NodeView(proto.name or f"{proto.op_type}_{index}", proto.op_type,
                         proto.domain, tuple(proto.input), tuple(proto.output), attrs, proto,
                         index)
+        _check_operator(name, view, opsets, model)
         if proto.op_type == "Constant" and proto.domain in ("", "ai.onnx"):
             constants[proto.output[0]] = _constant_value(name, view)
             continue
@@ -136,13 +150,85 @@ def read_model(path: str | os.PathLike) -> ModelFile:
         _check_elements(name, input_name, list(shapes[input_name]))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     read = ModelFile(name, model, nodes, constants, shapes, dtypes, inputs,
-                     [o.name for o in graph.output], opset=opset)
+                     [o.name for o in graph.output], opset=opset, opsets=opsets)
     for node in nodes:
         for tensor in node.inputs:
             if tensor:
                 read.consumers.setdefault(tensor, []).append(node)
     _check_order(read)
     return read
+
+
+def _onnx_domain(domain: str) -> str:
+    """The domain as onnx's schemas name it (``ai.onnx`` is the default domain, ``""``)."""
+    return "" if domain == "ai.onnx" else domain
+
+
+def _newest_opset(domain: str) -> int | None:
+    """The newest opset version of an ONNX ``domain`` the installed onnx defines, or None
+    for a domain onnx does not define."""
+    from onnx import defs
+
+    if domain == "":
+        return defs.onnx_opset_version()
+    if domain == "ai.onnx.ml":
+        return defs.onnx_ml_opset_version()
+    versions = [s.since_version for s in defs.get_all_schemas_with_history()
+                if s.domain == domain]
+    return max(versions) if versions else None
+
+
+def _check_opsets(path: str, model) -> dict[str, int]:
+    """The model's opset imports (domain -> version), each ONNX one within what the
+    installed onnx defines."""
+    import onnx
+
+    opsets: dict[str, int] = {}
+    for opset in model.opset_import:
+        domain = _onnx_domain(opset.domain)
+        newest = _newest_opset(domain)
+        if newest is not None and not 1 <= opset.version <= newest:
+            shown = opset.domain or "ai.onnx"
+            raise OnnxImportError(f"{path}: opset import {shown!r} requires a version from 1 "
+                                  f"to {newest} (the newest onnx {onnx.__version__} defines), "
+                                  f"got {opset.version}; export the model with opset "
+                                  f"{newest} or lower")
+        opsets[domain] = int(opset.version)
+    return opsets
+
+
+def _check_operator(path: str, node: NodeView, opsets: dict[str, int], model) -> None:
+    """Refuse a node no one can run: its domain not imported, unknown to onnx and to
+    onnxruntime and no function of the model; or an ONNX operator its opset lacks."""
+    from onnx import defs
+
+    domain = _onnx_domain(node.domain)
+    where = f"{path}: node {node.name!r} ({printable(node.op)})"
+    if any(f.domain == node.domain and f.name == node.op for f in model.functions):
+        return  # a function the model defines: onnx and onnxruntime inline it
+    if domain not in opsets:
+        imported = ", ".join(repr(d or "ai.onnx") for d in sorted(opsets)) or "none"
+        shown = node.domain or "ai.onnx"
+        raise OnnxImportError(f"{where} requires its domain {shown!r} among the model's "
+                              f"opset imports, got {imported}")
+    if domain in ONNXRUNTIME_DOMAINS:
+        return
+    if _newest_opset(domain) is None:
+        known = ", ".join(repr(d) for d in ("ai.onnx", "ai.onnx.ml", *ONNXRUNTIME_DOMAINS))
+        raise OnnxImportError(f"{where} requires an operator domain onnx or onnxruntime "
+                              f"defines ({known}), got {node.domain!r}; replace "
+                              "the node, or export without custom operators")
+    if not defs.has(node.op, domain):
+        raise OnnxImportError(f"{where} requires an operator onnx defines in domain "
+                              f"{domain or 'ai.onnx'!r}, got {printable(node.op)}, which it "
+                              "does not")
+    try:
+        defs.get_schema(node.op, opsets[domain], domain)
+    except defs.SchemaError:
+        since = min(s.since_version for s in defs.get_all_schemas_with_history()
+                    if s.name == node.op and s.domain == domain)
+        raise OnnxImportError(f"{where} requires opset {since} or later ({node.op} is new "
+                              f"in opset {since}), got opset {opsets[domain]}") from None
 
 
 def _check_elements(path: str, tensor: str, dims: list[int]) -> None:

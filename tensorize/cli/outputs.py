@@ -2,9 +2,11 @@
 whole or not at all.
 
 A path is refused up front when it names a directory, when its directory is missing or not
-writable, or when it is the kernel file itself (by resolved path, or the same file under
-another name). Writing goes to a temporary file in the same directory, renamed over the path
-only once complete, so a failed or interrupted run never leaves half a file.
+writable, when it is the kernel file itself (by resolved path, or the same file under
+another name), or when the file system refuses to look it up at all (a name too long, a
+directory this user may not search). Writing goes to a temporary file in the same directory,
+renamed over the path only once complete, so a failed or interrupted run never leaves half a
+file.
 """
 
 from __future__ import annotations
@@ -17,9 +19,35 @@ from pathlib import Path
 from tensorize.cli.errors import UsageError
 
 
+# Characters of a path shown in a message; a longer one is shortened in the middle.
+_SHOWN = 80
+# Characters of the output's name kept in its temporary file's name, so that a name the file
+# system takes still does once the temporary file's prefix and suffix are added.
+_TEMPORARY_STEM = 64
+
+
 def check_output_path(option: str, name: str, kernel: Path) -> Path:
     """The path ``name`` given to ``option``, refused (UsageError) if it cannot be written or
     would overwrite ``kernel``."""
+    try:
+        return _check_output_path(option, name, kernel)
+    except (OSError, ValueError) as err:
+        # ENAMETOOLONG, EACCES on a directory on the way, an embedded NUL: the file system
+        # cannot even look the path up.
+        reason = getattr(err, "strerror", None) or str(err)
+        raise UsageError(f"{option} requires a path this file system can write, got "
+                         f"{_shown(name)}: {reason}; choose a shorter or other path") from None
+
+
+def _shown(name: str) -> str:
+    """``name`` for a message: whole when short, else its ends and its length."""
+    if len(name) <= _SHOWN:
+        return name
+    half = _SHOWN // 2
+    return f"{name[:half]}...{name[-half:]} ({len(name)} characters)"
+
+
+def _check_output_path(option: str, name: str, kernel: Path) -> Path:
     path = Path(name)
     if path.is_dir():
         raise UsageError(f"{option} requires a file path, got the directory {name}; name a "
@@ -39,7 +67,8 @@ def check_output_path(option: str, name: str, kernel: Path) -> Path:
 
 def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
     """Call ``write`` on a temporary file beside ``path``, then rename it over ``path``."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    stem = path.name[:_TEMPORARY_STEM]
+    temporary = path.with_name(f".{stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         write(temporary)
         os.replace(temporary, path)

@@ -5,7 +5,9 @@ Each layer's output tensor is added to the graph's outputs, so one run gives eve
 intermediate. onnxruntime keeps its usual optimisations (its QDQ fusions included: a fused
 QLinearConv's output is the quantised tensor the layer produces, which stays visible), on one
 thread, as a deployment on this CPU would run it; :func:`fused_nodes` says which nodes it
-fused into integer kernels.
+fused into integer kernels. A model onnxruntime refuses (an operator it does not have, a
+parameter its kernel rejects) is an :class:`~ir.onnx.OnnxImportError` naming the file, with
+onnxruntime's reason.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ir.onnx import Graph
+from ir.onnx import Graph, OnnxImportError
+from ir.onnx.errors import onnxruntime_reason, printable
 
 # onnxruntime's integer kernels that QDQ fusion produces on the CPU.
 FUSED_KERNELS = frozenset({"QLinearConv", "QGemm", "QLinearMatMul", "QLinearAdd",
@@ -65,7 +68,7 @@ def _exposed(graph: Graph) -> tuple[object, dict[str, tuple[str, np.ndarray, np.
     return model, recover
 
 
-def _session(model, optimized: str | None = None):
+def _session(path: str, model, optimized: str | None = None):
     from ir.onnx.reader import require
 
     require("onnxruntime", "checking the model against onnxruntime")
@@ -74,7 +77,9 @@ def _session(model, optimized: str | None = None):
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
-    options.log_severity_level = 3
+    # Fatal only: an error comes back as an exception, which our message quotes; its
+    # log line (coloured, with a C++ source position) would only repeat it.
+    options.log_severity_level = 4
     # Keep int8 activations int8 in the QDQ fusions: by default onnxruntime on x86 converts
     # them to uint8 first, which it cannot do to a tensor the graph outputs, and then leaves
     # those nodes unfused (float32 convolutions between dequantise and quantise). With this
@@ -82,16 +87,28 @@ def _session(model, optimized: str | None = None):
     options.add_session_config_entry("session.qdqisint8allowed", "1")
     if optimized is not None:
         options.optimized_model_filepath = optimized
-    return ort.InferenceSession(model.SerializeToString(), options,
-                                providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(model.SerializeToString(), options,
+                                    providers=["CPUExecutionProvider"])
+    except Exception as err:  # noqa: BLE001  onnxruntime's own error types
+        raise _refused(path, err) from None
+
+
+def _refused(path: str, err: Exception) -> OnnxImportError:
+    """onnxruntime's refusal of the model at ``path`` as our error, naming the file."""
+    return OnnxImportError(f"{path}: onnxruntime, the reference, cannot run the model: "
+                           f"{printable(onnxruntime_reason(err))}")
 
 
 def run_reference(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every layer's output (and the graph's outputs) as onnxruntime computes them."""
     model, recover = _exposed(graph)
-    session = _session(model)
+    session = _session(graph.path, model)
     names = [o.name for o in model.graph.output]
-    results = dict(zip(names, session.run(names, dict(inputs))))
+    try:
+        results = dict(zip(names, session.run(names, dict(inputs))))
+    except Exception as err:  # noqa: BLE001  onnxruntime's own error types
+        raise _refused(graph.path, err) from None
     for tensor, (exposed, scale, zero_point) in recover.items():
         quotient = results[exposed] / np.asarray(scale, np.float32)
         results[tensor] = (np.rint(quotient).astype(np.int32)
@@ -100,19 +117,19 @@ def run_reference(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, n
 
 
 def fused_nodes(graph: Graph) -> dict[str, str]:
-    """Node name -> the integer kernel onnxruntime fused it into (QLinearConv, QGemm, ...),
-    read from the model onnxruntime optimises for this CPU (intermediates exposed, as the
-    reference runs it)."""
+    """Node name (printable, as the layers name it) -> the integer kernel onnxruntime fused
+    it into (QLinearConv, QGemm, ...), read from the model onnxruntime optimises for this
+    CPU (intermediates exposed, as the reference runs it)."""
     import onnx
 
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "optimized.onnx")
-        _session(_exposed(graph)[0], path)
+        _session(graph.path, _exposed(graph)[0], path)
         optimized = onnx.load(path)
     fused: dict[str, str] = {}
     for node in optimized.graph.node:
         if node.op_type in FUSED_KERNELS:
-            fused[_original_name(node.name)] = node.op_type
+            fused[printable(_original_name(node.name))] = node.op_type
     return fused
 
 
