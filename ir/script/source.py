@@ -18,7 +18,8 @@ from functools import cached_property
 from ir.errors import LINE_BREAK, KernelError, SourceLoc
 
 #: How deeply one expression may nest, counting every operator, call and subscript on the way
-#: down: a sum ``a0 + a1 + ... + a1999`` of 2000 terms nests 2000 levels. The IR's own walkers
+#: down (a name or a constant is none): a sum ``A[i, 0] + A[i, 1] + ... + A[i, 1999]`` of 2000
+#: terms nests 2000 levels (docs/trust.md). The IR's own walkers
 #: (printer, verifier, structural equality, the visitors, the host backend) follow a chain of
 #: operators without recursing, but other passes recurse once per level; this is the depth
 #: they may count on. Python's parser gives up near 3000 levels.
@@ -34,6 +35,8 @@ MAX_INDEX_DEPTH = 100
 _SPLIT_HINT = "split it with a temporary buffer"
 # Operator and context nodes: shared singletons in an AST, and no level of nesting.
 _MARKERS = (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
+# Expression nodes that are no level of nesting: they hold no expression.
+_LEAVES = (ast.Name, ast.Constant)
 # Tokens between logical lines: a logical line starts at the first token that is none of them.
 _LAYOUT_TOKENS = (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)
 
@@ -233,17 +236,23 @@ def check_index_depth(source: SourceText, node: ast.expr, what: str) -> None:
 def _nesting(root: ast.expr) -> tuple[int, int]:
     """(depth, operand nesting) of an expression, walked without recursion.
 
-    Depth counts the expression nodes on the longest path down (a keyword or comprehension
-    between them adds none). Operand nesting counts them too, except that the left operand of
+    Depth counts the levels on the longest path down: every operator, call, subscript and
+    other expression node, but not a name or a constant (a leaf nests nothing) nor the tuple
+    of a subscript's indices (``A[i, j]`` is one load): so ``A[vi, 0] + ... + A[vi, 1999]``,
+    2000 terms, nests 2000 levels, as the IR it becomes does. A keyword or comprehension
+    between nodes adds none. Operand nesting counts them too, except that the left operand of
     a binary operator continues its chain at the same level: the IR's walkers follow such
     chains without recursing.
     """
     levels: dict[int, tuple[int, int]] = {}
+    index_tuples: set[int] = set()
     stack: list[tuple[ast.AST, bool]] = [(root, False)]
     while stack:
         node, expanded = stack.pop()
         children = [c for c in ast.iter_child_nodes(node) if not isinstance(c, _MARKERS)]
         if not expanded and children:
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple):
+                index_tuples.add(id(node.slice))
             stack.append((node, True))
             stack.extend((child, False) for child in children)
             continue
@@ -253,6 +262,7 @@ def _nesting(root: ast.expr) -> tuple[int, int]:
             most = max(most, child_depth)
             chained = isinstance(node, ast.BinOp) and child is node.left
             nested = max(nested, child_nesting - 1 if chained else child_nesting)
-        step = 1 if isinstance(node, ast.expr) else 0
+        step = int(isinstance(node, ast.expr) and not isinstance(node, _LEAVES)
+                   and id(node) not in index_tuples)
         levels[id(node)] = (most + step, nested + step)
     return levels[id(root)]

@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from intrinsics import CpuTarget, Intrinsic, Registry
-from ir import BufferLoad, BufferStore, IntImm, IterKind, PrimFunc, ScheduleError, Select, Var
+from ir import (BufferLoad, BufferRegion, BufferStore, IntImm, IntrinsicCall, IterKind, PrimFunc,
+                ScheduleError, Select, Var)
 from ir.visitor import post_order_visit
 from tensorize.match.result import Match
 from tensorize.schedule import Schedule, tree
@@ -276,7 +277,7 @@ def schedule_cpu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     # The k steps of an iteration are staged together where one load of the family takes
     # them for every staged input (ld1x4: two steps of 8 rows, and of 8 columns).
     group = _load_group(sch, ko, cpu, registry, intrinsic, (tiling.rows, tiling.vectors * ti),
-                        tk)
+                        tk, _stage_dims(sch, block_name, packed, factors, names[-1]))
     together = group > 0
     ko, ku = _split_steps(sch, ko, cpu) if together else (ko, [])
     stage_at = ko
@@ -340,25 +341,48 @@ def schedule_matrix(sch: Schedule, block_name: str, intrinsic: Intrinsic, regist
 
 
 def _load_group(sch: Schedule, ko: Any, cpu: CpuTarget, registry: Registry,
-                intrinsic: Intrinsic, rows: tuple[int, int], tk: int) -> int:
+                intrinsic: Intrinsic, rows: tuple[int, int], tk: int,
+                tiled: Mapping[str, int | None]) -> int:
     """The k steps one load takes (the most any staged input's load takes, 0: not so) when
     the k loop splits into several steps an iteration (:func:`_steps`) and, for
     every input staged in registers (``rows``: A's rows and B's columns in the tile), loads
     of the family fill its stage of those steps a whole number of steps at a time, several
     in one instruction, laid out step by step (operand shape ``(steps, rows, tk)``, ld1x4:
     2 steps, twice an iteration of 4). Elsewhere each step's loads stay next to its calls,
-    as the schedule's count (:func:`tile_cost`) assumes."""
+    as the schedule's count (:func:`tile_cost`) assumes.
+
+    ``tiled`` gives, per input, how many tiled dimensions besides k its register stage has
+    (:func:`_stage_dims`). Only a stage of one (A's rows, or B's columns) is ``(steps, rows,
+    tk)``: an input indexed by both the rows and the columns (B of a grouped convolution,
+    whose channels depend on the output channel, the row) holds one panel a row, ``(steps,
+    tile rows, rows, tk)``, where one row's steps are not one run a load can fill."""
     steps = _steps(sch, ko, cpu)
     if steps <= 1:
         return 0
     staged = [(op, n) for op, n in zip(intrinsic.inputs, rows)
               if op.scope == cpu.register_scope]
+    if any(tiled.get(op.name) != 1 for op, _ in staged):
+        return 0
     groups = [max((group for load in _loads(registry, intrinsic, op.name)
                    if steps % (group := load.operands[0].shape[0]) == 0 and
                    tuple(load.extents) == (n, group * tk) and
                    tuple(load.operands[0].shape) == (group, n, tk)), default=0)
               for op, n in staged]
     return max(groups) if groups and all(groups) else 0
+
+
+def _stage_dims(sch: Schedule, block_name: str, packed: Mapping[str, str],
+                factors: Mapping[str, int], k: str) -> dict[str, int | None]:
+    """Per input (its packed buffer in ``packed``), how many of the dimensions indexing it
+    the register tile splits (``factors``), k (iterator ``k``) left out: the dimensions
+    besides k its register stage holds more than one element of; None when an index is not
+    a plain iterator."""
+    result: dict[str, int | None] = {}
+    for op, buffer in packed.items():
+        dims = _index_vars(sch, block_name, buffer)
+        result[op] = None if dims is None else sum(
+            1 for d in dims if d != k and factors.get(d, 1) > 1)
+    return result
 
 
 def _steps(sch: Schedule, ko: Any, cpu: CpuTarget) -> int:
@@ -721,10 +745,6 @@ def _vector_nest(sch: Schedule, stage: Any, candidates: list[Intrinsic], require
         # The tile in the intrinsic's iterators (a multi-register load's operand may be laid
         # out differently, step by step).
         shape = tuple(intrinsic.extents)
-        if required and not _whole_rows(sch, stage, intrinsic.operands[0].shape):
-            refusals.append(f"{intrinsic.name}: its {list(intrinsic.operands[0].shape)} "
-                            "tile is not contiguous in the register stage")
-            continue
         if not required and sum(e > 1 for e in shape) > 1:
             # A store of several rows writes them contiguously; in the kernel's output they
             # are a row apart, so only single-row stores fit.
@@ -732,7 +752,10 @@ def _vector_nest(sch: Schedule, stage: Any, candidates: list[Intrinsic], require
         saved_func, saved_steps = sch.func, list(sch.trace.steps)
         try:
             outside, tile = _split_to(sch, own, shape)
+            before = set(tree.block_names(sch.func))
             sch.tensorize(tile[0], intrinsic)
+            if required:
+                _check_runs(sch, set(tree.block_names(sch.func)) - before, intrinsic)
             for loop in outside:
                 sch.unroll(loop)
             return
@@ -746,14 +769,38 @@ def _vector_nest(sch: Schedule, stage: Any, candidates: list[Intrinsic], require
         sch.unroll(loop)
 
 
-def _whole_rows(sch: Schedule, stage: Any, tile: tuple[int, ...]) -> bool:
-    """True when a ``tile``-shaped piece of the buffer ``stage`` writes is contiguous there:
-    every dimension of the tile after its first spans the buffer's whole dimension (a
-    multi-register load fills consecutive registers, so its tile must be one run)."""
-    shape = [int(e) for e in sch.get(stage).block.writes[0].buffer.shape]
-    if len(tile) > len(shape):
-        return False
-    return len(tile) < 2 or list(tile[1:]) == shape[len(shape) - len(tile) + 1:]
+def _check_runs(sch: Schedule, blocks: set[str], intrinsic: Intrinsic) -> None:
+    """ScheduleError unless every operand of the call of ``intrinsic`` in ``blocks`` (the
+    block tensorize made) is one contiguous run of its buffer, as a load or fill moves it:
+    whole registers (several in one instruction for ``ld1x4``) from a dense source. A tile
+    whose dimensions interleave with another's in the register stage or the packed buffer
+    (one row's k steps a panel apart) is refused here, so the next load is tried, rather
+    than by the code generator."""
+    for name in blocks:
+        call = sch.get(sch.get_block(name)).block.body
+        if not isinstance(call, IntrinsicCall):
+            continue
+        for operand, region in zip(intrinsic.operands, call.args):
+            if not isinstance(region, BufferRegion):
+                continue
+            extents = [r.extent.value if isinstance(r.extent, IntImm) else None
+                       for r in region.ranges]
+            if None in extents or not _one_run(extents, region.buffer.effective_strides):
+                raise ScheduleError("cpu schedule", f"{intrinsic.name}: its operand "
+                                    f"{operand.name}, a {'x'.join(map(str, extents))} tile "
+                                    f"of {region.buffer.name}, is not one contiguous run")
+
+
+def _one_run(extents: list[Any], strides: tuple[int, ...]) -> bool:
+    """True when a tile of ``extents`` at element ``strides`` covers consecutive elements."""
+    expected = 1
+    for extent, stride in zip(reversed(extents), reversed(strides)):
+        if extent == 1:
+            continue
+        if stride != expected:
+            return False
+        expected *= extent
+    return True
 
 
 def _own_loops(sch: Schedule, stage: Any, loops: list[Any]) -> list[Any]:

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import targets.host as host
-from ir import BinOp, Buffer, BufferLoad, IntImm, KernelError, Var, post_order_visit
+from ir import (BinOp, Buffer, BufferLoad, BufferStore, IntImm, KernelError, Var,
+                post_order_visit)
 from ir import script as T
 from ir import structural_equal, substitute, te
 from ir.arith import linearize
@@ -81,9 +82,27 @@ def test_a_long_sum_built_with_te_runs():
     np.testing.assert_array_equal(got, values.sum(axis=1, dtype=np.int64).astype(np.int32))
 
 
+def test_a_sum_of_as_many_terms_as_the_depth_limit_parses(tmp_path):
+    # Issue 22, item 11: a 1,999-term sum was refused, each load counted 3 levels (subscript,
+    # index tuple, name). A load is one level, a name or a constant none; the parser follows
+    # the chain at Python's default recursion limit.
+    func = T.load_file(kernel_file(tmp_path, sum_of(MAX_EXPR_DEPTH), MAX_EXPR_DEPTH))["deep"]
+    stores: list[BufferStore] = []
+    post_order_visit(func.body, lambda n: stores.append(n) if isinstance(n, BufferStore) else None)
+    rights, first = spine(stores[0].value)
+    assert len(rights) == MAX_EXPR_DEPTH - 1 and isinstance(first, BufferLoad)
+
+
+def test_a_sum_one_term_past_the_depth_limit_is_refused(tmp_path):
+    err = load_error(kernel_file(tmp_path, sum_of(MAX_EXPR_DEPTH + 1), MAX_EXPR_DEPTH + 1))
+    assert f"nests {MAX_EXPR_DEPTH + 1} levels, more than the limit {MAX_EXPR_DEPTH}" \
+        in err.message
+    assert (err.loc.line, err.loc.col) == (8, 21)
+
+
 def test_a_sum_past_the_depth_limit_is_refused_at_its_line(tmp_path):
     err = load_error(kernel_file(tmp_path, sum_of(MAX_EXPR_DEPTH + 100)))
-    assert f"nests {MAX_EXPR_DEPTH + 102} levels, more than the limit {MAX_EXPR_DEPTH}" \
+    assert f"nests {MAX_EXPR_DEPTH + 100} levels, more than the limit {MAX_EXPR_DEPTH}" \
         in err.message
     assert "split it with a temporary buffer" in err.message
     assert (err.loc.line, err.loc.col) == (8, 21)
@@ -101,14 +120,15 @@ def test_a_sum_too_deep_for_pythons_parser_is_refused_at_its_line(tmp_path):
 
 
 def test_operands_nested_past_the_limit_are_refused(tmp_path):
-    err = load_error(kernel_file(tmp_path, "- " * (MAX_OPERAND_NESTING + 1) + "A[vi, 0]"))
-    # 101 minus signs around A[vi, 0], which nests 3 levels (subscript, tuple, name).
-    assert f"nests operands {MAX_OPERAND_NESTING + 4} levels deep" in err.message
+    err = load_error(kernel_file(tmp_path, "- " * MAX_OPERAND_NESTING + "A[vi, 0]"))
+    # 100 minus signs around A[vi, 0], a load: one level (its indices are no levels of it).
+    assert f"nests operands {MAX_OPERAND_NESTING + 1} levels deep" in err.message
     assert (err.loc.line, err.loc.col) == (8, 21)
 
 
 def test_an_index_nested_past_the_limit_is_refused(tmp_path):
-    err = load_error(kernel_file(tmp_path, "A[vi, 0" + " + 0" * MAX_INDEX_DEPTH + "]"))
+    # 101 additions; the constants are no levels.
+    err = load_error(kernel_file(tmp_path, "A[vi, 0" + " + 0" * (MAX_INDEX_DEPTH + 1) + "]"))
     assert f"an index nests {MAX_INDEX_DEPTH + 1} levels, more than the limit" in err.message
     assert (err.loc.line, err.loc.col) == (8, 27)
 

@@ -1,7 +1,7 @@
 # corpus: an expression nested past the parser's depth limit (2100 terms)
 # args: run {file}
 # expect: {file}:14:25:
-# expect: expression nests 2102 levels, more than the limit 2000
+# expect: expression nests 2100 levels, more than the limit 2000
 # exit: 2
 from ir import script as T
 

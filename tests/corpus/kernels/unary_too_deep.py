@@ -1,7 +1,7 @@
 # corpus: operands nested inside operands past the limit (unary minus)
 # args: run {file}
 # expect: {file}:14:25:
-# expect: expression nests operands 123 levels deep
+# expect: expression nests operands 121 levels deep
 # exit: 2
 from ir import script as T
 
