@@ -311,7 +311,7 @@ def _check_templates(node: YNode, operands: tuple[Operand, ...], ctx: Context,
         try:
             found = parse(backend, child.value).placeholders
         except TemplateError as err:
-            findings.add(_template_loc(child, err), f"{where}: emit.{backend}: {err.message}",
+            findings.add(template_loc(child, err), f"{where}: emit.{backend}: {err.message}",
                          key=f"emit.{backend}: {err.message}")
             continue
         for placeholder in found:
@@ -331,7 +331,7 @@ def _check_templates(node: YNode, operands: tuple[Operand, ...], ctx: Context,
                              f"operand, got no {{{name}}}")
 
 
-def _template_loc(node: YNode, err: TemplateError) -> ir.SourceLoc:
+def template_loc(node: YNode, err: TemplateError) -> ir.SourceLoc:
     """Where in the file a template's problem is: at its character when the template's text
     is in the file as it was read (plain, quoted without escapes, or a literal block, and no
     variant substitution), else at the template."""

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import ir
-from intrinsics.model import Operand
+from intrinsics.model import Intrinsic, Operand
 from intrinsics.source import Findings
 from ir import IterKind
 
@@ -41,6 +41,22 @@ def loads_in(node: ir.Node) -> list[ir.BufferLoad]:
     found: list[ir.BufferLoad] = []
     ir.post_order_visit(node, lambda n: found.append(n) if isinstance(n, ir.BufferLoad)
                         else None)
+    return found
+
+
+def operand_positions(intrinsic: Intrinsic) -> dict[str, list[int]]:
+    """For each tensor operand, the positions (in the intrinsic's iterator order) of the
+    iterators indexing its dimensions, in dimension order."""
+    order = {iv.var: n for n, iv in enumerate(intrinsic.iter_vars)}
+    by_buffer = {o.buffer: o.name for o in intrinsic.operands}
+    found: dict[str, list[int]] = {}
+
+    def visit(node: object) -> None:
+        if isinstance(node, (ir.BufferLoad, ir.BufferStore)) and node.buffer in by_buffer:
+            found[by_buffer[node.buffer]] = [order[i] for i in node.indices
+                                             if isinstance(i, ir.Var) and i in order]
+
+    ir.post_order_visit(intrinsic.semantics, visit)
     return found
 
 

@@ -1,11 +1,14 @@
 """A family's ``cpu:`` section: the CPU target it describes, checked against the family.
 
-The schema (:data:`intrinsics.schema.CPU`) checks each field's type; this module checks what
-the fields say together and against the rest of the file, each finding at its YAML line: the
-register scope is one of the family's, with a capacity that is a whole number of vectors;
-sizes and alignments are powers of two; some register tile fits the registers; every
-emulator named is one the target runs on, and each such engine says what it executes; no
-template asks for more alignment than the runners give every buffer.
+The schema (:data:`intrinsics.schema.CPU`) checks each field's type, bounds and grammar; this
+module checks what the fields say together and against the rest of the file, each finding at
+its YAML line: the register scope is one of the family's, with a capacity that is a whole
+number of vectors, at most :data:`~intrinsics.limits.MAX_CPU_REGISTERS` of them and more than
+those reserved; sizes and alignments are powers of two; some register tile fits the
+registers; every emulator named is one the target runs on, and each such engine says what it
+executes; no template asks for more alignment than the runners give every buffer. What only
+LLVM can vouch for (the triple, CPU and feature names, the intrinsics the templates call) is
+:mod:`intrinsics.llvm_check`'s.
 """
 
 from __future__ import annotations
@@ -13,16 +16,15 @@ from __future__ import annotations
 import difflib
 import re
 
+from intrinsics import limits
 from intrinsics.model import CpuTarget, Intrinsic, Scope, frozen_mapping
+from intrinsics.schema import CPU_NAME
 from intrinsics.source import Findings, YNode
 
 # The CPU code generator's template key: every CPU family's templates are LLVM IR.
 BACKEND = "llvm"
 
 _ALIGN = re.compile(r"\balign (\d+)")
-# An LLVM CPU name (generic, cortex-a55, x86-64): it is written into the IR as a quoted
-# string attribute, so nothing that could end the string may pass.
-_CPU_NAME = re.compile(r"[a-z0-9][a-z0-9.-]*")
 
 
 def build_cpu_target(node: YNode, target: str, scopes: dict[str, Scope],
@@ -41,6 +43,10 @@ def build_cpu_target(node: YNode, target: str, scopes: dict[str, Scope],
         findings.add(node.value["vector_bytes"].loc, f"{where}: vector_bytes requires at "
                      f"least 4 (one 32-bit lane), got {vector_bytes}")
     reserved = values.get("reserved_registers", 0)
+    if registers is not None and reserved >= registers:
+        findings.add(node.value["reserved_registers"].loc, f"{where}: reserved_registers "
+                     f"requires fewer than the {registers} registers, got {reserved}")
+        registers = None
     tile = values["register_tile"]
     smallest = min(tile["rows"]) * min(tile["vectors"]) + min(tile["vectors"]) + 1
     if registers is not None and smallest > registers - reserved:
@@ -61,11 +67,8 @@ def build_cpu_target(node: YNode, target: str, scopes: dict[str, Scope],
     if "cpuinfo" in values and detect != "cpuinfo":
         findings.add(node.value["cpuinfo"].key_loc, f"{where}: cpuinfo names apply with "
                      f"detect: cpuinfo, got detect: {detect}")
+    _check_cpu_names(node, findings, where)
     tune_cpus = tuple(values.get("tune_cpus", [values["cpu"]]))
-    for name in tune_cpus:
-        if _CPU_NAME.fullmatch(name) is None:
-            findings.add(node.value["tune_cpus"].loc, f"{where}: tune_cpus requires LLVM CPU "
-                         f"names (lower-case letters, digits, '.', '-'), got {name!r}")
     if len(findings) > before or registers is None:
         return None
     return CpuTarget(
@@ -78,6 +81,20 @@ def build_cpu_target(node: YNode, target: str, scopes: dict[str, Scope],
         k_unroll=values.get("k_unroll", 1), engines=engines, tune_cpus=tune_cpus,
         emulated=frozen_mapping({k: frozenset(v["executes"]) for k, v in emulators.items()}),
         macs=frozen_mapping(values.get("macs", {})), loc=node.key_loc or node.loc)
+
+
+def _check_cpu_names(node: YNode, findings: Findings, where: str) -> None:
+    """``cpu`` and each of ``tune_cpus`` is an LLVM CPU name: the tune CPU is written into
+    the IR as a quoted string attribute, so nothing that could end the string may pass."""
+    cpu = node.value["cpu"]
+    if CPU_NAME.fullmatch(cpu.value) is None:
+        findings.add(cpu.loc, f"{where}: cpu requires an LLVM CPU name (lower-case letters, "
+                     f"digits, '.', '-'), got {cpu.value!r}")
+    tune = node.get("tune_cpus")
+    for item in tune.value if tune is not None else ():
+        if CPU_NAME.fullmatch(item.value) is None:
+            findings.add(item.loc, f"{where}: tune_cpus requires LLVM CPU names (lower-case "
+                         f"letters, digits, '.', '-'), got {item.value!r}")
 
 
 def _registers(node: YNode, scopes: dict[str, Scope], vector_bytes: int, findings: Findings,
@@ -98,7 +115,13 @@ def _registers(node: YNode, scopes: dict[str, Scope], vector_bytes: int, finding
         findings.add(name_node.loc, f"{where}: register_scope {name} requires a capacity "
                      f"that is a whole number of {vector_bytes}-byte vectors, got {got}")
         return None
-    return scope.capacity // vector_bytes
+    count = scope.capacity // vector_bytes
+    if count > limits.MAX_CPU_REGISTERS:
+        findings.add(name_node.loc, f"{where}: register_scope {name} requires at most "
+                     f"{limits.MAX_CPU_REGISTERS} registers (capacity over vector_bytes), "
+                     f"got {count}")
+        return None
+    return count
 
 
 def check_template_alignment(cpu: CpuTarget, intrinsics: tuple[Intrinsic, ...] | list[Intrinsic],

@@ -12,8 +12,9 @@ render time are checked too (:attr:`Grammar.value`), so even a backend bug canno
 - ``llvm`` (LLVM IR, every CPU target's): ``[{r} =] call TYPE @llvm.ARCH.name(TYPE value,
   ...)`` with ARCH in :data:`LLVM_ARCHES`; ``{r} = load TYPE, ptr {p}[, align N]``; ``store
   TYPE value, ptr {p}[, align N]``; ``{r} = bitcast TYPE value to TYPE``. A type is ``iN``,
-  ``<N x T>``, ``half``, ``bfloat``, ``float``, ``double``, ``ptr`` or a placeholder; N in
-  ``align N`` a power of two. A call's result may also be ``[N x <M x T>]``, N (2 to 4)
+  ``<N x T>`` (at most 8192 bits: one register of the widest a CPU target may describe),
+  ``half``, ``bfloat``, ``float``, ``double``, ``ptr`` or a placeholder; N in ``align N`` a
+  power of two, at most 4096. A call's result may also be ``[N x <M x T>]``, N (2 to 4)
   registers, for an intrinsic that returns that many vectors as a literal struct (AArch64's
   ``ld1x4``), which a template cannot spell since braces are placeholders.
 - ``npu``: one instruction of the NPU assembler (:mod:`simulator.assembler`), read by the
@@ -28,6 +29,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from intrinsics import limits
 from ir.errors import SimulatorFault
 from simulator.assembler import assemble
 
@@ -359,18 +361,36 @@ def _llvm_type(cursor: _Cursor) -> None:
         cursor.at += 1
     elif token is not None and token.text == "<":
         cursor.at += 1
-        cursor.take("a lane count in <N x T>", kind="number")
+        count = cursor.take("a lane count in <N x T>", kind="number")
         cursor.take("'x' in <N x T>", "x", kind="name")
         lane = cursor.peek()
         if lane is None or not (_INT_TYPE.match(lane.text) or lane.text in LLVM_FLOAT_TYPES):
             raise cursor.fail("a lane type (iN, half, bfloat, float, double) in <N x T>")
         cursor.at += 1
-        cursor.take("'>' closing <N x T>", ">")
+        closing = cursor.take("'>' closing <N x T>", ">")
+        _check_vector_size(token, count, lane, closing)
     elif token is not None and token.kind == "name" and (
             _INT_TYPE.match(token.text) or token.text in (*LLVM_FLOAT_TYPES, "ptr")):
         cursor.at += 1
     else:
         raise cursor.fail(_TYPES)
+
+
+_LANE_BITS = {"half": 16, "bfloat": 16, "float": 32, "double": 64}
+# A vector in a template is one register's value: at most the widest register a CPU target
+# may describe (its vector_bytes), so the code generator never builds a larger one.
+_MAX_VECTOR_BITS = limits.MAX_VECTOR_BYTES * 8
+
+
+def _check_vector_size(start: Token, count: Token, lane: Token, end: Token) -> None:
+    """``<N x T>``: N a decimal count of lanes, all of them at most :data:`_MAX_VECTOR_BITS`."""
+    lanes = int(count.text) if count.text.isdigit() else 0
+    bits = _LANE_BITS.get(lane.text) or int(lane.text[1:])
+    if lanes < 1 or lanes * bits > _MAX_VECTOR_BITS:
+        raise TemplateError(f"<N x T> requires N lanes, 1 to {_MAX_VECTOR_BITS} bits in "
+                            f"all (the widest register a CPU target describes), got "
+                            f"<{count.text} x {lane.text}>", start.offset,
+                            end.offset + len(end.text) - start.offset)
 
 
 def _llvm_value(cursor: _Cursor) -> None:
@@ -395,6 +415,9 @@ def _llvm_pointer(cursor: _Cursor) -> None:
     if value < 1 or value & (value - 1):
         raise TemplateError(f"align requires a power of two, got {amount.text}",
                             amount.offset, len(amount.text))
+    if value > limits.MAX_CPU_ALIGNMENT:
+        raise TemplateError(f"align requires at most {limits.MAX_CPU_ALIGNMENT} (a page), "
+                            f"got {amount.text}", amount.offset, len(amount.text))
 
 
 _LLVM_VALUE = re.compile(

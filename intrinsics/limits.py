@@ -42,3 +42,21 @@ MAX_SEMANTICS_DEPTH = 64
 # Iteration points of all of a family's compute intrinsics together: what one self-check
 # runs (about a second of the reference executor).
 MAX_FAMILY_ITERATIONS = 1 << 24
+
+# ---- a CPU target's ``cpu:`` section --------------------------------------------------------
+# Its numbers size the work of every kernel compiled for it: the schedule tries each register
+# tile (rows by vectors) and, with --tune, compiles and runs the kernel once per tile and per
+# tune CPU; the micro-kernel unrolls k_unroll k steps; the runners over-allocate every buffer
+# by `alignment` bytes. The built-ins use at most 64-byte vectors, 32 registers, 8 rows and 4
+# vectors of tile choices, k_unroll 4, 2 tune CPUs, 5 features and 6 counted mnemonics.
+MAX_VECTOR_BYTES = 1024  # 8192-bit vectors (RISC-V V allows them; SVE stops at 2048 bits)
+MAX_CPU_REGISTERS = 256  # the register scope's capacity over vector_bytes
+MAX_CPU_ALIGNMENT = 4096  # a page
+MAX_K_UNROLL = 64
+MAX_TILE_CHOICES = 16  # entries of register_tile.rows and of register_tile.vectors
+MAX_TUNE_CPUS = 16
+MAX_CPU_FEATURES = 64  # features, an emulator's executes, cpuinfo names
+MAX_MACS_ENTRIES = 64
+MAX_MACS = 1 << 20  # multiply-accumulates of one instruction (AMX's TDPBSSD does 16,384)
+# Characters of a triple, a CPU name and a feature name (LLVM's longest are about 40).
+MAX_LLVM_NAME = 64

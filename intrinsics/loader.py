@@ -2,7 +2,10 @@
 
 :func:`load_family` reads a file with PyYAML's safe composer (keeping line marks), checks it
 against :mod:`intrinsics.schema`, expands variant entries, builds each intrinsic
-(:mod:`intrinsics.builder`) and resolves companion intrinsics. Every problem in the file is
+(:mod:`intrinsics.builder`), resolves companion intrinsics, and asks the installed LLVM about
+what a CPU family names (:mod:`intrinsics.llvm_check`); a ``machine:`` section is read by the
+simulator's own rules, and the family checked to run on that machine
+(:mod:`intrinsics.runnable`). Every problem in the file is
 collected, each at its YAML line, and raised once as an ``IntrinsicSpecError`` whose
 ``findings`` lists them.
 """
@@ -18,11 +21,16 @@ from pathlib import Path
 import ir
 from intrinsics import limits, schema
 from intrinsics.builder import CompanionRef, Context, build_intrinsic
+from intrinsics.cpu_target import BACKEND as CPU_BACKEND
 from intrinsics.cpu_target import build_cpu_target, check_template_alignment
 from intrinsics.gpu_target import build_gpu_target
+from intrinsics.llvm_check import check_with_llvm
 from intrinsics.model import Family, Intrinsic, Operand, Scope, frozen_mapping
+from intrinsics.runnable import check_npu_family
 from intrinsics.source import Findings, YNode, read_yaml
 from intrinsics.variants import Budget, expand
+from ir.errors import IntrinsicSpecError
+from simulator.config import MachineConfig, machine_from_node
 
 
 def load_family(path: str | os.PathLike[str]) -> Family:
@@ -56,21 +64,29 @@ def check_family(path: str | os.PathLike[str]) -> tuple[Family | None, Findings]
     scopes = {name: _scope(name, node) for name, node in scopes_node.value.items()}
     cpu_node = root.get("cpu")
     cpu = None
+    checked_cpu = None
     if cpu_node is not None and not _has_errors(cpu_node, schema.CPU):
+        checked_cpu = cpu_node
         cpu = build_cpu_target(cpu_node, target_node.value, scopes, findings)
     gpu_node = root.get("gpu")
     gpu = None
     if gpu_node is not None and not _has_errors(gpu_node, schema.GPU):
         gpu = build_gpu_target(gpu_node, target_node.value)
     ctx = Context(file.stem, target_node.value, scopes, str(file), cpu_node is not None)
-    intrinsics, refs = _intrinsics(entries, ctx, findings)
+    templates: dict[str, YNode] = {}
+    intrinsics, refs = _intrinsics(entries, ctx, findings, templates)
     if cpu is not None:
         check_template_alignment(cpu, intrinsics, findings)
+    check_with_llvm(checked_cpu, target_node.value, intrinsics, templates, findings)
     _check_self_check_size(intrinsics, findings)
     by_name = {i.name: i for i in intrinsics}
     for ref in refs:
         _check_companion(ref, by_name, findings)
     machine = root.get("machine")
+    if machine is not None:
+        config = _machine(machine, file, findings)
+        if config is not None:
+            check_npu_family(intrinsics, scopes, config, findings)
     description = root.get("description")
     family = Family(
         name=file.stem, target=target_node.value, scopes=frozen_mapping(scopes),
@@ -79,6 +95,19 @@ def check_family(path: str | os.PathLike[str]) -> tuple[Family | None, Findings]
         machine=machine.raw if machine is not None and machine.is_mapping else None, cpu=cpu,
         gpu=gpu)
     return (family if not findings else None), findings
+
+
+def _machine(node: YNode, file: Path, findings: Findings) -> MachineConfig | None:
+    """The simulator's machine from the family's ``machine:`` section, validated by the
+    simulator's own rules; None, with every problem recorded, when it is not valid."""
+    if node.raw is None:
+        return None
+    try:
+        return machine_from_node(node.raw, str(file), node.key_loc)
+    except IntrinsicSpecError as err:
+        for finding in err.findings or (err,):
+            findings.add(finding.loc, finding.message)
+        return None
 
 
 def _scope(name: str, node: YNode) -> Scope:
@@ -100,9 +129,10 @@ def _has_errors(node: YNode, record: schema.Type) -> bool:
     return bool(scratch)
 
 
-def _intrinsics(entries: YNode, ctx: Context,
-                findings: Findings) -> tuple[list[Intrinsic], list[CompanionRef]]:
-    """Build every variant of every entry, reporting duplicate names."""
+def _intrinsics(entries: YNode, ctx: Context, findings: Findings,
+                templates: dict[str, YNode]) -> tuple[list[Intrinsic], list[CompanionRef]]:
+    """Build every variant of every entry, reporting duplicate names; record each built
+    intrinsic's ``emit.llvm`` template node in ``templates`` (by intrinsic name)."""
     built: list[Intrinsic] = []
     refs: list[CompanionRef] = []
     first_seen: dict[str, tuple[ir.SourceLoc, int]] = {}
@@ -137,6 +167,9 @@ def _intrinsics(entries: YNode, ctx: Context,
                 continue
             first_seen[intrinsic.name] = (intrinsic.loc or entry.loc, index)
             built.append(intrinsic)
+            template = node.value["emit"].get(CPU_BACKEND)
+            if template is not None:
+                templates[intrinsic.name] = template
             refs.extend(companions)
     return built, refs
 

@@ -16,8 +16,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from intrinsics.gpu_target import GpuTarget
+from intrinsics.llvm_check import check_added_intrinsics
 from intrinsics.loader import check_family
 from intrinsics.model import CpuTarget, Family, Intrinsic, Scope
+from intrinsics.runnable import check_npu_family
 from intrinsics.source import Findings
 from ir.errors import IntrinsicSpecError, SourceLoc
 
@@ -190,8 +192,16 @@ def _check_family_cached(path: str, mtime_ns: int, size: int) -> tuple[Family | 
 
 
 def check_across(families: Sequence[Family], findings: Findings) -> None:
-    """Family, intrinsic and scope names must not clash between files, and one file at most
-    describes each CPU target."""
+    """Family, intrinsic and scope names must not clash between files, one file at most
+    describes each CPU target, and a family adding intrinsics to an NPU another file
+    describes is one the NPU schedule can run (:func:`intrinsics.runnable.check_npu_family`;
+    a family with its own ``machine:`` was checked against it when loaded)."""
+    # The targets of kind npu (Registry.target_kind): a machine, and no cpu: section.
+    npu_targets = {f.target for f in families if f.machine is not None} - \
+        {f.target for f in families if f.cpu is not None}
+    for family in families:
+        if family.target in npu_targets and family.machine is None:
+            check_npu_family(family.intrinsics, family.scopes, None, findings)
     family_at: dict[str, Family] = {}
     cpu_at: dict[str, Family] = {}
     intrinsic_at: dict[str, Intrinsic] = {}
@@ -219,3 +229,8 @@ def check_across(families: Sequence[Family], findings: Findings) -> None:
                 findings.add(scope.loc, f"scope {scope.name} is declared differently at "
                              f"{known.loc}; every declaration of a scope requires the same "
                              "capacity, dtype, alignment and banks")
+    # What a file adds to a CPU target another file describes must compile for that target.
+    for family in families:
+        described = cpu_at.get(family.target)
+        if family.cpu is None and described is not None and described.cpu is not None:
+            check_added_intrinsics(described.cpu, family.intrinsics, findings)

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from intrinsics import limits
 from intrinsics.gpu_target import check_gpu_section
 from intrinsics.source import Findings, YNode
 from ir import dtypes
@@ -31,6 +32,16 @@ LAYOUTS = ("row_major", "col_major")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SCOPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# What a CPU description hands LLVM, in closed grammars: the triple and the tune CPU are
+# written into the IR's text as quoted strings, the features joined by commas (+a,+b), so
+# no quote, backslash, comma, space or line break may pass. LLVM itself then vouches for
+# each name (intrinsics.llvm_check). A CPU name is lower-case (LLVM's names outside this
+# grammar are x86 aliases such as skylake_avx512 of names inside it); cpu_target checks it.
+_LLVM_PART = rf"[A-Za-z0-9_.]{{1,{limits.MAX_LLVM_NAME}}}"
+TRIPLE = re.compile(rf"{_LLVM_PART}(-{_LLVM_PART}){{2,3}}", re.ASCII)
+CPU_NAME = re.compile(r"[a-z0-9][a-z0-9.-]*", re.ASCII)
+FEATURE_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{limits.MAX_LLVM_NAME - 1}}}",
+                          re.ASCII)
 
 
 def describe(node: YNode) -> str:
@@ -94,14 +105,29 @@ class Name(Scalar):
 
 
 class Int(Scalar):
-    """An integer (not a bool) no smaller than ``low``."""
+    """An integer (not a bool) no smaller than ``low`` and, when ``high`` is given, no
+    larger than it."""
 
-    def __init__(self, low: int) -> None:
-        super().__init__(f"an integer >= {low}")
+    def __init__(self, low: int, high: int | None = None) -> None:
+        super().__init__(f"an integer >= {low}" if high is None else
+                         f"an integer in [{low}, {high}]")
         self.low = low
+        self.high = high
 
     def accepts(self, value: object) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= self.low
+        return isinstance(value, int) and not isinstance(value, bool) and \
+            value >= self.low and (self.high is None or value <= self.high)
+
+
+class Word(Scalar):
+    """A string matching ``pattern`` in full; ``wants`` says what it is in words."""
+
+    def __init__(self, wants: str, pattern: re.Pattern[str]) -> None:
+        super().__init__(wants)
+        self.pattern = pattern
+
+    def accepts(self, value: object) -> bool:
+        return isinstance(value, str) and self.pattern.fullmatch(value) is not None
 
 
 class Bool(Scalar):
@@ -198,11 +224,15 @@ class DTypeName(Scalar):
 
 
 class ListOf(Type):
-    """A list whose items all have one type; ``min_items`` bounds its length."""
+    """A list whose items all have one type; ``min_items`` and ``max_items`` bound its
+    length, and ``distinct`` refuses an item written twice."""
 
-    def __init__(self, item: Type, min_items: int = 0) -> None:
+    def __init__(self, item: Type, min_items: int = 0, max_items: int | None = None,
+                 distinct: bool = False) -> None:
         self.item = item
         self.min_items = min_items
+        self.max_items = max_items
+        self.distinct = distinct
         self.wants = f"a list, each item {item.wants}"
 
     def check(self, node: YNode, findings: Findings, where: str) -> None:
@@ -213,8 +243,20 @@ class ListOf(Type):
         if len(node.value) < self.min_items:
             findings.add(node.loc, f"{where} requires at least {self.min_items} item(s), "
                          f"got {len(node.value)}")
+        if self.max_items is not None and len(node.value) > self.max_items:
+            # One finding for the list, not one per item of a list that may be huge.
+            findings.add(node.loc, f"{where} requires at most {self.max_items} items, got "
+                         f"{len(node.value)}")
+            return
+        seen: set[object] = set()
         for index, child in enumerate(node.value):
             self.item.check(child, findings, child_where(where, f"[{index}]"))
+            if not (self.distinct and child.is_scalar):
+                continue
+            if child.value in seen:
+                findings.add(child.loc, f"{where} requires distinct items, got "
+                             f"{child.value!r} twice")
+            seen.add(child.value)
 
 
 class OneOrList(Type):
@@ -234,16 +276,22 @@ class OneOrList(Type):
 class MapOf(Type):
     """A mapping from names (checked by ``key``) to values of one type."""
 
-    def __init__(self, value: Type, key: Scalar | None = None, what: str = "entry") -> None:
+    def __init__(self, value: Type, key: Scalar | None = None, what: str = "entry",
+                 max_items: int | None = None) -> None:
         self.value = value
         self.key = key or Name()
         self.what = what
+        self.max_items = max_items
         self.wants = f"a mapping from {what} names, each value {value.wants}"
 
     def check(self, node: YNode, findings: Findings, where: str) -> None:
         if not node.is_mapping:
             findings.add(node.loc, f"{where} requires {self.wants}, got {describe(node)}"
                          f"{_hint(node)}")
+            return
+        if self.max_items is not None and len(node.value) > self.max_items:
+            findings.add(node.loc, f"{where} requires at most {self.max_items} {self.what}s, "
+                         f"got {len(node.value)}")
             return
         for key, child in node.value.items():
             if not self.key.accepts(key):
@@ -415,45 +463,60 @@ INTRINSIC = Record("an intrinsic", (
     Field("reference", Text(), True, "a link to the vendor manual section"),
 ))
 
+_TILE_CHOICES = ListOf(Int(1, limits.MAX_CPU_REGISTERS), 1, limits.MAX_TILE_CHOICES,
+                       distinct=True)
+
 REGISTER_TILE = Record("a register tile", (
-    Field("rows", ListOf(Int(1), 1), True, "the accumulator rows a tile may have, tried in "
+    Field("rows", _TILE_CHOICES, True, "the accumulator rows a tile may have, tried in "
           "this order"),
-    Field("vectors", ListOf(Int(1), 1), True, "the vectors of accumulators per row a tile "
+    Field("vectors", _TILE_CHOICES, True, "the vectors of accumulators per row a tile "
           "may have"),
 ))
 
+TRIPLE_TYPE = Word("an LLVM target triple arch-vendor-os[-environment] (letters, digits, "
+                   "'_' and '.' in each part)", TRIPLE)
+FEATURE_TYPE = Word(f"an LLVM feature name without '+' (letters, digits, '_', '.', '-'; at "
+                    f"most {limits.MAX_LLVM_NAME})", FEATURE_NAME)
+_FEATURES = ListOf(FEATURE_TYPE, 0, limits.MAX_CPU_FEATURES, distinct=True)
+
 EMULATOR = Record("an emulator", (
-    Field("executes", ListOf(Name(), 1), True, "the target features whose instructions it "
-          "executes"),
+    Field("executes", ListOf(FEATURE_TYPE, 1, limits.MAX_CPU_FEATURES, distinct=True), True,
+          "the target features whose instructions it executes"),
 ))
 
 CPU = Record("a CPU target", (
-    Field("triple", Text(), True, "the LLVM target triple, e.g. x86_64-unknown-linux-gnu"),
-    Field("cpu", Text(), True, "the LLVM CPU name code is selected and tuned for (generic, "
-          "x86-64, neoverse-n1, ...)"),
-    Field("features", ListOf(Name()), True, "the target features on by default (LLVM's "
+    Field("triple", TRIPLE_TYPE, True, "the LLVM target triple, e.g. "
+          "x86_64-unknown-linux-gnu"),
+    Field("cpu", Text(), True, "the LLVM CPU name code is selected and tuned for "
+          "(generic, x86-64, neoverse-n1, ...)"),
+    Field("features", _FEATURES, True, "the target features on by default (LLVM's "
           "names without '+')"),
     Field("detect", Choice(DETECTORS), False, "how the host's features are found: llvm "
           "(default; LLVM's list for the host CPU) or cpuinfo (/proc/cpuinfo flags)"),
-    Field("cpuinfo", MapOf(Name(), what="feature"), False, "feature -> its /proc/cpuinfo "
-          "flag, where the names differ"),
-    Field("vector_bytes", Int(1), True, "bytes in one vector register"),
+    Field("cpuinfo", MapOf(Name(), key=FEATURE_TYPE, what="feature",
+                           max_items=limits.MAX_CPU_FEATURES), False,
+          "feature -> its /proc/cpuinfo flag, where the names differ"),
+    Field("vector_bytes", Int(1, limits.MAX_VECTOR_BYTES), True, "bytes in one vector "
+          "register"),
     Field("register_scope", Name(dotted=True), True, "the family's scope that is the vector "
           "register file; its capacity over vector_bytes is the register count"),
-    Field("reserved_registers", Int(0), False, "vector registers the micro-kernel leaves to "
-          "the compiler (default 0)"),
-    Field("alignment", Int(1), True, "bytes every buffer the runners allocate is aligned "
-          "to: at least every template's 'align N'"),
+    Field("reserved_registers", Int(0, limits.MAX_CPU_REGISTERS), False, "vector registers "
+          "the micro-kernel leaves to the compiler (default 0)"),
+    Field("alignment", Int(1, limits.MAX_CPU_ALIGNMENT), True, "bytes every buffer the "
+          "runners allocate is aligned to: at least every template's 'align N'"),
     Field("register_tile", REGISTER_TILE, True, "the register tiles the schedule may use"),
-    Field("k_unroll", Int(1), False, "k steps per micro-kernel iteration (default 1)"),
-    Field("tune_cpus", ListOf(Text(), 1), False, "LLVM CPU names whose scheduling models a "
-          "kernel may be tuned for (its 'tune-cpu'); the tuner keeps the one that runs "
-          "fewest instructions (default: cpu alone)"),
-    Field("run", ListOf(Choice(ENGINES), 1), True, "how its code runs here, in order of "
-          "preference: native, unicorn, qemu-user"),
+    Field("k_unroll", Int(1, limits.MAX_K_UNROLL), False, "k steps per micro-kernel "
+          "iteration (default 1)"),
+    Field("tune_cpus", ListOf(Text(), 1, limits.MAX_TUNE_CPUS, distinct=True), False,
+          "LLVM CPU names whose scheduling models a kernel may be tuned for (its "
+          "'tune-cpu'); the tuner keeps the one that runs fewest instructions (default: cpu "
+          "alone)"),
+    Field("run", ListOf(Choice(ENGINES), 1, len(ENGINES), distinct=True), True, "how its "
+          "code runs here, in order of preference: native, unicorn, qemu-user"),
     Field("emulators", MapOf(EMULATOR, key=Choice(ENGINES), what="engine"), False,
           "emulator -> what it executes"),
-    Field("macs", MapOf(Int(1), what="mnemonic"), False, "assembly mnemonic -> "
+    Field("macs", MapOf(Int(1, limits.MAX_MACS), what="mnemonic",
+                        max_items=limits.MAX_MACS_ENTRIES), False, "assembly mnemonic -> "
           "multiply-accumulates per instruction, for the counts a run reports"),
 ))
 

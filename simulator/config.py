@@ -1,8 +1,10 @@
 """The NPU's machine parameters: read from the `machine:` section of a YAML file, validated.
 
 Every number the simulator uses comes from a :class:`MachineConfig`; nothing about the machine
-is fixed in code. A bad description raises :class:`IntrinsicSpecError` listing every problem,
-each at its YAML line and naming its field (``machine.array.rows``).
+is fixed in code. Each field is bounded (cycles, depths, rates, the on-chip bytes together) so
+that any machine read here is one a run can simulate. A bad description raises
+:class:`IntrinsicSpecError` listing every problem, each at its YAML line and naming its field
+(``machine.array.rows``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,20 @@ from ir.errors import IntrinsicSpecError, SourceLoc
 DATAFLOWS = ("weight_stationary", "output_stationary")
 # On-chip row addresses are 16-bit instruction fields.
 MAX_ROWS = 1 << 16
+# The bounds below keep a description a machine the simulator can run, whoever wrote it: each
+# is far above any real design, and far below what would overflow the 64-bit cycle counts of
+# a run's records or take the host's memory.
+# Cycles of one latency, issue gap or fetch (a DRAM latency is a few hundred).
+MAX_CYCLES = 1 << 20
+# Entries of one queue, requests in flight (real designs: tens).
+MAX_DEPTH = 1 << 16
+# Bytes per cycle of the DRAM port, and the clock in MHz: from a trickle to far past any
+# real port or clock, so a transfer's cycles and a run's microseconds stay finite.
+MIN_RATE, MAX_RATE = 0.001, 1_000_000
+# On-chip bytes of the three memories together (inp, wgt, acc): the simulator holds them all
+# (the scratchpads as float32, four bytes per int8), so 64 MiB of SRAM, more than TPU v1's
+# 28 MiB, takes at most 256 MiB here.
+MAX_SRAM_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,12 +240,12 @@ def _integer(lo: int, hi: int | None = None) -> _Check:
     return bound, check
 
 
-def _positive_number() -> _Check:
-    """A finite int or float above zero."""
+def _number(lo: float, hi: float) -> _Check:
+    """A finite int or float in [lo, hi]."""
     def check(v: Any) -> Any:
         ok = isinstance(v, int | float) and not isinstance(v, bool)
-        return v if ok and math.isfinite(v) and v > 0 else None
-    return "a positive number", check
+        return v if ok and math.isfinite(v) and lo <= v <= hi else None
+    return f"a number in [{lo}, {hi}]", check
 
 
 def _boolean() -> _Check:
@@ -253,18 +269,23 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Check]]] = {
     "array": (ArrayConfig, {
         "rows": _integer(1, MAX_ROWS - 1), "cols": _integer(1, MAX_ROWS - 1),
         "dataflow": _choice(DATAFLOWS), "double_buffered_weights": _boolean(),
-        "latency": _integer(0)}),
+        "latency": _integer(0, MAX_CYCLES)}),
     "inp": (MemoryConfig, _MEMORY),
     "wgt": (MemoryConfig, _MEMORY),
     "acc": (MemoryConfig, _MEMORY),
-    "vector": (VectorConfig, {"lanes": _integer(1), "latency": _integer(0)}),
-    "dram": (DramConfig, {"bytes_per_cycle": _positive_number(), "latency": _integer(0)}),
-    "dma": (DmaConfig, {"max_outstanding": _integer(1), "issue_cycles": _integer(1)}),
+    "vector": (VectorConfig, {"lanes": _integer(1, MAX_ROWS - 1),
+                              "latency": _integer(0, MAX_CYCLES)}),
+    "dram": (DramConfig, {"bytes_per_cycle": _number(MIN_RATE, MAX_RATE),
+                          "latency": _integer(0, MAX_CYCLES)}),
+    "dma": (DmaConfig, {"max_outstanding": _integer(1, MAX_DEPTH),
+                        "issue_cycles": _integer(1, MAX_CYCLES)}),
     "queues": (QueueConfig, {
-        "instruction_depth": _integer(1), "token_depth": _integer(1),
-        "fetch_cycles": _integer(0)}),
+        "instruction_depth": _integer(1, MAX_DEPTH), "token_depth": _integer(1, MAX_DEPTH),
+        "fetch_cycles": _integer(0, MAX_CYCLES)}),
 }
-_SCALARS: dict[str, _Check] = {"name": _text(), "clock_mhz": _positive_number()}
+_SCALARS: dict[str, _Check] = {"name": _text(), "clock_mhz": _number(MIN_RATE, MAX_RATE)}
+# Bytes per element of each on-chip memory: int8 scratchpads, an int32 accumulator.
+ELEMENT_BYTES = {"inp": 1, "wgt": 1, "acc": 4}
 
 
 class _Findings:
@@ -332,8 +353,55 @@ def _build(data: Any, marks: Mapping[tuple[str, ...], SourceLoc], source: str,
             findings.add((key, "banks"),
                          f"{name}.{key}.banks requires a divisor of rows ({rows}), got {banks}")
         values[key] = kind(**args)
+    _check_across(values, findings, name)
     findings.raise_if_any()
     return MachineConfig(**values, source=source)
+
+
+def row_width(array: ArrayConfig, memory: str) -> int:
+    """Elements per row of on-chip ``memory`` (inp, wgt or acc) beside ``array``: an inp row
+    holds one K-slice of R int8, a wgt row C int8, an acc row C int32."""
+    return array.rows if memory == "inp" else array.cols
+
+
+def memory_bytes(config: MachineConfig, memory: str) -> int:
+    """The bytes of on-chip ``memory`` (inp, wgt or acc): rows x row width x element."""
+    rows = getattr(config, memory).rows
+    return rows * row_width(config.array, memory) * ELEMENT_BYTES[memory]
+
+
+def _check_across(values: Mapping[str, Any], findings: _Findings, name: str) -> None:
+    """What no one field shows: the vector unit's lanes fit the accumulator's rows, and the
+    on-chip memories fit :data:`MAX_SRAM_BYTES` together."""
+    array, vector = values.get("array"), values.get("vector")
+    if array is not None and vector is not None and None not in (array.cols, vector.lanes):
+        cols, lanes = array.cols, vector.lanes
+        if cols % lanes and lanes % cols:
+            findings.add(("vector", "lanes"), f"{name}.vector.lanes requires a divisor of "
+                         f"{name}.array.cols ({cols}), the int32 elements of an accumulator "
+                         f"row (or a multiple of it, for a unit wider than a row), got {lanes}")
+    sizes = {}
+    for memory, element in ELEMENT_BYTES.items():
+        rows = getattr(values.get(memory), "rows", None)
+        width = row_width(array, memory) if array is not None else None
+        if width is None or rows is None:
+            return  # a refused field is reported already
+        sizes[memory] = rows * width * element
+    total = sum(sizes.values())
+    if total > MAX_SRAM_BYTES:
+        largest = max(sizes, key=sizes.__getitem__)
+        parts = ", ".join(f"{m} {_size_text(b)}" for m, b in sizes.items())
+        findings.add((largest, "rows"), f"the on-chip memories ({name}.inp, .wgt and .acc) "
+                     f"require at most {_size_text(MAX_SRAM_BYTES)} together (the simulator "
+                     f"holds them all), got {_size_text(total)} ({parts}); shrink "
+                     f"{name}.{largest}.rows or the array")
+
+
+def _size_text(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.4g} {unit}"
+    return f"{nbytes} bytes"
 
 
 def _field(data: Mapping[str, Any], path: tuple[str, ...], check: _Check,

@@ -63,6 +63,7 @@ from targets.host.codegen import StmtEmitter
 from targets.host.exprs import BoundsSite
 from targets.host.numerics import F64, I64
 from targets.host.prepare import storage, written_params
+from targets.identifiers import mangle
 
 __all__ = ["CpuKernel", "emit"]
 
@@ -108,13 +109,15 @@ def emit(func: PrimFunc, target: str, features: str | None = None,
     features = cpu.default_features if features is None else features
     _check_features(func, features, registry)
     buffers = tuple(b for b in storage(func) if b.scope != cpu.register_scope)
-    module = ll.Module(name=_identifier(func.name))
-    module.triple = cpu.triple
-    symbol = "tensorize_" + _identifier(func.name)
+    module = ll.Module(name=mangle(func.name))
+    # llvmlite writes the triple between quotes as it is: escaped, no description (nor a
+    # CpuTarget built in Python) can end the string and add IR.
+    module.triple = _ir_string(cpu.triple)
+    symbol = "tensorize_" + mangle(func.name)
     function = ll.Function(module, ll.FunctionType(ll.VoidType(), [ll.PointerType()] *
                                                    (len(buffers) + 1)), symbol)
     for arg, buffer in zip(function.args, buffers):
-        arg.name = _identifier(buffer.name)
+        arg.name = mangle(buffer.name)
         # Every buffer is its own allocation (the runners lay them out apart): telling LLVM
         # lets it combine a packing stage's byte copies into word and vector moves.
         arg.add_attribute("noalias")
@@ -130,25 +133,28 @@ def emit(func: PrimFunc, target: str, features: str | None = None,
                      cpu, features, tuple(emitter.sites))
 
 
-def _identifier(name: str) -> str:
-    """``name`` with every character but ASCII letters, digits and ``_`` replaced by ``_``:
-    the module's name stands in a comment (``; ModuleID = "..."``) that a line break would
-    end, and plain names keep the IR readable (llvmlite makes clashing names unique)."""
-    return "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in name)
-
-
 def _attributes(text: str, symbol: str, tune_cpu: str | None) -> str:
     """Mark the function ``no-builtins`` so LLVM does not turn a loop into a call of memset or
     memcpy: the object code must stand alone (it runs under an emulator with no libc); with
-    ``tune_cpu`` (a name the description's check let through: no quotes), also tune its
-    scheduling for that CPU (llvmlite's function attributes take no string attributes)."""
+    ``tune_cpu`` (a name the description's check let through, escaped all the same), also
+    tune its scheduling for that CPU (llvmlite's function attributes take no string
+    attributes)."""
     pattern = re.compile(rf'^(define void @"?{symbol}"?\(.*\))', re.MULTILINE)
     text, count = pattern.subn(r"\1 #0", text, count=1)
     if count != 1:
         raise EmitError(f"the CPU code generator could not find the definition of {symbol} "
                         "in the module it built; please report it")
-    tune = "" if tune_cpu is None else f' "tune-cpu"="{tune_cpu}"'
+    tune = "" if tune_cpu is None else f' "tune-cpu"="{_ir_string(tune_cpu)}"'
     return text + f'\nattributes #0 = {{ "no-builtins"{tune} }}\n'
+
+
+def _ir_string(text: str) -> str:
+    """``text`` as the inside of an LLVM IR string constant: a quote, a backslash and every
+    byte outside printable ASCII written as LLVM's ``\\XX`` escape, so the text cannot end
+    the string (the load check's grammar admits none of them; this keeps a CpuTarget made
+    in Python from writing IR)."""
+    return "".join(chr(b) if 0x20 <= b < 0x7F and b not in (0x22, 0x5C) else f"\\{b:02X}"
+                   for b in text.encode("utf-8"))
 
 
 def _check_features(func: PrimFunc, features: str, registry: Registry) -> None:
@@ -663,11 +669,12 @@ class _CpuEmitter(StmtEmitter):
             raise EmitError(f"loop {loop.var.name} requires an integer variable that can "
                             f"count to {loop.extent}, got {loop.var.dtype}", loop.loc)
         entry = b.block
-        body = b.append_basic_block(f"{loop.var.name}.body")
-        after = b.append_basic_block(f"{loop.var.name}.end")
+        name = mangle(loop.var.name)
+        body = b.append_basic_block(f"{name}.body")
+        after = b.append_basic_block(f"{name}.end")
         b.branch(body)
         b.position_at_end(body)
-        counter = b.phi(ty, loop.var.name)
+        counter = b.phi(ty, name)
         counter.add_incoming(ll.Constant(ty, lo), entry)
         carried = {}
         for key, value in self.registers.items():

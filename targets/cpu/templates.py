@@ -93,4 +93,5 @@ def parse(name: str, text: str) -> Template:
     if match := _ZERO.match(line):
         return Template("zero", match.group(1), vector_type(match.group(3)))
     raise EmitError(f"the CPU code generator requires an emit.llvm template that is a call, "
-                    f"load, store or zeroing bitcast; {name}'s is {line!r}")
+                    f"load, store or zeroing bitcast of integer vectors (<N x iM>); {name}'s "
+                    f"is {line!r}")

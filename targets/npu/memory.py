@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
+from intrinsics.runnable import SCOPE_MEMORY, row_layout
 from ir.buffer import Buffer
 from ir.errors import ExecutionError
-from simulator.config import MachineConfig, MemoryConfig
+from simulator.config import MachineConfig, MemoryConfig, row_width
 from simulator.isa import Mem
 
-SCOPE_MEMORY = {"npu.inp": Mem.INP, "npu.wgt": Mem.WGT, "npu.acc": Mem.ACC}
 DRAM_ALIGN = 64
 
 
@@ -55,7 +55,7 @@ def element_bytes(buffer: Buffer) -> int:
 
 def row_elems(mem: Mem, config: MachineConfig) -> int:
     """Elements per row of an on-chip memory."""
-    return config.array.rows if mem is Mem.INP else config.array.cols
+    return row_width(config.array, mem.name.lower())
 
 
 def _memory(mem: Mem, config: MachineConfig) -> MemoryConfig:
@@ -77,14 +77,14 @@ def plan_on_chip(buffers: Iterable[Buffer], config: MachineConfig,
         width = row_elems(mem, config)
         sizes, per_row = [], []
         for buffer in group:
-            last = buffer.shape[-1] if buffer.shape else 1
-            if last % width and last > width:
+            layout = row_layout(buffer.shape, width)
+            if layout is None:
                 raise ExecutionError(
                     f"buffer {buffer.name} in {buffer.scope} requires its last dimension to be "
                     f"a multiple of the {width}-element memory row or at most one row, got "
                     f"shape {buffer.shape}")
-            per_row.append(width if last % width == 0 else last)
-            sizes.append(buffer.size // per_row[-1])
+            per_row.append(layout[0])
+            sizes.append(layout[1])
         placed = _place(sizes, [1 if b in single else 2 for b in group], _memory(mem, config))
         if placed is None:
             placed = _place(sizes, [1] * len(group), _memory(mem, config))

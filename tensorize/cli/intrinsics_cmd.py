@@ -2,7 +2,8 @@
 
 ``list`` prints a table of every registered intrinsic, ``show NAME`` everything about one,
 ``validate FILE...`` checks description files (schema, cross-checks, names against the
-registry, and the semantic self-check) and prints each problem at its YAML line; it exits 2
+registry, an NPU family against its machine, each CPU template against the CPU code generator,
+and the semantic self-check) and prints each problem at its YAML line; it exits 2
 when a file does not load, 1 when the self-check fails, 0 when all is well. Each accepts
 ``--intrinsics-dir DIR`` (repeatable) to add the user's families, as does the environment
 variable ``TENSORIZE_INTRINSICS_PATH``.
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from intrinsics import (
+    CPU_BACKEND,
     CheckResult,
     Family,
     Intrinsic,
@@ -29,12 +31,14 @@ from intrinsics import (
     self_check,
 )
 from intrinsics.registry import BUILTIN_DIR, SUFFIXES, check_across, family_files
-from intrinsics.source import Findings
+from intrinsics.source import Findings, read_yaml
 from ir.errors import IntrinsicSpecError, SourceLoc, render_error
-from simulator import load_machine
-from tensorize.cli.registry_args import add_registry_arguments
+from targets.cpu import templates as cpu_templates
+from targets.cpu.errors import EmitError
 from targets.host.selfcheck import SemanticsChecker
+from targets.npu import load_machine
 from targets.npu.selfcheck import SimulatorChecker
+from tensorize.cli.registry_args import add_registry_arguments
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -239,6 +243,40 @@ def _checkers(path: Path, family: Family) -> list:
     return checkers
 
 
+def _check_cpu_templates(path: Path, family: Family, findings: Findings) -> None:
+    """Each ``emit.llvm`` template is one the CPU code generator emits. The template grammar
+    admits more of LLVM IR than the code generator emits (a scalar load, a ``void`` call, an
+    immediate argument, a float vector), and the code generator refuses the rest only when a
+    kernel first calls the intrinsic; its own check (``targets.cpu.templates.parse``) runs
+    here, and its reason is reported at the template's line."""
+    refused = []
+    for intrinsic in family.intrinsics:
+        if CPU_BACKEND not in intrinsic.emit:
+            continue
+        try:
+            cpu_templates.parse(intrinsic.name, intrinsic.emit[CPU_BACKEND])
+        except EmitError as err:
+            refused.append((intrinsic, err.message))
+    locs = _template_locs(path) if refused else {}
+    for intrinsic, message in refused:
+        where = (intrinsic.loc.line, intrinsic.loc.col) if intrinsic.loc is not None else None
+        findings.add(locs.get(where, intrinsic.loc), message)
+
+
+def _template_locs(path: Path) -> dict[tuple[int, int], SourceLoc]:
+    """Where each entry's ``emit.llvm`` template is written, by the place of the entry's name
+    (an intrinsic's ``loc``; every variant of an entry shares it)."""
+    root = read_yaml(path, Findings(str(path)))
+    entries = root.get("intrinsics") if root is not None else None
+    locs = {}
+    for entry in entries.value if entries is not None and entries.is_sequence else ():
+        name, emit = entry.get("name"), entry.get("emit")
+        template = emit.get(CPU_BACKEND) if emit is not None else None
+        if name is not None and template is not None:
+            locs[(name.loc.line, name.loc.col)] = template.loc
+    return locs
+
+
 def _validate(args: argparse.Namespace) -> int:
     """Exit 2 when a file does not load (YAML, schema, template grammar, limits, names), 1
     when every file loads but the self-check fails, 0 when all is well."""
@@ -252,8 +290,8 @@ def _validate(args: argparse.Namespace) -> int:
             reports.append((path, None, findings))
             continue
         family, findings = check_family(path)
-        if family is not None and family.machine is not None:
-            _check_machine(path, findings)
+        if family is not None:
+            _check_cpu_templates(path, family, findings)
         reports.append((path, family, findings))
     _check_against_registry(reports, args.intrinsics_dir)
     results: dict[Path, list[CheckResult]] = {}
@@ -275,17 +313,6 @@ def _validate(args: argparse.Namespace) -> int:
     if malformed:
         return EXIT_USAGE
     return EXIT_FAILED if failed else EXIT_OK
-
-
-def _check_machine(path: Path, findings: Findings) -> None:
-    """A family's ``machine:`` section is the simulator's to validate."""
-    from simulator.config import load_machine
-
-    try:
-        load_machine(path)
-    except IntrinsicSpecError as err:
-        for finding in err.findings or (err,):
-            findings.add(finding.loc, finding.message)
 
 
 def _check_against_registry(reports: list[tuple[Path, Family | None, Findings]],

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-from intrinsics import Intrinsic
+from intrinsics.checks import operand_positions
 from ir import BufferLoad, BufferStore, IterKind, Var
 from ir.visitor import post_order_visit
 from tensorize.match.result import Match
@@ -99,21 +99,6 @@ def _groups_with_units(match: Match, ivs) -> list[tuple[str, ...]]:
                 group.insert(0, iv.var.name)
                 break
     return [tuple(g) for g in groups]
-
-
-def operand_positions(intrinsic: Intrinsic) -> dict[str, list[int]]:
-    """For each tensor operand, the positions (in the intrinsic's iterator order) of the
-    iterators indexing its dimensions, in dimension order."""
-    order = {iv.var: n for n, iv in enumerate(intrinsic.iter_vars)}
-    found: dict[str, list[int]] = {}
-
-    def visit(node: object) -> None:
-        if isinstance(node, (BufferLoad, BufferStore)):
-            operand = next(o for o in intrinsic.operands if o.buffer is node.buffer)
-            found[operand.name] = [order[i] for i in node.indices if isinstance(i, Var)]
-
-    post_order_visit(intrinsic.semantics, visit)
-    return found
 
 
 def _accesses(sch: Schedule, block_name: str, buffer_name: str) -> list:

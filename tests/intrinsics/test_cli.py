@@ -177,3 +177,57 @@ def test_validate_exits_1_when_only_the_self_check_fails(capsys: pytest.CaptureF
     assert status == 1
     assert "npx_vec_relu: simulator: mismatch: max error 1" in out
     assert out.splitlines()[-1].startswith(f"{path}: FAILED: family npx")
+
+
+# Intrinsics added to the arm target whose accumulator store is written as a float vector:
+# the template grammar admits it (LLVM would store the same 16 bytes), the CPU code generator
+# emits integer vectors only.
+CPU_FLOAT_STORE = Path(__file__).resolve().parents[1] / "corpus" / "intrinsics" / \
+    "runnable_cpu_template.yaml"
+SMALL_GEMM = '''
+from ir import script as T
+
+
+@T.prim_func
+def gemm(A: T.Buffer((8, 16), "int8"), B: T.Buffer((16, 8), "int8"),
+         C: T.Buffer((8, 8), "int32")):
+    for i, j, k in T.grid(8, 8, 16):
+        with T.block("C"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                C[vi, vj] = 0
+            C[vi, vj] += T.cast(A[vi, vk], "int32") * T.cast(B[vk, vj], "int32")
+'''
+
+
+def test_validate_refuses_a_cpu_template_the_code_generator_refuses_with_its_reason(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from targets.cpu import templates
+    from targets.cpu.errors import EmitError
+
+    path = tmp_path / "armx.yaml"
+    path.write_text(CPU_FLOAT_STORE.read_text())
+    status, out, _ = _run(capsys, "validate", str(path))
+    assert status == 2
+    template = "store <4 x float> {src}, ptr {dst}, align 4"
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1)
+                if template in text)
+    with pytest.raises(EmitError) as refusal:
+        templates.parse("armx_st_c", template)
+    assert f"{path}:{line}:" in out and refusal.value.message in out
+    assert "targets." not in out and ".py" not in out
+    assert out.splitlines()[-1] == f"{path}: 1 problem"
+
+
+def test_run_refuses_that_cpu_template_with_the_same_reason(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "armx.yaml").write_text(CPU_FLOAT_STORE.read_text())
+    kernel = tmp_path / "gemm.py"
+    kernel.write_text(SMALL_GEMM)
+    status = main(["run", str(kernel), "--target", "arm", "--intrinsic", "armx_sdot",
+                   "--intrinsics-dir", str(tmp_path), "--quiet"])
+    _, err = capsys.readouterr()
+    assert status == 2
+    assert "the CPU code generator requires an emit.llvm template that is a call, load, store " \
+           "or zeroing bitcast of integer vectors (<N x iM>); armx_st_c's is 'store <4 x " \
+           "float> {src}, ptr {dst}, align 4'" in err

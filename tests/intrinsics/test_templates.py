@@ -88,6 +88,13 @@ def test_llvm_templates_are_llvm_ir(template: str, declare: str, params: str) ->
     ("{dst} = add <4 x i32> {src}, {src}", "an instruction: call, load, store or bitcast",
      "add"),
     ("{dst} = load <4 x f32>, ptr {src}", "a lane type", "f32"),
+    # Numbers a register's value cannot have: the code generator would build them.
+    ("{dst} = load <100000000 x i8>, ptr {src}", "<N x T> requires N lanes, 1 to 8192 bits "
+     "in all (the widest register a CPU target describes), got <100000000 x i8>", "<"),
+    ("{dst} = load <0x10 x i8>, ptr {src}", "got <0x10 x i8>", "<"),
+    ("{dst} = load <0 x i8>, ptr {src}", "got <0 x i8>", "<"),
+    ("store <4 x i32> {src}, ptr {dst}, align 1099511627776",
+     "align requires at most 4096 (a page), got 1099511627776", "1099511627776"),
 ])
 def test_llvm_grammar_refuses(template: str, fragment: str, at: str) -> None:
     with pytest.raises(TemplateError, match=re.escape(fragment)) as caught:

@@ -74,15 +74,29 @@ BAD_FIELDS = [
     ("acc: {rows: 256, banks: 2}", "acc: {rows: 70000, banks: 2}", 12,
      "machine.acc.rows requires an integer in [1, 65536], got 70000"),
     ("bytes_per_cycle: 12.5", "bytes_per_cycle: 0", 14,
-     "machine.dram.bytes_per_cycle requires a positive number, got 0"),
+     "machine.dram.bytes_per_cycle requires a number in [0.001, 1000000], got 0"),
     ("  vector: {lanes: 8, latency: 1}\n", "  vector: 4\n", 13,
      "machine.vector requires a mapping, got int"),
     ("  vector: {lanes: 8, latency: 1}\n", "", 1, "machine.vector requires a mapping, got nothing"),
     ("dma: {max_outstanding: 2, issue_cycles: 1}", "dma: {max_outstanding: 2}", 15,
-     "machine.dma.issue_cycles is required: an integer >= 1"),
+     "machine.dma.issue_cycles is required: an integer in [1, 1048576]"),
     ("    latency: 2\n", "    latency: 2\n    speed: 3\n", 10,
      "machine.array has no field 'speed' (fields: rows, cols, dataflow"),
     ("  name: test\n", "  name: test\n  colour: blue\n", 3, "machine has no field 'colour'"),
+    # Bounds that keep a run's cycle counts and memories within what the simulator holds.
+    ("latency: 80}", "latency: 1000000000000000000}", 14,
+     "machine.dram.latency requires an integer in [0, 1048576], got 1000000000000000000"),
+    ("latency: 80}", "latency: 1.0e+18}", 14,
+     "machine.dram.latency requires an integer in [0, 1048576], got 1e+18"),
+    ("bytes_per_cycle: 12.5", "bytes_per_cycle: 1.0e-300", 14,
+     "machine.dram.bytes_per_cycle requires a number in [0.001, 1000000], got 1e-300"),
+    ("clock_mhz: 250.5", "clock_mhz: .inf", 3,
+     "machine.clock_mhz requires a number in [0.001, 1000000], got inf"),
+    ("token_depth: 4", "token_depth: 100000000", 16,
+     "machine.queues.token_depth requires an integer in [1, 65536], got 100000000"),
+    ("vector: {lanes: 8,", "vector: {lanes: 3,", 13,
+     "machine.vector.lanes requires a divisor of machine.array.cols (8), the int32 elements "
+     "of an accumulator row (or a multiple of it, for a unit wider than a row), got 3"),
 ]
 
 
@@ -101,6 +115,27 @@ def test_bad_field_is_reported_at_its_line(tmp_path, old, new, line, fragment):
     assert "simulator." not in str(err)
 
 
+def test_vector_lanes_may_be_a_multiple_of_the_columns(tmp_path):
+    config = load_machine(write(tmp_path, GOOD.replace("lanes: 8,", "lanes: 32,")))
+    assert (config.vector.lanes, config.array.cols) == (32, 8)
+
+
+def test_the_on_chip_memories_are_bounded_together(tmp_path):
+    # 65536 rows of 4096 int8: 256 MiB of input scratchpad, four times the bound.
+    text = GOOD.replace("    rows: 8\n", "    rows: 4096\n", 1).replace(
+        "inp: {rows: 256, banks: 2}", "inp: {rows: 65536, banks: 2}")
+    path = write(tmp_path, text)
+    with pytest.raises(IntrinsicSpecError) as info:
+        load_machine(path)
+    (finding,) = info.value.findings
+    assert finding.message.startswith(
+        "the on-chip memories (machine.inp, .wgt and .acc) require at most 64 MiB together "
+        "(the simulator holds them all), got 256 MiB (inp 256 MiB, wgt 2 KiB, acc 8 KiB); "
+        "shrink machine.inp.rows or the array")
+    assert (finding.loc.line, finding.loc.col) == (10, 15)
+    assert "simulator." not in finding.message
+
+
 def test_every_finding_is_collected(tmp_path):
     text = GOOD.replace("rows: 8", "rows: 0").replace("lanes: 8", "lanes: x")
     with pytest.raises(IntrinsicSpecError) as info:
@@ -108,7 +143,7 @@ def test_every_finding_is_collected(tmp_path):
     err = info.value
     assert err.message.startswith("2 problems in machine description")
     assert [f.loc.line for f in err.findings] == [5, 13]
-    assert "machine.vector.lanes requires an integer >= 1, got 'x'" in str(err)
+    assert "machine.vector.lanes requires an integer in [1, 65535], got 'x'" in str(err)
 
 
 def test_mark_spans_the_bad_value(tmp_path):
@@ -139,5 +174,5 @@ def test_dict_errors_name_the_source_and_field():
     with pytest.raises(IntrinsicSpecError) as info:
         MachineConfig.from_dict(data, source="sweep.py")
     assert info.value.message == (
-        "sweep.py: machine.queues.token_depth requires an integer >= 1, got 0")
+        "sweep.py: machine.queues.token_depth requires an integer in [1, 65536], got 0")
     assert info.value.loc is None

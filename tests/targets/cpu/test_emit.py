@@ -1,12 +1,15 @@
 """What the CPU code generator emits from a target's description: template alignment proven
-or refused, rows of A broadcast from memory, buffers laid out aligned."""
+or refused, rows of A broadcast from memory, buffers laid out aligned, the description's
+strings escaped in the IR text."""
 
+import dataclasses
 import re
 
 import numpy as np
 import pytest
 from llvmlite import ir as ll
 
+from intrinsics import Registry, default_registry
 from ir import script as T
 from targets import cpu
 from targets.cpu import templates
@@ -87,3 +90,28 @@ def test_the_gemm_loads_four_k_steps_of_a_and_b_with_two_ld1x4_each() -> None:
     assert ir.count('call {<16 x i8>, <16 x i8>, <16 x i8>, <16 x i8>} '
                     '@"llvm.aarch64.neon.ld1x4.v16i8.p0"') == 4
     assert sorted(re.findall(r'%"(\w+)\.chain" = phi', ir)) == ["A_reindex", "B_reindex"]
+
+
+def _with_cpu(**fields: str) -> Registry:
+    """The default registry with the x86 description's cpu fields replaced, as Python code
+    (not a description file, whose check would refuse them) could build it."""
+    families = []
+    for family in default_registry().families:
+        if family.target == "x86" and family.cpu is not None:
+            family = dataclasses.replace(family, cpu=dataclasses.replace(family.cpu, **fields))
+        families.append(family)
+    return Registry(families)
+
+
+def test_a_triple_with_a_quote_and_a_line_break_stays_inside_its_ir_string() -> None:
+    triple = 'x86_64-unknown-linux-gnu"\n!llvm.ident = !{!0}'
+    kernel_ir = cpu.emit(_zero_and_store(16), "x86", registry=_with_cpu(triple=triple)).llvm_ir
+    assert 'target triple = "x86_64-unknown-linux-gnu\\22\\0A!llvm.ident = !{!0}"' in kernel_ir
+    assert "\n!llvm.ident" not in kernel_ir
+
+
+def test_a_tune_cpu_with_a_quote_stays_inside_its_ir_string() -> None:
+    tune = 'znver4" "target-features"="+amx-tile'
+    registry = _with_cpu(tune_cpus=("x86-64", tune))
+    kernel_ir = cpu.emit(_zero_and_store(16), "x86", registry=registry, tune_cpu=tune).llvm_ir
+    assert '"tune-cpu"="znver4\\22 \\22target-features\\22=\\22+amx-tile"' in kernel_ir

@@ -10,10 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dataclasses import replace
+
 import ir
-from intrinsics import lowerer
+from intrinsics import Registry, lowerer
+from intrinsics.model import frozen_mapping
 from ir import te
-from simulator import Gemm, Vec, VecOp
+from ir.errors import IntrinsicSpecError
+from simulator import Gemm, MachineConfig, Vec, VecOp
 from targets import host, npu
 from tensorize.engine import auto_tensorize
 from tests.targets.npu.machines import Npu
@@ -119,19 +123,29 @@ def test_machine_from_yaml_runs_gemm_and_conv_exactly(machine, gemm_size, conv_s
 
 def test_a_gemm_the_array_cannot_execute_is_refused_with_the_reason(tmp_path):
     path = Npu("deep", 8, 8, i=8, k=8).write(tmp_path)
-    # The same family on an array of 4 rows.
-    path.write_text(path.read_text().replace("array: {rows: 8", "array: {rows: 4"))
+    # The family runs on its own 8x8 array; the run is on an array of 4 rows.
+    shallow = npu.load_machine(path).to_dict()
+    shallow["array"]["rows"] = 4
     result = auto_tensorize(gemm(16, 8, 16), "npu", registry=npu.machine_registry(path),
-                            config=npu.load_machine(path))
+                            config=MachineConfig.from_dict(shallow))
     (outcome,) = result.blocks
     assert outcome.intrinsic is None
     assert "requires k = 8 <= the array's 4 rows" in outcome.reason
 
 
-def test_a_family_that_cannot_zero_its_accumulator_is_refused_with_the_reason(tmp_path):
+def test_the_loader_and_the_schedule_refuse_a_family_without_zeroing_for_one_reason(tmp_path):
     path = Npu("nozero", 4, 4, i=4, k=4, zero="fill").write(tmp_path)
+    family = npu.machine_registry(path).family("nozero")
     text = path.read_text().replace("    fill: {C: nozero_zero}\n", "")
     path.write_text(text)
-    result = auto_tensorize(gemm(8, 4, 8), "npu", registry=npu.machine_registry(path),
+    with pytest.raises(IntrinsicSpecError) as info:
+        npu.machine_registry(path)
+    (finding,) = info.value.findings
+    assert "declares neither a resetting variant" in finding.message
+    assert finding.loc.line == 1 + text[:text.index("nozero_gemm")].count("\n")
+    # The schedule, handed the family without its fill past the loader, says the same.
+    unchecked = replace(family, intrinsics=tuple(
+        replace(i, fill=frozen_mapping({})) for i in family.intrinsics))
+    result = auto_tensorize(gemm(8, 4, 8), "npu", registry=Registry([unchecked]),
                             config=npu.load_machine(path))
-    assert "declares neither a resetting variant" in result.blocks[0].reason
+    assert result.blocks[0].reason.endswith(finding.message)
