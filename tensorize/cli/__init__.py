@@ -60,6 +60,7 @@ import argparse  # noqa: E402  (after the interrupt handler, on purpose)
 import importlib  # noqa: E402
 import json  # noqa: E402
 import threading  # noqa: E402
+import warnings  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -129,7 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return EXIT_USAGE
-        status = _on_deep_stack(args.handler, args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_lines(warnings.showwarning,
+                                                  forward=not _is_console_command())
+            status = _on_deep_stack(args.handler, args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return status
     except KeyboardInterrupt:
@@ -142,6 +146,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("TENSORIZE_DEBUG"):
             raise
         return _report(err, bool(getattr(args, "json", False)))
+
+
+# The packages whose warnings print as ``warning: MESSAGE``: the message names what it is
+# about (a cache file and its entry), so the line of our code that warned is left out.
+OWN_PACKAGES = ("tensorize", "ir", "intrinsics", "targets", "simulator")
+
+
+def _warning_lines(python_shows: Callable[..., None], forward: bool) -> Callable[..., None]:
+    """A ``warnings.showwarning`` printing a warning of our own packages as ``warning:
+    MESSAGE`` on stderr, as errors print, and any other as ``python_shows`` does. With
+    ``forward`` (:func:`main` called from Python, not as the console command) our warnings
+    go on to ``python_shows`` as well, so the caller can still catch them."""
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        own = category.__module__.split(".")[0] in OWN_PACKAGES
+        if own:
+            print(f"warning: {message}", file=file or sys.stderr)
+        if forward or not own:
+            python_shows(message, category, filename, lineno, file, line)
+
+    return show
 
 
 def _on_deep_stack(handler: Callable[[argparse.Namespace], int],

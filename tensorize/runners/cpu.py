@@ -18,7 +18,7 @@ import numpy as np
 
 from ir import PrimFunc
 from targets import cpu
-from tensorize.engine import Tensorized, auto_tensorize
+from tensorize.engine import Tensorized
 from tensorize.engine.cpu_tune import TileCache, choose_tune_cpu, tune_cpu
 from tensorize.runners.context import RunContext
 from tensorize.runners.report import RunReport
@@ -98,8 +98,7 @@ def tensorize_cpu(ctx: RunContext, func: PrimFunc, intrinsic: str | None, tune: 
     target, features, registry = ctx.target, ctx.features or "", ctx.registry
     cache = TileCache(target, features, registry)
     if not tune:
-        result = auto_tensorize(func, target, registry=registry, intrinsic=intrinsic,
-                                features=features, tiling=cache.choose)
+        result = cache.tensorize(func, intrinsic)
         return result, {block: f"tile from cache: {name} {t.rows} x {t.vectors}"
                         for block, (name, t) in cache.hits.items()}
     result, trials, chosen = tune_cpu(func, target, features, registry, intrinsic,
