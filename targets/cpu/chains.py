@@ -26,6 +26,7 @@ from ir.buffer import Buffer
 from ir.expr import Var
 from targets.cpu.static import Form
 from targets.host.numerics import I64
+from targets.identifiers import mangle
 
 __all__ = ["LoadChains", "opaque_one"]
 
@@ -106,7 +107,7 @@ class LoadChains:
             initial = self.address(buffer, start)
         current = self.b.block
         self.b.position_at_start(self.header)
-        phi = self.b.phi(ll.PointerType(), name=f"{buffer.name}.chain")
+        phi = self.b.phi(ll.PointerType(), name=f"{mangle(buffer.name)}.chain")
         self.b.position_at_end(current)
         phi.add_incoming(initial, self.entry)
         return _Chain(phi, form, form, phi)

@@ -18,7 +18,7 @@ from ir import (BinOp, BufferLoad, Call, Cast, DType, Expr, FloatImm, IntImm, No
                 dtypes)
 from ir.arith import Interval, bound
 
-__all__ = ["CTYPES", "EmitError", "ExprPrinter", "PRELUDE", "ctype"]
+__all__ = ["CTYPES", "EmitError", "ExprPrinter", "PRELUDE", "ctype", "string_literal"]
 
 
 class EmitError(ValueError):
@@ -103,6 +103,15 @@ _MATH = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "erf": 
 def ctype(dtype: DType) -> str:
     """The C++ type holding values of ``dtype``."""
     return CTYPES[dtype.name]
+
+
+def string_literal(text: str) -> str:
+    """``text`` as a C++ string literal of its UTF-8 bytes: ASCII letters, digits, ``_`` and
+    spaces as they are, every other byte as a three-digit octal escape (which cannot run into
+    the next character, form a trigraph or end a comment). A user's name reaches a report of
+    the generated code this way, as the user wrote it."""
+    safe = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_ ")
+    return '"' + "".join(chr(b) if b in safe else f"\\{b:03o}" for b in text.encode()) + '"'
 
 
 def _narrow(dtype: DType) -> bool:

@@ -38,6 +38,7 @@ from ir.stmt import (
 from targets.host import numerics as nm
 from targets.host.exprs import BoundsSite, ExprEmitter
 from targets.host.numerics import I1
+from targets.identifiers import mangle
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,15 @@ class Generated:
 def generate(func: PrimFunc, buffers: tuple[Buffer, ...]) -> Generated:
     """Emit ``func`` as an LLVM module whose function takes one pointer per buffer of
     ``buffers`` and then the status pointer (three int64s, see :class:`ExprEmitter`)."""
-    module = ll.Module(name=func.name)
-    symbol = "tensorize_" + "".join(c if c.isalnum() else "_" for c in func.name)
+    # Every name in the module is an identifier of targets.identifiers: ASCII, so the JIT
+    # finds the symbol, and no line break ends the "; ModuleID" comment. llvmlite makes
+    # repeated local names unique.
+    module = ll.Module(name=mangle(func.name))
+    symbol = "tensorize_" + mangle(func.name)
     arg_types = [ll.PointerType()] * (len(buffers) + 1)
     function = ll.Function(module, ll.FunctionType(ll.VoidType(), arg_types), symbol)
     for arg, buffer in zip(function.args, buffers):
-        arg.name = buffer.name
+        arg.name = mangle(buffer.name)
     function.args[-1].name = "status"
     builder = ll.IRBuilder(function.append_basic_block("entry"))
     pointers = dict(zip(buffers, function.args))
@@ -114,11 +118,12 @@ class StmtEmitter(ExprEmitter):
                                  f"count to {loop.extent}, got {loop.var.dtype}", loop.loc)
         # Extents are positive constants, so the body runs at least once: test at the bottom.
         before = b.block
-        body = b.append_basic_block(f"{loop.var.name}.body")
-        after = b.append_basic_block(f"{loop.var.name}.end")
+        name = mangle(loop.var.name)
+        body = b.append_basic_block(f"{name}.body")
+        after = b.append_basic_block(f"{name}.end")
         b.branch(body)
         b.position_at_end(body)
-        counter = b.phi(ty, loop.var.name)
+        counter = b.phi(ty, name)
         counter.add_incoming(ll.Constant(ty, 0), before)
         self.loop_body(loop, counter, before)
         following = b.add(counter, ll.Constant(ty, 1))

@@ -105,7 +105,7 @@ def test_an_nhwc_im2col_is_gathered_by_the_tiles_copy():
     kernel = emitted("conv2d_nhwc_int8")
     assert {"pad", "pad_reindex"}.isdisjoint(b.name for b in kernel.buffers)
     assert re.search(r"tz_cp_async16_zfill\(&pad_reindex_shared\[[^;]*\], "
-                     r"&I\[\(\(ax0_\d+ / 64\)\) \* 1024 \+ [^;]*, v_tz_inside\w*\);", kernel.source)
+                     r"&I\[\(\(ax0_\d+ / 64\)\) \* 1024 \+ [^;]*, tz_inside\w*\);", kernel.source)
     # NCHW: the k digits end in a column offset (w + rw), so the gather would not be 16
     # bytes; its im2col stays a kernel of its own.
     assert "pad_reindex" in [b.name for b in emitted("conv2d_nchw_int8").buffers]

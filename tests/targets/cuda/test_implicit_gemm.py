@@ -42,7 +42,7 @@ def test_the_output_transpose_is_the_gemms_epilogue():
     # lanes along co (the output's contiguous channels) storing 16 bytes at once.
     _, kernel = _conv(batch=1, height=8, width=8, in_channels=16, out_channels=16)
     assert "conv_reindex" not in [b.name for b in kernel.buffers]
-    assert re.search(r"tz_store16\(&conv\[[^;]*\(ax0_0_\d+ \* 4\)\], v_tz_v", kernel.source)
+    assert re.search(r"tz_store16\(&conv\[[^;]*\(ax0_0_\d+ \* 4\)\], tz_v", kernel.source)
 
 
 def test_a_padded_im2col_stays_a_kernel_of_its_own():
@@ -80,7 +80,7 @@ def test_the_halo_reads_nothing():
     # predicate): forced to read, the copies are reported out of bounds, so the exact runs
     # above rest on the zero fill reading nothing.
     func, kernel = _conv(batch=1, height=8, width=8, in_channels=32, out_channels=16)
-    forced = re.sub(r"(_zfill\(&pad_reindex_shared[^;]*), v_tz_inside\w*\);", r"\1, true);",
+    forced = re.sub(r"(_zfill\(&pad_reindex_shared[^;]*), tz_inside\w*\);", r"\1, true);",
                     kernel.source)
     assert forced != kernel.source
     # Where the address falls (before every buffer, or past the end of another) varies.
