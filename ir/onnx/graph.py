@@ -69,19 +69,6 @@ class Layer:
         text = f"{ins} -> {'x'.join(map(str, self.output_shape))}"
         return f"{text}, {self.detail}" if self.detail else text
 
-    def run_host(self, arrays: Arrays) -> np.ndarray:
-        """The layer computed entirely on the host: its host function, or its PrimFunc on
-        the host backend (the reference executor, LLVM JIT)."""
-        if self.host is not None:
-            return self.host(arrays)
-        from targets import host
-
-        func, pack, unpack = self.func, self.pack, self.unpack
-        if func is None or pack is None or unpack is None:
-            raise ValueError(f"layer {self.name} has neither a host function nor a PrimFunc")
-        out = host.run(func, pack(arrays))
-        return unpack(out[func.params[-1].name], arrays)
-
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Graph:

@@ -4,16 +4,13 @@ whole or not at all.
 A path is refused up front when it names a directory, when its directory is missing or not
 writable, when it is the kernel file itself (by resolved path, or the same file under
 another name), or when the file system refuses to look it up at all (a name too long, a
-directory this user may not search). Writing goes to a temporary file in the same directory,
-renamed over the path only once complete, so a failed or interrupted run never leaves half a
-file.
+directory this user may not search). Writing is :mod:`tensorize.atomic`'s: a temporary file in the same directory, renamed over
+the path only once complete.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
-from collections.abc import Callable
 from pathlib import Path
 
 from tensorize.cli.errors import UsageError
@@ -21,9 +18,6 @@ from tensorize.cli.errors import UsageError
 
 # Characters of a path shown in a message; a longer one is shortened in the middle.
 _SHOWN = 80
-# Characters of the output's name kept in its temporary file's name, so that a name the file
-# system takes still does once the temporary file's prefix and suffix are added.
-_TEMPORARY_STEM = 64
 
 
 def check_output_path(option: str, name: str, kernel: Path) -> Path:
@@ -63,21 +57,3 @@ def _check_output_path(option: str, name: str, kernel: Path) -> Path:
         raise UsageError(f"{option} {name} would overwrite the kernel file {kernel}; choose "
                          "another path")
     return path
-
-
-def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write`` on a temporary file beside ``path``, then rename it over ``path``."""
-    stem = path.name[:_TEMPORARY_STEM]
-    temporary = path.with_name(f".{stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    except OSError as err:
-        raise UsageError(f"writing {path} failed: {err.strerror or err}") from None
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all."""
-    write_atomically(path, lambda temporary: temporary.write_text(text))

@@ -67,7 +67,8 @@ from ir.structural import structural_equal
 from targets.host import written_params
 from tensorize.cli import argtypes
 from tensorize.cli.errors import UsageError
-from tensorize.cli.outputs import check_output_path, write_atomically, write_text_atomically
+from tensorize.atomic import write_atomically, write_text_atomically
+from tensorize.cli.outputs import check_output_path
 from tensorize.cli.registry_args import add_registry_arguments
 from tensorize.engine import named_intrinsic
 from tensorize.kernel_file import (KernelFile, call_reference, check_reference_arguments,

@@ -199,7 +199,7 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = N
     for block in tree.block_names(func):
         results, matches = _matches(sch, block, candidates, registry, estimate)
         explain.extend(format_result(r) for r in results.values() if r is not None)
-        saved_func, saved_steps = sch.func, list(sch.trace.steps)
+        before = sch.snapshot()
         refused = None
         if not matches and reshape and (intrinsic is not None or kind in RESHAPED_BY_DEFAULT):
             try:
@@ -208,8 +208,7 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = N
             except ScheduleError as err:
                 refused = str(err)
         if not matches:
-            sch.func = saved_func
-            sch.trace.steps[:] = saved_steps
+            sch.restore(before)
             reasons = [r.reason for r in results.values() if isinstance(r, Mismatch)]
             outcomes.append(BlockOutcome(block, None, "", refused or (
                 reasons[0] if reasons else f"no {target} intrinsic to try")))
@@ -223,8 +222,7 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = N
             refusals.append(outcome)
         else:
             outcome = refusals[0]
-            sch.func = saved_func
-            sch.trace.steps[:] = saved_steps
+            sch.restore(before)
         outcomes.append(outcome)
     return Tensorized(func, sch, target, tuple(_fused(sch.func, outcomes)), tuple(explain),
                       time.perf_counter() - start)
@@ -284,7 +282,7 @@ def _rewrite(sch: Schedule, match: Match, target: str, registry: Registry,
              tiling: NpuTiling | cpu_schedule.CpuTiling | cpu_schedule.TileChoice | None
              ) -> BlockOutcome:
     """Apply one match; on a refusal, restore the schedule and report why."""
-    saved_func, saved_steps = sch.func, list(sch.trace.steps)
+    before = sch.snapshot()
     mapping = format_result([match]).split("  ", 1)[1].rsplit("  (", 1)[0]
     count = len(match.intrinsic.iter_vars)
     try:
@@ -298,7 +296,6 @@ def _rewrite(sch: Schedule, match: Match, target: str, registry: Registry,
         else:
             schedule_generic(sch, match.block, match.intrinsic)
     except ScheduleError as err:
-        sch.func = saved_func
-        sch.trace.steps[:] = saved_steps
+        sch.restore(before)
         return BlockOutcome(match.block, None, mapping, f"rewrite refused: {err}")
     return BlockOutcome(match.block, match.intrinsic.name, mapping, "", extents)

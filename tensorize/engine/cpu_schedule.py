@@ -749,7 +749,7 @@ def _vector_nest(sch: Schedule, stage: Any, candidates: list[Intrinsic], require
             # A store of several rows writes them contiguously; in the kernel's output they
             # are a row apart, so only single-row stores fit.
             continue
-        saved_func, saved_steps = sch.func, list(sch.trace.steps)
+        attempt = sch.snapshot()
         try:
             outside, tile = _split_to(sch, own, shape)
             before = set(tree.block_names(sch.func))
@@ -760,8 +760,7 @@ def _vector_nest(sch: Schedule, stage: Any, candidates: list[Intrinsic], require
                 sch.unroll(loop)
             return
         except ScheduleError as err:
-            sch.func = saved_func
-            sch.trace.steps[:] = saved_steps
+            sch.restore(attempt)
             refusals.append(str(err))
     if required:
         raise ScheduleError("cpu schedule", "; ".join(refusals))

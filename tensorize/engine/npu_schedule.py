@@ -37,11 +37,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from intrinsics import Intrinsic, Operand, Registry
+from intrinsics import Intrinsic, Operand, Registry, runnable
+from intrinsics.runnable import GemmAxes
 from ir import Buffer, BufferLoad, BufferStore, IterKind, ScheduleError, Var
 from ir.visitor import post_order_visit
 from simulator import MachineConfig, load_machine
-from tensorize.engine.gemm_view import operand_positions
 from tensorize.match.result import Match
 from tensorize.schedule import Schedule, tree
 
@@ -55,46 +55,24 @@ class NpuTiling:
     rows: int
 
 
-@dataclass(frozen=True, slots=True)
-class GemmAxes:
-    """A GEMM intrinsic's M, N and K: their positions among its iterators, and their
-    extents (ti, tj, tk), the tile one call computes."""
-
-    positions: tuple[int, int, int]
-    extents: tuple[int, int, int]
-
-    def of(self, values: tuple[int, ...]) -> tuple[int, int, int]:
-        """``values`` given in the intrinsic's iterator order, as (m, n, k)."""
-        m, n, k = self.positions
-        return values[m], values[n], values[k]
-
-
 def gemm_axes(intrinsic: Intrinsic) -> GemmAxes:
     """Where M, N and K are in ``intrinsic`` (``C[i, j] += A[i, k] * B[k, j]`` with any
-    iterator names and order): M and N index the output's rows and columns, K is the one
-    reduce iterator. ScheduleError when the intrinsic is not shaped so."""
-    reduce = [n for n, iv in enumerate(intrinsic.iter_vars) if iv.kind is IterKind.REDUCE]
-    output = operand_positions(intrinsic).get(intrinsic.output.name, [])
-    if len(intrinsic.iter_vars) != 3 or len(reduce) != 1 or len(output) != 2:
-        raise ScheduleError(_PRIMITIVE, f"{intrinsic.name} requires the shape of a GEMM, "
-                            "C[i, j] += A[i, k] * B[k, j] with one reduce iterator, got "
-                            f"{intrinsic.semantics_text!r}")
-    positions = (output[0], output[1], reduce[0])
-    extents = tuple(intrinsic.iter_vars[p].extent for p in positions)
-    return GemmAxes(positions, extents)  # type: ignore[arg-type]
+    iterator names and order; :func:`intrinsics.runnable.gemm_axes`). ScheduleError when the
+    intrinsic is not shaped so."""
+    axes = runnable.gemm_axes(intrinsic)
+    if axes is None:
+        raise ScheduleError(_PRIMITIVE, runnable.not_a_gemm(intrinsic))
+    return axes
 
 
 def check_executable(intrinsic: Intrinsic, config: MachineConfig) -> GemmAxes:
     """The intrinsic's axes, once the machine ``config`` is known to run one call of it:
-    tk <= R (the array's rows hold one reduction step) and tj <= C (its columns)."""
+    tk <= R (the array's rows hold one reduction step) and tj <= C (its columns). The
+    reason is the one ``intrinsics validate`` gives a family on its own machine."""
     axes = gemm_axes(intrinsic)
-    ti, tj, tk = axes.extents
-    array = config.array
-    if tk > array.rows or tj > array.cols:
-        raise ScheduleError(_PRIMITIVE, f"{intrinsic.name} computes {ti}x{tj}x{tk} tiles, which "
-                            f"requires k = {tk} <= the array's {array.rows} rows and n = {tj} <= "
-                            f"its {array.cols} columns (machine {config.name}); describe the "
-                            "family's GEMM for this machine")
+    problem = runnable.fit_problem(intrinsic, axes, config)
+    if problem is not None:
+        raise ScheduleError(_PRIMITIVE, problem)
     return axes
 
 
@@ -162,7 +140,8 @@ def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
 
     a, b, c = _operand_buffers(sch, block_name, intrinsic, axes)
     names = [o.name for o in _gemm_operands(intrinsic, axes)]
-    scope = {o.name: o.scope for o in intrinsic.operands}
+    # Scope values, not names: a vendor family's scopes are in this registry alone.
+    scope = {o.name: registry.scope(o.scope) for o in intrinsic.operands}
     a_stage = sch.cache_read(block, a.name, scope[names[0]])
     sch.compute_at(a_stage, ko)
     b_stage = sch.cache_read(block, b.name, scope[names[1]])
@@ -196,30 +175,22 @@ def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
 def _zeroing(intrinsic: Intrinsic, registry: Registry) -> Intrinsic | tuple[Intrinsic, ...]:
     """How the family starts an accumulator tile: its resetting variant of ``intrinsic``, or
     else the fill intrinsics it declares for the accumulator (ScheduleError with neither)."""
-    reset = _reset_variant(intrinsic, registry)
+    reset = runnable.reset_variant(intrinsic, registry.for_target(intrinsic.target))
     if reset is not None:
         return reset
     fills = tuple(registry.get(name) for name in intrinsic.fill.get(intrinsic.output.name, ()))
     if fills:
         return fills
-    raise ScheduleError(_PRIMITIVE, f"{intrinsic.name} accumulates, and its family declares "
-                        "neither a resetting variant (resets: true, same operands) nor a fill "
-                        f"intrinsic for {intrinsic.output.name} (fill: {{"
-                        f"{intrinsic.output.name}: NAME}}), so nothing can start an "
-                        "accumulator tile at zero; declare one of them")
+    raise ScheduleError(_PRIMITIVE, runnable.zeroing_problem(intrinsic))
 
 
 def _gemm_operands(intrinsic: Intrinsic, axes: GemmAxes
                    ) -> tuple[Operand, Operand, Operand]:
     """The operands (A, B, C): A indexed by (m, k), B by (k, n), C the output."""
-    positions = operand_positions(intrinsic)
-    m, n, k = axes.positions
-    by_axes = {tuple(positions.get(o.name, ())): o for o in intrinsic.operands}
-    try:
-        return by_axes[(m, k)], by_axes[(k, n)], intrinsic.output
-    except KeyError:
-        raise ScheduleError(_PRIMITIVE, f"{intrinsic.name} requires operands A[i, k] and "
-                            f"B[k, j] (row-major tiles), got {intrinsic.semantics_text!r}") from None
+    operands = runnable.gemm_operands(intrinsic, axes)
+    if operands is None:
+        raise ScheduleError(_PRIMITIVE, runnable.not_row_major(intrinsic))
+    return operands
 
 
 def _fuse_epilogues(sch: Schedule, c_stage, acc: str, acc_scope: str, tile_loop,
@@ -244,7 +215,7 @@ def _fuse_epilogues(sch: Schedule, c_stage, acc: str, acc_scope: str, tile_loop,
         epilogue = _elementwise_consumer(sch, stage)
         if epilogue is None:
             return stage, False
-        saved_func, saved_steps = sch.func, list(sch.trace.steps)
+        before = sch.snapshot()
         try:
             sch.reverse_compute_at(epilogue, tile_loop)
             sch.compute_inline(stage)
@@ -268,8 +239,7 @@ def _fuse_epilogues(sch: Schedule, c_stage, acc: str, acc_scope: str, tile_loop,
             for load in loads:
                 _tensorize_row_load(sch, load, registry)
         except ScheduleError:
-            sch.func = saved_func
-            sch.trace.steps[:] = saved_steps
+            sch.restore(before)
             return stage, False
         stage = write_back
 
@@ -299,7 +269,7 @@ def _tensorize_any(sch: Schedule, block, candidates: list[Intrinsic]) -> bool:
     """Tensorize a two-dimensional block (a copy, an elementwise epilogue) with the first
     candidate that fits, its rows tiled by the candidate's rows."""
     for intrinsic in candidates:
-        saved_func, saved_steps = sch.func, list(sch.trace.steps)
+        before = sch.snapshot()
         rows = sch.get_loops(block)[-2]
         tile = intrinsic.output.shape[0] if intrinsic.output.shape else 0
         try:
@@ -309,8 +279,7 @@ def _tensorize_any(sch: Schedule, block, candidates: list[Intrinsic]) -> bool:
             sch.tensorize(rows, intrinsic)
             return True
         except ScheduleError:
-            sch.func = saved_func
-            sch.trace.steps[:] = saved_steps
+            sch.restore(before)
     return False
 
 
@@ -381,18 +350,6 @@ def _tensorize_fill(sch: Schedule, block, reduction_loop, fills: tuple[Intrinsic
         names = ", ".join(f.name for f in fills)
         raise ScheduleError(_PRIMITIVE, f"the accumulator tile's init is not computed by the "
                             f"declared fill intrinsic(s) {names}")
-
-
-def _reset_variant(intrinsic: Intrinsic, registry: Registry) -> Intrinsic | None:
-    """The family's intrinsic that overwrites instead of accumulating, with the same operands."""
-    if intrinsic.resets:
-        return None
-    shape = [(o.name, o.shape, o.dtype, o.role) for o in intrinsic.operands]
-    for other in registry.for_target(intrinsic.target):
-        if (other.resets and other.kind == intrinsic.kind and other.family == intrinsic.family
-                and [(o.name, o.shape, o.dtype, o.role) for o in other.operands] == shape):
-            return other
-    return None
 
 
 def _tensorize_copy(sch: Schedule, stage, candidates: tuple[str, ...], registry: Registry,

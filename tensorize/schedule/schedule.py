@@ -4,20 +4,28 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ir import BlockRealize, For, PrimFunc, Stmt
-from tensorize.schedule import primitives, tree
+from tensorize.schedule import primitives as p
+from tensorize.schedule import tree
 from tensorize.schedule.check import check, fail, get_block, get_loop
 from tensorize.schedule.handles import BlockRV, LoopRV
 from tensorize.schedule.index_map import as_index_map
 from tensorize.schedule.trace import Trace, TraceStep
 
 
-def _as_method(primitive: Callable[..., tuple[PrimFunc, Any]]) -> Callable[..., Any]:
-    """Wrap a free primitive ``f(func, *args) -> (new_func, outputs)`` as a Schedule method."""
+Args = ParamSpec("Args")
+Out = TypeVar("Out")
 
-    def method(self: Schedule, *args: Any, **kwargs: Any) -> Any:
+
+def _as_method(primitive: Callable[Concatenate[PrimFunc, Args], tuple[PrimFunc, Out]]
+               ) -> Callable[Concatenate[Schedule, Args], Out]:
+    """Wrap a free primitive ``f(func, *args) -> (new_func, outputs)`` as a Schedule method
+    taking the same arguments and returning the outputs."""
+
+    def method(self: Schedule, *args: Args.args, **kwargs: Args.kwargs) -> Out:
         return self._apply(primitive, args, kwargs)
 
     method.__name__ = primitive.__name__
@@ -32,6 +40,15 @@ def _printable(value: Any, primitive: str) -> Any:
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A schedule's state at one moment (:meth:`Schedule.snapshot`): its function and the
+    number of trace steps applied."""
+
+    func: PrimFunc
+    steps: int
+
+
 class Schedule:
     """A function under transformation.
 
@@ -39,6 +56,31 @@ class Schedule:
     ``ScheduleError`` and leaves the schedule exactly as it was. ``sch.func`` is the current
     function; ``sch.trace`` prints as Python that replays the primitives applied.
     """
+
+    # The primitives (tensorize.schedule.primitives), one method each.
+    bind = _as_method(p.bind)
+    blockize = _as_method(p.blockize)
+    cache_read = _as_method(p.cache_read)
+    cache_write = _as_method(p.cache_write)
+    compact_buffer = _as_method(p.compact_buffer)
+    compute_at = _as_method(p.compute_at)
+    compute_inline = _as_method(p.compute_inline)
+    decompose_reduction = _as_method(p.decompose_reduction)
+    diagonalize = _as_method(p.diagonalize)
+    fold_init = _as_method(p.fold_init)
+    fuse = _as_method(p.fuse)
+    pad_einsum = _as_method(p.pad_einsum)
+    parallel = _as_method(p.parallel)
+    reindex = _as_method(p.reindex)
+    reorder = _as_method(p.reorder)
+    reverse_compute_at = _as_method(p.reverse_compute_at)
+    split = _as_method(p.split)
+    tensorize = _as_method(p.tensorize)
+    transform_block_layout = _as_method(p.transform_block_layout)
+    transform_layout = _as_method(p.transform_layout)
+    unroll = _as_method(p.unroll)
+    vectorize = _as_method(p.vectorize)
+    write_in_place = _as_method(p.write_in_place)
 
     def __init__(self, func: PrimFunc) -> None:
         names = tree.block_names(func)
@@ -60,6 +102,15 @@ class Schedule:
         self.func = new_func
         self.trace.append(TraceStep(primitive.__name__, args, tuple(kwargs.items()), outputs))
         return outputs
+
+    def snapshot(self) -> Snapshot:
+        """The state to come back to with :meth:`restore` (an attempt that may be undone)."""
+        return Snapshot(self.func, len(self.trace.steps))
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Undo every primitive applied since ``snapshot`` was taken."""
+        self.func = snapshot.func
+        del self.trace.steps[snapshot.steps:]
 
     # Lookups are recorded too, so the printed trace binds every handle it uses.
     def get_block(self, name: str) -> BlockRV:
@@ -105,7 +156,3 @@ class Schedule:
         exec(compile(trace_text, "<trace>", "exec"), namespace)  # noqa: S102 (user's own trace)
         return namespace["sch"]
 
-
-
-for _name, _primitive in primitives.PRIMITIVES.items():
-    setattr(Schedule, _name, _as_method(_primitive))

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tensorize.cli.outputs import write_atomically
+from tensorize.atomic import write_atomically
 
 
 def write_plots(rows: Sequence[dict[str, Any]], machines: Sequence[dict[str, Any]],

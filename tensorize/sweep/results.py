@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ir.errors import TensorizeError
-from tensorize.cli.outputs import write_text_atomically
+from tensorize.atomic import write_text_atomically
 
 JSONL = "results.jsonl"
 CSV = "results.csv"

@@ -1,24 +1,33 @@
 """The schedule primitives, each a function ``f(func, *args) -> (new_func, handles)``.
 
-Each module of this package lists its primitives in ``__all__``; every one of them becomes a
-:class:`~tensorize.schedule.Schedule` method of the same name (and an entry of
-:data:`PRIMITIVES`), so adding a primitive is adding a module (or a function to one). They are
-not re-exported here, so a module and its primitive may share a name.
+Each is listed here by name; :class:`~tensorize.schedule.Schedule` declares a method of the
+same name for each (so type checkers and editors see ``sch.split``), and :data:`PRIMITIVES`
+maps the names to the functions. Adding a primitive is writing its function in a module of
+this package, importing it here and declaring it on the Schedule.
 """
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from typing import Any
 
-PRIMITIVES: dict[str, Callable[..., Any]] = {}
+from tensorize.schedule.primitives.blockize import blockize
+from tensorize.schedule.primitives.cache import cache_read, cache_write
+from tensorize.schedule.primitives.compact import compact_buffer
+from tensorize.schedule.primitives.compute_at import compute_at, reverse_compute_at
+from tensorize.schedule.primitives.diagonalize import diagonalize
+from tensorize.schedule.primitives.fold_init import fold_init
+from tensorize.schedule.primitives.inline import compute_inline, write_in_place
+from tensorize.schedule.primitives.layout import (reindex, transform_block_layout,
+                                                  transform_layout)
+from tensorize.schedule.primitives.loop_kinds import bind, parallel, unroll, vectorize
+from tensorize.schedule.primitives.loops import fuse, reorder, split
+from tensorize.schedule.primitives.padding import pad_einsum
+from tensorize.schedule.primitives.reduction import decompose_reduction
+from tensorize.schedule.primitives.tensorize_call import tensorize
 
-for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-    _module = importlib.import_module(f"{__name__}.{_info.name}")
-    for _name in getattr(_module, "__all__", ()):
-        if _name in PRIMITIVES:
-            raise ImportError(f"schedule primitive {_name!r} is defined twice "
-                              f"({PRIMITIVES[_name].__module__} and {_module.__name__})")
-        PRIMITIVES[_name] = getattr(_module, _name)
+PRIMITIVES: dict[str, Callable[..., Any]] = {f.__name__: f for f in (
+    bind, blockize, cache_read, cache_write, compact_buffer, compute_at, compute_inline,
+    decompose_reduction, diagonalize, fold_init, fuse, pad_einsum, parallel, reindex, reorder,
+    reverse_compute_at, split, tensorize, transform_block_layout, transform_layout, unroll,
+    vectorize, write_in_place)}
 
 __all__ = ["PRIMITIVES"]

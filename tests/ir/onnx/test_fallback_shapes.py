@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ir.onnx import OnnxImportError, import_model
 from tensorize.model import run_model
 from tests.ir.onnx import corpus_models, models
+from tensorize.model.executors import run_on_host
 
 F, I8 = TensorProto.FLOAT, TensorProto.INT8
 MS = "com.microsoft"
@@ -146,7 +147,7 @@ def test_onnxruntime_refusing_a_fallback_node_names_file_and_node(tmp_path):
     onnx.save(built, tmp_path / "mystery.onnx")
     layer, = import_model(tmp_path / "mystery.onnx").layers
     with pytest.raises(OnnxImportError) as err:
-        layer.run_host([np.zeros((2, 3), np.float32)])
+        run_on_host(layer, [np.zeros((2, 3), np.float32)])
     message = str(err.value)
     assert message.startswith(f"{tmp_path / 'mystery.onnx'}: node 'mystery' (QLinearNoSuchOp) "
                               "cannot run in onnxruntime: "), message

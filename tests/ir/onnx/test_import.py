@@ -11,6 +11,7 @@ from ir.onnx import import_model
 from tensorize.model.check import compare
 from tensorize.model.reference import run_reference
 from tests.ir.onnx import models
+from tensorize.model.executors import run_on_host
 
 F, I8, U8, I32 = TensorProto.FLOAT, TensorProto.INT8, TensorProto.UINT8, TensorProto.INT32
 
@@ -32,7 +33,7 @@ def _run_all(path, seed: int = 0):
     values = dict(inputs)
     checks = {}
     for layer in graph.layers:
-        values[layer.output] = layer.run_host([values[n] for n in layer.inputs])
+        values[layer.output] = run_on_host(layer, [values[n] for n in layer.inputs])
         ok, text = compare(values[layer.output], expected[layer.output])
         assert ok, f"{layer.name} ({layer.op}): {text}"
         checks[layer.name] = text

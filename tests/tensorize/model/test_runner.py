@@ -11,6 +11,7 @@ from ir.onnx import import_model
 from tensorize.model import run_model
 from tensorize.model.report import validate_records
 from tests.ir.onnx import models
+from tensorize.model.executors import run_on_host
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +101,7 @@ def test_uint8_variant_matches_the_int8_kernel(cnn_int8):
     variant, = conv.variants
     assert variant.func.params[0].dtype.name == "uint8"
     x = np.random.default_rng(5).integers(-128, 128, conv.input_shapes[0]).astype(np.int8)
-    assert np.array_equal(conv.run_host([x]), variant.run_host([x]))
+    assert np.array_equal(run_on_host(conv, [x]), run_on_host(variant, [x]))
 
 
 def test_a_convolution_with_one_output_pixel_is_tensorized(tmp_path):
