@@ -164,6 +164,17 @@ def row_layout(shape: tuple[int, ...], width: int) -> tuple[int, int] | None:
     return per_row, size // per_row
 
 
+def scope_problem(intrinsic: Intrinsic, operand: Operand, mem: Mem) -> str | None:
+    """Why ``operand`` of a GEMM cannot live where the simulator keeps it (None: it can):
+    the NPU backend places a GEMM's operands by scope name, one name per memory."""
+    wanted = next(name for name, m in SCOPE_MEMORY.items() if m is mem)
+    if operand.scope == wanted:
+        return None
+    return (f"intrinsic {intrinsic.name}: operand {operand.name} requires scope {wanted}, the "
+            f"NPU's {_ROLE[mem]} (the backend places a GEMM's operands by these scope names, "
+            f"docs/intrinsics.md), got {operand.scope}")
+
+
 def check_npu_family(intrinsics: Iterable[Intrinsic], scopes: Mapping[str, Scope],
                      config: MachineConfig | None, findings: Findings) -> None:
     """Record, at its YAML line, everything that keeps an NPU family from running (module
@@ -247,6 +258,11 @@ def _check_gemm(intrinsic: Intrinsic, family: tuple[Intrinsic, ...],
     if operands is None:
         findings.add(intrinsic.loc, not_row_major(intrinsic))
         return
+    for operand, mem in zip(operands, (Mem.INP, Mem.WGT, Mem.ACC)):
+        problem = scope_problem(intrinsic, operand, mem)
+        if problem is not None:
+            findings.add(operand.loc or intrinsic.loc, problem)
+            return
     problem = fit_problem(intrinsic, axes, config) if config is not None else None
     if problem is not None:
         _, n, k = axes.positions
