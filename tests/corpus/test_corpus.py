@@ -22,7 +22,7 @@ from tensorize.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).parent
 AREAS = ("intrinsics", "kernels", "cli")
-HEADER = re.compile(rb"#\s*(corpus|args|expect|exit|isolate|env):\s?(.*)")
+HEADER = re.compile(rb"#\s*(corpus|args|expect|exit|isolate|env|slow):\s?(.*)")
 # What must never reach a user: a traceback, or a frame of our own code.
 LEAKS = re.compile(r"Traceback \(most recent call last\)|File \"[^\"]+\.py\", line \d+")
 TIME_LIMIT_S = 120
@@ -40,6 +40,7 @@ class Case:
     exit: int = 2
     isolate: bool = False
     env: list[str] = field(default_factory=list)
+    slow: bool = False
 
 
 def _read_case(path: Path) -> Case:
@@ -61,11 +62,19 @@ def _read_case(path: Path) -> Case:
             case.isolate = value.lower() in ("yes", "true", "1")
         elif key == "env":
             case.env.append(value)
+        elif key == "slow":
+            case.slow = value.lower() in ("yes", "true", "1")
     return case
 
 
 def _cases() -> list[Path]:
     return sorted(p for area in AREAS for p in (CORPUS / area).glob("*") if p.is_file())
+
+
+def _params() -> list[object]:
+    """Every case, those with ``slow: yes`` marked slow (left to CI's second run)."""
+    return [pytest.param(p, marks=pytest.mark.slow) if _read_case(p).slow else p
+            for p in _cases()]
 
 
 def _fill(text: str, case: Case, tmp: Path) -> str:
@@ -107,7 +116,7 @@ def _run_in_process(argv: list[str], env: dict[str, str], capsys: pytest.Capture
     return status, out.out + out.err
 
 
-@pytest.mark.parametrize("path", _cases(), ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", _params(), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_malformed_input_gets_one_clear_error(path: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
