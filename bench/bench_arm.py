@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import suite_kernels
 
+from intrinsics import default_registry
 from targets import cpu
 from targets.arm.i8mm_count import count_i8mm
 from tensorize.engine import auto_tensorize
@@ -51,6 +52,7 @@ I8MM = "+neon,+dotprod,+i8mm"
 
 def main() -> None:
     rng = np.random.default_rng(0)
+    registry = default_registry()  # a bench is an edge: the built-in descriptions
     kernels = suite_kernels.builders()
     cases = [("int8 GEMM 64^3", kernels["gemm_int8"](64, 64, 64), 64 ** 3),
              ("int8 GEMM 256^3", kernels["gemm_int8"](256, 256, 256), 256 ** 3),
@@ -68,11 +70,12 @@ def main() -> None:
                   for p in func.params[:2]}
         # Tuned for the scheduling model (the description's tune_cpus) that runs it in
         # the fewest instructions.
-        ours, _ = choose_tune_cpu(auto_tensorize(func, "arm").func, "arm")
+        tensorized = auto_tensorize(func, "arm", registry=registry).func
+        ours, _ = choose_tune_cpu(tensorized, "arm", registry=registry)
         mine = cpu.run(ours, inputs)
         # The untouched kernel through the same emitter (the same facts, such as the
         # buffers not aliasing): what LLVM's own -O3 vectorisation makes of it.
-        base = cpu.run(cpu.emit(func, "arm"), inputs)
+        base = cpu.run(cpu.emit(func, "arm", registry=registry), inputs)
         out = ours.outputs[0]
         if not np.array_equal(mine.outputs[out], base.outputs[out]):
             raise SystemExit(f"{label}: the tensorized kernel's output differs")
@@ -82,8 +85,9 @@ def main() -> None:
         # i8mm swapped for SDOT.
         figures = []
         for intrinsic in (None, "arm_smmla"):
-            chosen = auto_tensorize(func, "arm", features=I8MM, intrinsic=intrinsic)
-            kernel = cpu.emit(chosen.func, "arm", I8MM)
+            chosen = auto_tensorize(func, "arm", registry=registry, features=I8MM,
+                                    intrinsic=intrinsic)
+            kernel = cpu.emit(chosen.func, "arm", I8MM, registry=registry)
             if cpu.engine_for(kernel)[0] is not None and not np.array_equal(
                     cpu.run(kernel, inputs).outputs[out], base.outputs[out]):
                 raise SystemExit(f"{label}: the +i8mm kernel's output differs")

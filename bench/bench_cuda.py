@@ -83,13 +83,15 @@ def build(name: str, n: int, tiling: CudaTiling | None = None, stages: int = STA
     engine's choice) with ``tiling`` (default: the engine's) and ``stages``."""
     func = suite_kernels.builders()[name](n, n, n)
     if intrinsic is None:
-        (intrinsic,) = [b.intrinsic for b in auto_tensorize(func, "cuda").tensorized]
+        first = auto_tensorize(func, "cuda", registry=default_registry())
+        (intrinsic,) = [b.intrinsic for b in first.tensorized]
     chosen = default_registry().get(intrinsic)
     shape = tuple(chosen.extents)
     elem = max(chosen.operands[0].dtype.bits // 8, 1)
     tiling = tiling or choose_tiling((n, n, n), shape, elem)
-    kernel = cuda.emit(auto_tensorize(func, "cuda", intrinsic=intrinsic, tiling=tiling).func,
-                       stages=stages)
+    kernel = cuda.emit(auto_tensorize(func, "cuda", registry=default_registry(),
+                                      intrinsic=intrinsic, tiling=tiling).func,
+                       default_registry(), stages=stages)
     return Built(name, n, tiling, kernel, intrinsic, shape)
 
 
@@ -99,9 +101,9 @@ def conflict_counts(built: Built) -> dict:
     bm, bn, bk = built.tiling.block_tile(*built.shape)
     (launch,) = [l for l in built.kernel.launches if l.tiled]
     func = suite_kernels.builders()[built.name](bm, bn, launch.stages * bk)
-    kernel = cuda.emit(auto_tensorize(func, "cuda", intrinsic=built.intrinsic,
-                                      tiling=built.tiling).func,
-                       stages=launch.stages)
+    kernel = cuda.emit(auto_tensorize(func, "cuda", registry=default_registry(),
+                                      intrinsic=built.intrinsic, tiling=built.tiling).func,
+                       default_registry(), stages=launch.stages)
     rng = np.random.default_rng(0)
     inputs = {p.name: (rng.standard_normal(p.shape) if p.dtype.is_float
                        else rng.integers(-128, 128, p.shape)).astype(p.dtype.numpy)
@@ -122,7 +124,7 @@ def searched(name: str, n: int, measured: int = 4) -> None:
     """Print the tiling search's best ``measured`` candidates on sm_80 for GEMM ``name`` per
     tensor-core family (:data:`FAMILIES`), and the family it takes and why."""
     registry = default_registry()
-    sm_80 = architecture("sm_80")
+    sm_80 = architecture("sm_80", registry)
     searches: dict[str, list[TilingTrial]] = {}
     for intrinsic in (registry.get(i) for i in FAMILIES[name]):
         shape = tuple(intrinsic.extents)
@@ -187,7 +189,7 @@ def static(n: int) -> None:
               f"{launch.stages} stages, grid {launch.grid}; {len(built.kernel.launches)} "
               f"launch(es): {len(others)} data-parallel before or after it "
               f"{[l.kernel for l in others]}; tensorize+emit {prepared:.2f} s")
-        for arch, limits in architectures().items():
+        for arch, limits in architectures(default_registry()).items():
             (r,) = [r for r in resource_usage(built.kernel, arch) if r.kernel == launch.kernel]
             shared = r.shared_bytes + launch.dynamic_shared
             o = occupancy(limits, r.registers, shared, 32 * warps)
@@ -214,14 +216,14 @@ def mma_family(n: int) -> None:
     """Print registers and non-MMA instructions per MMA of the GEMMs through mma.sync."""
     for name, intrinsic in MMA_GEMMS:
         func = suite_kernels.builders()[name](n, n, n)
-        result = auto_tensorize(func, "cuda", intrinsic=intrinsic)
-        kernel = cuda.emit(result.func)
+        result = auto_tensorize(func, "cuda", registry=default_registry(), intrinsic=intrinsic)
+        kernel = cuda.emit(result.func, default_registry())
         (launch,) = [l for l in kernel.launches if l.tiled]
         # MMA instructions per m16n8k16 of work: 0.5 where one IMMA.16832 does two.
         per_unit = UNIT_MACS / instruction_macs(default_registry().get(intrinsic))
         print(f"{name} {n}^3 through {intrinsic}: {len(kernel.launches)} launch(es), grid "
               f"{launch.grid}, {launch.stages} stages")
-        for arch in architectures():
+        for arch in architectures(default_registry()):
             (r,) = [r for r in resource_usage(kernel, arch) if r.kernel == launch.kernel]
             line = (f"  {arch}: {r.registers} registers, {r.spill_stores + r.spill_loads} "
                     "spill bytes")
@@ -238,13 +240,14 @@ def resnet_conv() -> None:
     convolution (1 x 56 x 56 x 64 -> 64, NHWC int8), an implicit GEMM: the im2col is in the
     address of the tiles' copy of the activations."""
     func = suite_kernels.builders()["conv2d_nhwc_int8"](1, 56, 56, 64, 64)
-    kernel = cuda.emit(auto_tensorize(func, "cuda").func)
+    registry = default_registry()
+    kernel = cuda.emit(auto_tensorize(func, "cuda", registry=registry).func, registry)
     (launch,) = [l for l in kernel.launches if l.tiled]
     others = [l.kernel for l in kernel.launches if not l.tiled]
     print(f"conv2d_nhwc_int8 ResNet-50 3x3 (1x56x56x64 -> 64): {len(kernel.launches)} launches "
           f"(data-parallel: {others}; the GEMM {launch.kernel} grid {launch.grid}, "
           f"{launch.stages} stages)")
-    for arch in architectures():
+    for arch in architectures(registry):
         (r,) = [r for r in resource_usage(kernel, arch) if r.kernel == launch.kernel]
         line = (f"  {arch}: {r.registers} registers, "
                 f"{r.shared_bytes + launch.dynamic_shared} B shared")

@@ -28,13 +28,14 @@ def layer(c: int, o: int, groups: int) -> str:
     """One line of figures for a 1 x 56 x 56 x c -> o layer in ``groups`` groups."""
     shape = ConvShape(1, c, 56, 56, o, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), groups)
     name = f"1x56x56x{c} -> {o}, {groups} groups of {c // groups}"
-    sch = Schedule(conv2d(shape, "int8"))
+    registry = default_registry()  # a bench is an edge: the built-in descriptions
+    sch = Schedule(conv2d(shape, "int8"), registry)
     try:
-        reshape(sch, "conv", candidate_intrinsics(default_registry(), "cuda"), {})
+        reshape(sch, "conv", candidate_intrinsics(registry, "cuda"), {})
     except ScheduleError as err:
         return f"{name}: {err}"
-    result = auto_tensorize(sch.func, "cuda")
-    kernel = cuda.emit(result.func)
+    result = auto_tensorize(sch.func, "cuda", registry=registry)
+    kernel = cuda.emit(result.func, registry)
     (launch,) = [l for l in kernel.launches if l.tiled]
     (usage,) = [r for r in resource_usage(kernel, "sm_80") if r.kernel == launch.kernel]
     line = (f"{name}: {result.blocks[0].intrinsic} {result.blocks[0].mapping}; "

@@ -31,8 +31,10 @@ from pathlib import Path
 
 import onnx
 
+from intrinsics import default_registry
 from ir.onnx import import_model
 from tensorize.model import networks, random_inputs, run_model
+from tensorize.runners import make_context
 
 NETWORKS = ("resnet50", "mobilenetv2", "bert_layer")
 
@@ -70,7 +72,7 @@ def bench(name: str, target: str, folder: Path, small: bool, profile: int) -> No
     profiler = cProfile.Profile() if profile else None
     if profiler:
         profiler.enable()
-    run = run_model(graph, target)
+    run = run_model(graph, make_context(default_registry(), target))
     if profiler:
         profiler.disable()
     totals = run.totals

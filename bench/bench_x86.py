@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import suite_kernels  # bench/ is on the path: these run as scripts
 
 import ir
+from intrinsics import default_registry
 from ir import te
 from targets import cpu
 from tensorize.engine import auto_tensorize
@@ -119,6 +120,7 @@ def row(label: str, best: float, median: float, macs: int) -> str:
 
 def main() -> None:
     rng = np.random.default_rng(0)
+    registry = default_registry()  # a bench is an edge: the built-in descriptions
     gemm = suite_kernels.builders()["gemm_u8s8"]
     cases = [("GEMM 256^3", gemm(256, 256, 256)), ("GEMM 1024^3", gemm(1024, 1024, 1024)),
              ("ResNet-50 conv 3x3 56x56x64 -> 64", conv3x3_u8s8(56, 64, 64))]
@@ -128,8 +130,8 @@ def main() -> None:
         inputs = {a_param.name: rng.integers(0, 256, a_param.shape, dtype=np.uint8),
                   b_param.name: rng.integers(-128, 128, b_param.shape, dtype=np.int8)}
         start = time.perf_counter()
-        result = auto_tensorize(func, "x86")
-        kernel = cpu.emit(result.func, "x86")
+        result = auto_tensorize(func, "x86", registry=registry)
+        kernel = cpu.emit(result.func, "x86", registry=registry)
         prepared = time.perf_counter() - start
         run = cpu.run(kernel, inputs, RUNS)
         a, b = inputs[a_param.name], inputs[b_param.name]

@@ -3,6 +3,10 @@
 Every error a user can see derives from :class:`TensorizeError`. Each carries an optional
 source location so the message can point at the user's file and line: a kernel's line for
 kernel errors, a YAML line for intrinsic-description errors.
+
+The backends' own errors derive from these, beside the code that raises them:
+``targets.cpu.errors`` (``EmitError``, ``CpuRunError``) and ``targets.cuda.errors``
+(``EmitError``; ``CompileError`` and ``EmulationError``, which are :class:`ExecutionError`).
 """
 
 from __future__ import annotations

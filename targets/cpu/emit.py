@@ -35,7 +35,6 @@ from intrinsics import (
     CpuTarget,
     Intrinsic,
     Registry,
-    default_registry,
     feature_names,
 )
 from ir.arith import Interval, bound
@@ -88,10 +87,11 @@ class CpuKernel:
     sites: tuple[BoundsSite, ...]
 
 
-def emit(func: PrimFunc, target: str, features: str | None = None,
-         registry: Registry | None = None, tune_cpu: str | None = None) -> CpuKernel:
+def emit(func: PrimFunc, target: str, features: str | None = None, *, registry: Registry,
+         tune_cpu: str | None = None) -> CpuKernel:
     """Emit ``func`` (tensorized for CPU target ``target``, or plain) as LLVM IR for it,
-    with ``features`` (default: the target's own, ``cpu.features`` of its description).
+    with ``features`` (default: the target's own, ``cpu.features`` of its description in
+    ``registry``, the descriptions the function was tensorized with).
 
     Raises EmitError when it calls an intrinsic that ``features`` does not provide or that
     has no llvm template, reads an operand tile that is not contiguous or not as aligned as
@@ -100,7 +100,6 @@ def emit(func: PrimFunc, target: str, features: str | None = None,
     of the description's ``tune_cpus``; default the first) is the CPU whose scheduling
     model LLVM tunes the code for.
     """
-    registry = registry or default_registry()
     cpu = registry.cpu(target)
     tune_cpu = cpu.tune_cpus[0] if tune_cpu is None else tune_cpu
     if tune_cpu not in cpu.tune_cpus:

@@ -13,10 +13,10 @@ on the host by an emulation of the warp matrix API, and run on a GPU through CuP
 - :func:`run` runs it on a GPU (CuPy, imported only when called).
 """
 
-from targets.cuda.cexpr import EmitError
-from targets.cuda.compile import CompileError, compile, nvcc_path
+from targets.cuda.compile import compile, nvcc_path
 from targets.cuda.emit import CudaKernel, Launch, emit
-from targets.cuda.emulate import EmulationError, emulate
+from targets.cuda.emulate import emulate
+from targets.cuda.errors import CompileError, EmitError, EmulationError
 from targets.cuda.run import run
 
 __all__ = ["CompileError", "CudaKernel", "EmitError", "EmulationError", "Launch", "compile",

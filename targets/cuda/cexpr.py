@@ -17,13 +17,9 @@ from collections.abc import Callable, Mapping
 from ir import (BinOp, BufferLoad, Call, Cast, DType, Expr, FloatImm, IntImm, Not, Select, Var,
                 dtypes)
 from ir.arith import Interval, bound
+from targets.cuda.errors import EmitError
 
-__all__ = ["CTYPES", "EmitError", "ExprPrinter", "PRELUDE", "ctype", "string_literal"]
-
-
-class EmitError(ValueError):
-    """The CUDA backend cannot emit a function: names the statement or buffer and why."""
-
+__all__ = ["CTYPES", "ExprPrinter", "PRELUDE", "ctype", "string_literal"]
 
 CTYPES = {
     "bool": "bool", "int8": "signed char", "int16": "short", "int32": "int",

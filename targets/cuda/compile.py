@@ -13,16 +13,13 @@ from functools import lru_cache
 from pathlib import Path
 
 from targets.cuda.emit import CudaKernel
+from targets.cuda.errors import CompileError
 
 __all__ = ["CompileError", "KernelResources", "SassMix", "compile", "cuobjdump_path",
            "nvcc_path", "parse_ptxas", "parse_sass", "ptxas_path", "resource_usage", "sass_mix"]
 
 # nvcc outside PATH: the toolkit's usual home.
 _NVCC_FALLBACKS = ("/usr/local/cuda/bin/nvcc",)
-
-
-class CompileError(RuntimeError):
-    """nvcc rejected a source (the message holds its diagnostics) or is not installed."""
 
 
 def nvcc_path() -> str | None:

@@ -25,21 +25,25 @@ Memory layouts and the per-warp fragment arrays are :mod:`.memory`'s.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
-from intrinsics import Intrinsic, Registry, default_registry
+from intrinsics import Intrinsic, Registry
 from ir import (BinOp, Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, Expr,
                 For, ForKind, IfThenElse, IntImm, IntrinsicCall, IterKind, PrimFunc, SeqStmt, Stmt,
                 Var, dtypes, substitute)
 from ir.arith import Interval, simplify, to_expr
 from ir.visitor import post_order_visit
-from targets.cuda.cexpr import PRELUDE, EmitError, ExprPrinter, ctype, string_literal
+from targets.cuda.cexpr import PRELUDE, ExprPrinter, ctype, string_literal
 from targets.cuda.deal import deal
+from targets.cuda.errors import EmitError
 from targets.cuda.memory import (FragmentLayout, SharedLayout, dense_offset, shared_layout,
                                  warp_split)
 from targets.cuda.pipeline import STAGES, Pipelined, software_pipeline
 from targets.cuda.ptx import MMA_PRELUDE
 from targets.cuda.vector import vector_copy, vector_store, without_clamps, zero_filled
+from targets.cuda.writer import CppWriter
 from targets.identifiers import Namer, mangle
 
 __all__ = ["CudaKernel", "Launch", "emit"]
@@ -118,10 +122,12 @@ class CudaKernel:
         return (tiled or list(self.launches))[0]
 
 
-def emit(func: PrimFunc, registry: Registry | None = None, *,
+def emit(func: PrimFunc, registry: Registry, *,
          pipeline: bool = True, stages: int = STAGES) -> CudaKernel:
     """Emit ``func`` (tensorized for cuda, or not tensorized at all) as CUDA C++.
 
+    ``registry`` holds the descriptions of the intrinsics ``func`` calls (the run context's,
+    made at the edge; ``intrinsics.default_registry()`` there for the built-in ones).
     With ``pipeline``, the shared-memory stages of each reduction loop are buffered
     ``stages`` deep and filled with ``cp.async`` ``stages - 1`` steps ahead
     (:mod:`.pipeline`); without, each step copies its tiles and then computes.
@@ -130,7 +136,6 @@ def emit(func: PrimFunc, registry: Registry | None = None, *,
     warp-collective call outside any warp loop, a fragment read element by element, loops
     bound to one thread axis with different extents).
     """
-    registry = registry or default_registry()
     pipelined = (software_pipeline(func, stages) if pipeline
                  else Pipelined(func, frozenset(), {}))
     func = pipelined.func
@@ -353,8 +358,7 @@ class _KernelEmitter:
         self.buffers = buffers
         self.buffer_names = dict(names)
         self.registry = registry
-        self.lines: list[str] = []
-        self.depth = 1
+        self.out = CppWriter()
         self.namer = Namer(names.values())
         self.shared: dict[Buffer, SharedLayout] = {}
         self.transposed: set[Buffer] = set()
@@ -482,7 +486,6 @@ class _KernelEmitter:
     def emit(self, stmt: Stmt) -> str:
         """The ``__global__`` function for ``stmt``; sets :attr:`launch`."""
         self._plan(stmt)
-        scope = _Scope()
         tiled = bool(self.dims)
         if tiled:
             grid = tuple(self.dims.get(f"blockIdx.{a}", 1) for a in "xyz")
@@ -490,16 +493,6 @@ class _KernelEmitter:
             # Thread counts as constants: the copies unroll and their divisions are shifts.
             self.group = {"block": ("tz_tid", str(block[0] * block[1] * block[2])),
                           "warp": ("threadIdx.x", "32"), "thread": ("0", "1")}
-            self._line("const unsigned tz_tid = threadIdx.x + blockDim.x * (threadIdx.y + "
-                       "blockDim.y * threadIdx.z);")
-            self._line("const int tz_warp = threadIdx.y + blockDim.y * threadIdx.z;")
-            self._rasterise(grid)
-            dynamic = self._declare_shared(block[1] * block[2])
-            for buffer, frag in self.frags.items():
-                words = f"[{self.lane_words[buffer]}]" if buffer in self.lane_words else ""
-                self._line(f"{frag.type_text} {self._buffer_name(buffer)}"
-                           f"[{frag.counts[0]}][{frag.counts[1]}]{words};")
-            self._stmt(stmt, scope, "block")
         else:
             nest = _perfect_nest(stmt)
             total = 1
@@ -510,15 +503,34 @@ class _KernelEmitter:
             grid, block = (blocks, 1, 1), (threads, 1, 1)
             self.group = {"grid": ("(blockIdx.x * blockDim.x + threadIdx.x)",
                                    "(gridDim.x * blockDim.x)"), "thread": ("0", "1")}
-            self._stmt(stmt, scope, "grid")
-        self.launch = Launch(self.name, grid, block, tiled, dynamic if tiled else 0,
-                             self.stages)
         params = ", ".join(f"{ctype(b.dtype)}* __restrict__ {self.buffer_names[b]}"
                            for b in self.buffers)
         threads = block[0] * block[1] * block[2]
-        head = (f'extern "C" __global__ void __launch_bounds__({threads}) '
-                f"{self.name}({params}) {{")
-        return "\n".join([head, *self.lines, "}", ""])
+        dynamic = 0
+        with self.out.block(f'extern "C" __global__ void __launch_bounds__({threads}) '
+                            f"{self.name}({params})"):
+            if tiled:
+                dynamic = self._tiled_prologue(grid, block)
+                self._stmt(stmt, _Scope(), "block")
+            else:
+                self._stmt(stmt, _Scope(), "grid")
+        self.launch = Launch(self.name, grid, block, tiled, dynamic, self.stages)
+        return self.out.text() + "\n"
+
+    def _tiled_prologue(self, grid: tuple[int, int, int], block: tuple[int, int, int]) -> int:
+        """The declarations a tiled kernel starts with: the thread and warp indices, the
+        rasterised block indices, the shared arrays and the fragment arrays. Returns the
+        bytes of dynamic shared memory (0 when the shared arrays are static)."""
+        self.out.line("const unsigned tz_tid = threadIdx.x + blockDim.x * (threadIdx.y + "
+                      "blockDim.y * threadIdx.z);")
+        self.out.line("const int tz_warp = threadIdx.y + blockDim.y * threadIdx.z;")
+        self._rasterise(grid)
+        dynamic = self._declare_shared(block[1] * block[2])
+        for buffer, frag in self.frags.items():
+            words = f"[{self.lane_words[buffer]}]" if buffer in self.lane_words else ""
+            self.out.line(f"{frag.type_text} {self._buffer_name(buffer)}"
+                          f"[{frag.counts[0]}][{frag.counts[1]}]{words};")
+        return dynamic
 
     def _rasterise(self, grid: tuple[int, int, int]) -> None:
         """With blocks along x and y, declare the swizzled block coordinates the blockIdx.x/y
@@ -528,12 +540,12 @@ class _KernelEmitter:
         if gx == 1 or gy == 1:
             return
         group = RASTER_ROWS * gx
-        self._line("// Rasterised: groups of block rows, column by column within each.")
-        self._line("const unsigned tz_block = blockIdx.x + gridDim.x * blockIdx.y;")
-        self._line(f"const unsigned tz_first = tz_block / {group}u * {RASTER_ROWS}u;")
-        self._line(f"const unsigned tz_rows = tz_min({gy}u - tz_first, {RASTER_ROWS}u);")
-        self._line(f"const int tz_block_y = tz_first + tz_block % {group}u % tz_rows;")
-        self._line(f"const int tz_block_x = tz_block % {group}u / tz_rows;")
+        self.out.line("// Rasterised: groups of block rows, column by column within each.")
+        self.out.line("const unsigned tz_block = blockIdx.x + gridDim.x * blockIdx.y;")
+        self.out.line(f"const unsigned tz_first = tz_block / {group}u * {RASTER_ROWS}u;")
+        self.out.line(f"const unsigned tz_rows = tz_min({gy}u - tz_first, {RASTER_ROWS}u);")
+        self.out.line(f"const int tz_block_y = tz_first + tz_block % {group}u % tz_rows;")
+        self.out.line(f"const int tz_block_x = tz_block % {group}u / tz_rows;")
         self.block_index = {"blockIdx.x": "tz_block_x", "blockIdx.y": "tz_block_y"}
 
     def _declare_shared(self, warps: int) -> int:
@@ -548,21 +560,18 @@ class _KernelEmitter:
             offset += -(-size * max(buffer.dtype.bits // 8, 1) // 128) * 128
         dynamic = offset if offset > STATIC_SHARED_LIMIT else 0
         if dynamic:
-            self._line(f"TZ_DYNAMIC_SHARED(tz_dynamic_shared, {dynamic});")
+            self.out.line(f"TZ_DYNAMIC_SHARED(tz_dynamic_shared, {dynamic});")
         for buffer, size, start in placed:
             name = self._buffer_name(buffer)
             if dynamic:
-                self._line(f"{ctype(buffer.dtype)}* const {name} = reinterpret_cast<"
-                           f"{ctype(buffer.dtype)}*>(tz_dynamic_shared + {start});")
-                self._line(f"tz_shared_declare({name}, {size}, "
-                           f"{string_literal(buffer.name)});")
+                self.out.line(f"{ctype(buffer.dtype)}* const {name} = reinterpret_cast<"
+                              f"{ctype(buffer.dtype)}*>(tz_dynamic_shared + {start});")
+                self.out.line(f"tz_shared_declare({name}, {size}, "
+                              f"{string_literal(buffer.name)});")
             else:
-                self._line(f"__shared__ __align__(128) {ctype(buffer.dtype)} {name}[{size}];")
-                self._line(f"tz_shared_declare({name}, {string_literal(buffer.name)});")
+                self.out.line(f"__shared__ __align__(128) {ctype(buffer.dtype)} {name}[{size}];")
+                self.out.line(f"tz_shared_declare({name}, {string_literal(buffer.name)});")
         return dynamic
-
-    def _line(self, text: str) -> None:
-        self.lines.append("  " * self.depth + text)
 
     def _buffer_name(self, buffer: Buffer) -> str:
         if buffer not in self.buffer_names:
@@ -607,16 +616,11 @@ class _KernelEmitter:
             return self._for(stmt, scope, ctx)
         if isinstance(stmt, IfThenElse):
             printer = self._printer(scope)
-            self._line(f"if ({printer(stmt.cond)}) {{")
-            self.depth += 1
-            pending = self._stmt(stmt.then_case, scope, ctx)
-            self.depth -= 1
+            with self.out.block(f"if ({printer(stmt.cond)})"):
+                pending = self._stmt(stmt.then_case, scope, ctx)
             if stmt.else_case is not None:
-                self._line("} else {")
-                self.depth += 1
-                pending |= self._stmt(stmt.else_case, scope, ctx)
-                self.depth -= 1
-            self._line("}")
+                with self.out.else_block():
+                    pending |= self._stmt(stmt.else_case, scope, ctx)
             return pending
         if isinstance(stmt, BlockRealize):
             if ctx != "warp" and not _calls_intrinsic(stmt):
@@ -627,7 +631,7 @@ class _KernelEmitter:
             printer = self._printer(scope)
             target = (self.redirect[1] if self.redirect and self.redirect[0] is stmt.buffer
                       else self._element(stmt.buffer, stmt.indices, scope, 'store'))
-            self._line(f"{target} = {printer(stmt.value)};")
+            self.out.line(f"{target} = {printer(stmt.value)};")
             return _memory_accesses(stmt, self.registry)
         if isinstance(stmt, IntrinsicCall):
             if ctx != "warp" and self.dims:
@@ -652,12 +656,12 @@ class _KernelEmitter:
                 and self.pipelined.in_prologue(stmt))
             previous = stmt
             if ctx in _BARRIERS and _conflict(pending, touched, ctx) and not opens_synced:
-                self._line(_BARRIERS[ctx])
+                self.out.line(_BARRIERS[ctx])
                 head = pending if head is None else head
                 pending = set()
             pending |= self._stmt(stmt, scope, ctx)
             if self.pipelined.commits_after(stmt):
-                self._line("tz_cp_async_commit();")
+                self.out.line("tz_cp_async_commit();")
         return (pending if head is None else head), pending
 
     def _for(self, loop: For, scope: _Scope, ctx: str) -> set:
@@ -667,10 +671,10 @@ class _KernelEmitter:
         inner.names[loop.var] = name
         if loop.kind is ForKind.THREAD_BINDING:
             inner.threads[loop.var] = loop.thread
-            self._line(f"{{ const int {name} = {self.block_index.get(loop.thread, loop.thread)};")
             entered = "warp" if loop.thread.startswith("threadIdx") else ctx
-            pending = self._stmt(loop.body, inner, entered)
-            self._line("}")
+            with self.out.scope(f"const int {name} = "
+                                f"{self.block_index.get(loop.thread, loop.thread)};"):
+                pending = self._stmt(loop.body, inner, entered)
             return pending if entered == ctx else _memory_accesses(loop, self.registry)
         if loop.var in self.pipelined.loops and ctx == "block":
             return self._pipelined_for(loop, inner, name)
@@ -678,16 +682,13 @@ class _KernelEmitter:
         if nest is not None and not _calls_intrinsic(loop) and not _thread_loops(loop):
             return self._cooperative(nest[0], nest[1], scope, ctx)
         if loop.kind is ForKind.UNROLLED:
-            self._line("#pragma unroll")
-        self._line(f"for (int {name} = 0; {name} < {loop.extent}; ++{name}) {{")
-        self.depth += 1
-        body = loop.body.stmts if isinstance(loop.body, SeqStmt) else (loop.body,)
-        head, pending = self._seq(body, inner, ctx)
-        if ctx in _BARRIERS and _conflict(pending, head, ctx):
-            self._line(_BARRIERS[ctx])
-            pending = set()
-        self.depth -= 1
-        self._line("}")
+            self.out.line("#pragma unroll")
+        with self.out.block(f"for (int {name} = 0; {name} < {loop.extent}; ++{name})"):
+            body = loop.body.stmts if isinstance(loop.body, SeqStmt) else (loop.body,)
+            head, pending = self._seq(body, inner, ctx)
+            if ctx in _BARRIERS and _conflict(pending, head, ctx):
+                self.out.line(_BARRIERS[ctx])
+                pending = set()
         return pending
 
     def _pipelined_for(self, loop: For, inner: _Scope, name: str) -> set:
@@ -701,16 +702,13 @@ class _KernelEmitter:
         self.stages = max(self.stages, stages)
         # Unrolled by the stage count, each copy's stage indices ``(ko + s) % N`` are
         # constants.
-        self._line(f"#pragma unroll {stages}")
-        self._line(f"for (int {name} = 0; {name} < {loop.extent}; ++{name}) {{")
-        self.depth += 1
-        self._line(f"tz_cp_async_wait_group<{stages - 2}>();")
-        self._line("__syncthreads();")
-        self._stmt(prefetch, inner, "block")
-        self._line("tz_cp_async_commit();")
-        self._seq(tuple(rest), inner, "block")
-        self.depth -= 1
-        self._line("}")
+        self.out.line(f"#pragma unroll {stages}")
+        with self.out.block(f"for (int {name} = 0; {name} < {loop.extent}; ++{name})"):
+            self.out.line(f"tz_cp_async_wait_group<{stages - 2}>();")
+            self.out.line("__syncthreads();")
+            self._stmt(prefetch, inner, "block")
+            self.out.line("tz_cp_async_commit();")
+            self._seq(tuple(rest), inner, "block")
         return _memory_accesses(loop, self.registry)
 
     def _cooperative(self, loops: list[For], realize: BlockRealize, scope: _Scope,
@@ -731,56 +729,58 @@ class _KernelEmitter:
             if loop.var in reduce_vars:
                 break
             spread.append(loop)
+        inner = scope.child()
+        interleave = lane is not None and self._interleaved_rows(spread, realize)
+        with self._dealt(spread, ctx, interleave) as values:
+            for loop, value in zip(spread, values):
+                name = self.namer.user(loop.var.name)
+                inner.names[loop.var] = name
+                inner.ranges[loop.var] = Interval(0, loop.extent - 1)
+                self.out.line(f"const int {name} = {value};")
+            if lane is not None and computed:
+                self._vector_compute(lane, realize, inner)
+            elif lane is not None:
+                self._vector_move(lane, realize, inner)
+            else:
+                stmt: Stmt = realize
+                for loop in reversed(loops[len(spread):]):
+                    stmt = For(loop.var, loop.extent, stmt, ForKind.SERIAL)
+                self._serial(stmt, inner)
+        if ctx == "warp":
+            self.out.line("__syncwarp();")
+            return set()
+        return _memory_accesses(realize, self.registry)
+
+    @contextmanager
+    def _dealt(self, spread: list[For], ctx: str, interleave: bool) -> Iterator[list[str]]:
+        """The loop by which the threads of ``ctx`` take the iterations of the ``spread``
+        loops, open for its body; yields each spread loop's value as C text. In a block or
+        a warp the loop is unrolled, each thread taking its known share (:mod:`.deal`,
+        guarded where the threads do not divide the iterations); over the grid it is a
+        grid-stride loop."""
         tid, count = self.group[ctx]
         total = 1
         for loop in spread:
             total *= loop.extent
-        inner = scope.child()
-        interleave = lane is not None and self._interleaved_rows(spread, realize)
-        if ctx in ("block", "warp"):
-            values = self._unrolled_deal(spread, tid, int(count), total, interleave)
-        else:
+        if ctx not in ("block", "warp"):
             flat = self.namer.internal("tz_i")
-            self._line(f"for (int {flat} = {tid}; {flat} < {total}; {flat} += {count}) {{")
-            self.depth += 1
             values, stride = [], total
             for loop in spread:
                 stride //= loop.extent
                 values.append(f"({flat} / {stride}) % {loop.extent}")
-        for loop, value in zip(spread, values):
-            name = self.namer.user(loop.var.name)
-            inner.names[loop.var] = name
-            inner.ranges[loop.var] = Interval(0, loop.extent - 1)
-            self._line(f"const int {name} = {value};")
-        if lane is not None and computed:
-            self._vector_compute(lane, realize, inner)
-        elif lane is not None:
-            self._vector_move(lane, realize, inner)
-        else:
-            stmt: Stmt = realize
-            for loop in reversed(loops[len(spread):]):
-                stmt = For(loop.var, loop.extent, stmt, ForKind.SERIAL)
-            self._serial(stmt, inner)
-        self.depth -= 1
-        self._line("}")
-        if ctx == "warp":
-            self._line("__syncwarp();")
-            return set()
-        return _memory_accesses(realize, self.registry)
-
-    def _unrolled_deal(self, spread: list[For], tid: str, threads: int, total: int,
-                       interleave: bool) -> list[str]:
-        """Open the unrolled loop (and its guard) by which each of ``threads`` threads takes
-        its iterations of the nest (:mod:`.deal`); returns each loop's value as C text."""
+            with self.out.block(f"for (int {flat} = {tid}; {flat} < {total}; "
+                                f"{flat} += {count})"):
+                yield values
+            return
+        threads = int(count)
         step = self.namer.internal("tz_s")
         dealt = deal([loop.extent for loop in spread], threads, tid, step, interleave)
         if dealt.steps > 1:
-            self._line("#pragma unroll")
-        self._line(f"for (unsigned {step} = 0; {step} < {dealt.steps}u; ++{step}) {{")
-        self.depth += 1
-        if dealt.guarded:
-            self._line(f"if ({tid} + {step} * {threads}u >= {total}u) break;")
-        return [f"int({value})" for value in dealt.values]
+            self.out.line("#pragma unroll")
+        with self.out.block(f"for (unsigned {step} = 0; {step} < {dealt.steps}u; ++{step})"):
+            if dealt.guarded:
+                self.out.line(f"if ({tid} + {step} * {threads}u >= {total}u) break;")
+            yield [f"int({value})" for value in dealt.values]
 
     def _interleaved_rows(self, spread: list[For], realize: BlockRealize) -> bool:
         """Whether a 16-byte copy into a buffer that fragment loads read, or out of a
@@ -811,8 +811,8 @@ class _KernelEmitter:
         scalar."""
         if not loops or loops[-1].kind is not ForKind.VECTORIZED:
             if loops and realize.block.writes[0].buffer.scope == "shared":
-                self._line(f"// scalar copy: loop {comment_text(loops[-1].var.name)} is not "
-                           "vectorized (the schedule vectorizes rows of a multiple of 16 bytes)")
+                self.out.line(f"// scalar copy: loop {comment_text(loops[-1].var.name)} is not "
+                              "vectorized (the schedule vectorizes rows of a multiple of 16 bytes)")
             return None, False
         lane = loops[-1]
         ranges = dict(scope.ranges)
@@ -824,8 +824,8 @@ class _KernelEmitter:
         computed = vector_store(realize, lane.var, lane.extent, scope.env, ranges, self.shared)
         if computed is None:
             return lane, True
-        self._line(f"// scalar copy: {comment_text(reason)}; as a computed store: "
-                   f"{comment_text(computed)}")
+        self.out.line(f"// scalar copy: {comment_text(reason)}; as a computed store: "
+                      f"{comment_text(computed)}")
         return None, False
 
     def _vector_move(self, lane: For, realize: BlockRealize, scope: _Scope) -> None:
@@ -844,7 +844,7 @@ class _KernelEmitter:
         if filled is None:
             src = self._element(store.value.buffer, at_first_lane(store.value.indices), scope,
                                 "address")
-            self._line(f"{move}(&{dst}, &{src});")
+            self.out.line(f"{move}(&{dst}, &{src});")
             return
         # The halo: 16 zeros and nothing read (the address, outside the buffer there, is not
         # dereferenced: src-size 0); inside it, the load's clamps are identities.
@@ -854,34 +854,31 @@ class _KernelEmitter:
         inside = self.namer.internal("tz_inside")
         # Conjuncts joined by `&`: with `&&` nvcc branches around each one.
         printer = self._printer(scope)
-        self._line(f"const bool {inside} = "
-                   f"{' & '.join(f'({printer(c)})' for c in _conjuncts(condition))};")
-        self._line(f"{move}_zfill(&{dst}, &{src}, {inside});")
+        self.out.line(f"const bool {inside} = "
+                      f"{' & '.join(f'({printer(c)})' for c in _conjuncts(condition))};")
+        self.out.line(f"{move}_zfill(&{dst}, &{src}, {inside});")
 
     def _vector_compute(self, lane: For, realize: BlockRealize, scope: _Scope) -> None:
         """A computed 16-byte store: the thread's lanes into a register array, then one
         16-byte store at the first lane's element."""
         store = realize.block.body
         values = self.namer.internal("tz_v")
-        self._line(f"alignas(16) {ctype(store.buffer.dtype)} {values}[{lane.extent}];")
+        self.out.line(f"alignas(16) {ctype(store.buffer.dtype)} {values}[{lane.extent}];")
         inner = scope.child()
         name = self.namer.user(lane.var.name)
         inner.names[lane.var] = name
         inner.ranges[lane.var] = Interval(0, lane.extent - 1)
-        self._line("#pragma unroll")
-        self._line(f"for (int {name} = 0; {name} < {lane.extent}; ++{name}) {{")
-        self.depth += 1
-        self.redirect = (store.buffer, f"{values}[{name}]")
-        self._realize(realize, inner, "thread")
-        self.redirect = None
-        self.depth -= 1
-        self._line("}")
+        self.out.line("#pragma unroll")
+        with self.out.block(f"for (int {name} = 0; {name} < {lane.extent}; ++{name})"):
+            self.redirect = (store.buffer, f"{values}[{name}]")
+            self._realize(realize, inner, "thread")
+            self.redirect = None
         first = {lane.var: IntImm(0, lane.var.dtype)}
         bound = {iv.var: substitute(b, first) for iv, b in zip(realize.block.iter_vars,
                                                                  realize.bindings)}
         indices = tuple(simplify(substitute(i, bound), scope.ranges) for i in store.indices)
-        self._line(f"tz_store16(&{self._element(store.buffer, indices, scope, 'address')}, "
-                   f"{values});")
+        self.out.line(f"tz_store16(&{self._element(store.buffer, indices, scope, 'address')}, "
+                      f"{values});")
 
     def _serial(self, stmt: Stmt, scope: _Scope) -> None:
         """Emit ``stmt`` as run by one thread."""
@@ -890,11 +887,8 @@ class _KernelEmitter:
             name = self.namer.user(stmt.var.name)
             inner.names[stmt.var] = name
             inner.ranges[stmt.var] = Interval(0, stmt.extent - 1)
-            self._line(f"for (int {name} = 0; {name} < {stmt.extent}; ++{name}) {{")
-            self.depth += 1
-            self._serial(stmt.body, inner)
-            self.depth -= 1
-            self._line("}")
+            with self.out.block(f"for (int {name} = 0; {name} < {stmt.extent}; ++{name})"):
+                self._serial(stmt.body, inner)
         elif isinstance(stmt, BlockRealize):
             self._realize(stmt, scope, "thread")
         else:
@@ -906,33 +900,24 @@ class _KernelEmitter:
             raise EmitError(f"block {block.name} allocates buffers; only the root block may")
         printer = self._printer(scope)
         inner = scope.child()
-        self._line(f"{{  // block {comment_text(block.name)}")
-        self.depth += 1
-        for iv, binding in zip(block.iter_vars, realize.bindings):
-            name = self.namer.user(iv.var.name)
-            self._line(f"const {ctype(iv.var.dtype)} {name} = {printer(binding)};")
-            inner.names[iv.var] = name
-            inner.ranges[iv.var] = Interval(0, iv.extent - 1)
-            inner.env[iv.var] = substitute(binding, scope.env)
-        guarded = not (realize.predicate.dtype.is_bool and getattr(realize.predicate, "value",
-                                                                   0) == 1)
-        if guarded:
-            self._line(f"if ({self._printer(inner)(realize.predicate)}) {{")
-            self.depth += 1
-        if block.init is not None:
-            reduce_names = [inner.names[iv.var] for iv in block.iter_vars
-                            if iv.kind is IterKind.REDUCE]
-            self._line(f"if ({' && '.join(f'{n} == 0' for n in reduce_names)}) {{")
-            self.depth += 1
-            self._stmt(block.init, inner, ctx)
-            self.depth -= 1
-            self._line("}")
-        self._stmt(block.body, inner, ctx)
-        if guarded:
-            self.depth -= 1
-            self._line("}")
-        self.depth -= 1
-        self._line("}")
+        with self.out.block(comment=f"block {comment_text(block.name)}"):
+            for iv, binding in zip(block.iter_vars, realize.bindings):
+                name = self.namer.user(iv.var.name)
+                self.out.line(f"const {ctype(iv.var.dtype)} {name} = {printer(binding)};")
+                inner.names[iv.var] = name
+                inner.ranges[iv.var] = Interval(0, iv.extent - 1)
+                inner.env[iv.var] = substitute(binding, scope.env)
+            guarded = not (realize.predicate.dtype.is_bool
+                           and getattr(realize.predicate, "value", 0) == 1)
+            guard = (self.out.block(f"if ({self._printer(inner)(realize.predicate)})")
+                     if guarded else nullcontext())
+            with guard:
+                if block.init is not None:
+                    reduce_names = [inner.names[iv.var] for iv in block.iter_vars
+                                    if iv.kind is IterKind.REDUCE]
+                    with self.out.block(f"if ({' && '.join(f'{n} == 0' for n in reduce_names)})"):
+                        self._stmt(block.init, inner, ctx)
+                self._stmt(block.body, inner, ctx)
 
     def _call(self, call: IntrinsicCall, scope: _Scope) -> None:
         intrinsic = self.registry.get(call.intrinsic)
@@ -951,7 +936,7 @@ class _KernelEmitter:
             ld = self._leading(buffer, operand.layout)
             values[f"{operand.name}.ld"] = str(ld)
             values[f"{operand.name}.ld_bytes"] = str(ld * max(buffer.dtype.bits // 8, 1))
-        self._line(intrinsic.render("cuda", values))
+        self.out.line(intrinsic.render("cuda", values))
 
     def _leading(self, buffer: Buffer, layout: str) -> int:
         if buffer.scope == "shared":

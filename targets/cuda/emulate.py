@@ -35,6 +35,8 @@ import numpy as np
 
 from targets.cuda.cexpr import ctype
 from targets.cuda.emit import CudaKernel
+from targets.cuda.errors import EmulationError
+from targets.cuda.writer import CppWriter
 
 __all__ = ["BANK_FIELDS", "COPY_MODES", "EmulationError", "emulate"]
 
@@ -46,12 +48,6 @@ COPY_MODES = ("at_wait", "at_issue")
 HEADERS = Path(__file__).resolve().parent / "emulation"
 _COMPILED: dict[str, ctypes.CDLL] = {}
 ALIGNMENT = 256
-
-
-class EmulationError(RuntimeError):
-    """The emulated kernel failed: a compile error, a misaligned or non-uniform WMMA
-    operation, threads that diverge at a barrier, a race on shared memory, a read of
-    shared memory nothing wrote, or an access outside a buffer."""
 
 
 @functools.cache
@@ -74,20 +70,22 @@ def _launcher(kernel: CudaKernel) -> str:
     """C entry points, one per launch:
     ``tz_launch_<kernel>(void** args, int reverse, int at_issue)``; each declares the
     global buffers for the bounds checks."""
-    lines = ['extern "C" const char* tz_error() { return tz::error_text; }']
-    declare = "".join(
-        f"  tz_global_declare(args[{n}], {max(int(np.prod(b.shape)), 1) * b.dtype.numpy.itemsize}"
-        f", {b.dtype.numpy.itemsize}, {_c_string(b.name)});\n"
-        for n, b in enumerate(kernel.buffers))
+    out = CppWriter()
+    out.line('extern "C" const char* tz_error() { return tz::error_text; }')
+    casts = ", ".join(f"({ctype(b.dtype)}*)args[{n}]" for n, b in enumerate(kernel.buffers))
     for launch in kernel.launches:
-        casts = ", ".join(f"({ctype(b.dtype)}*)args[{n}]" for n, b in enumerate(kernel.buffers))
-        grid = "tz_dim3{%d, %d, %d}" % launch.grid
-        block = "tz_dim3{%d, %d, %d}" % launch.block
-        lines.append(f'extern "C" int tz_launch_{launch.kernel}(void** args, int reverse, '
-                     f"int at_issue) {{\n  tz::global_buffers.clear();\n{declare}"
-                     f"  return tz::launch([&] {{ {launch.kernel}({casts}); }}, {grid}, "
-                     f"{block}, reverse, at_issue);\n}}")
-    return "\n".join(lines) + "\n"
+        with out.block(f'extern "C" int tz_launch_{launch.kernel}(void** args, int reverse, '
+                       "int at_issue)"):
+            out.line("tz::global_buffers.clear();")
+            for n, b in enumerate(kernel.buffers):
+                size = b.dtype.numpy.itemsize
+                out.line(f"tz_global_declare(args[{n}], {max(int(np.prod(b.shape)), 1) * size}, "
+                         f"{size}, {_c_string(b.name)});")
+            grid = "tz_dim3{%d, %d, %d}" % launch.grid
+            block = "tz_dim3{%d, %d, %d}" % launch.block
+            out.line(f"return tz::launch([&] {{ {launch.kernel}({casts}); }}, {grid}, {block}, "
+                     "reverse, at_issue);")
+    return out.text() + "\n"
 
 
 def _library(kernel: CudaKernel) -> ctypes.CDLL:

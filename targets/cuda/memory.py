@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from ir import Buffer, Expr, Var
 from ir.arith import Interval, LinearForm, bound_form, linearize, simplify
-from targets.cuda.cexpr import EmitError
+from targets.cuda.errors import EmitError
 
 __all__ = ["FragmentLayout", "SharedLayout", "dense_offset", "padded_pitch", "panel_width",
            "shared_layout", "warp_split"]

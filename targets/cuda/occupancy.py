@@ -14,27 +14,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from intrinsics import Registry, default_registry
-from intrinsics.gpu_target import GpuArchitecture, GpuTarget
+from intrinsics import Registry
+from intrinsics.gpu_target import GpuArchitecture
 
 __all__ = ["Occupancy", "architecture", "architectures", "occupancy"]
 
 
-def architectures(registry: Registry | None = None) -> Mapping[str, GpuArchitecture]:
+def architectures(registry: Registry) -> Mapping[str, GpuArchitecture]:
     """The architectures kernels compile for and their SM limits, by nvcc name: the
-    ``gpu:`` section of the cuda family in ``registry`` (default: the built-in and user
-    families, ``intrinsics.default_registry``)."""
-    return _target(registry).architectures
+    ``gpu:`` section of the cuda family in ``registry`` (the run context's, made at the
+    edge; ``intrinsics.default_registry()`` there for the built-in and user families)."""
+    return registry.gpu("cuda").architectures
 
 
-def architecture(name: str, registry: Registry | None = None) -> GpuArchitecture:
+def architecture(name: str, registry: Registry) -> GpuArchitecture:
     """The SM limits of the architecture ``name`` (``sm_80``) from the same section;
     ValueError naming the architectures there are when it has no entry."""
-    return _target(registry).architecture(name)
-
-
-def _target(registry: Registry | None) -> GpuTarget:
-    return (registry if registry is not None else default_registry()).gpu("cuda")
+    return registry.gpu("cuda").architecture(name)
 
 
 @dataclass(frozen=True, slots=True)

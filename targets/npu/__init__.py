@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from intrinsics import default_registry
 from intrinsics.model import Intrinsic
 from ir.buffer import Buffer
 from ir.errors import ExecutionError
@@ -179,14 +178,14 @@ class NpuPlan:
     stages: tuple[PlannedStage, ...]
 
 
-def plan(func: PrimFunc, config: MachineConfig | PathLike | None = None,
-         lookup: Lookup | None = None) -> NpuPlan:
+def plan(func: PrimFunc, config: MachineConfig | PathLike | None = None, *,
+         lookup: Lookup) -> NpuPlan:
     """Split a tensorized function into stages and compile each: NPU stages into programs
     for ``config`` (a machine, the path of a machine file, or None for the built-in one),
-    host stages into functions for the host backend."""
+    host stages into functions for the host backend. ``lookup`` finds an intrinsic by name
+    (``registry.get`` of the registry the function was tensorized with)."""
     if not isinstance(config, MachineConfig):
         config = load_machine(config)
-    lookup = lookup or default_registry().get
     stages = []
     for stage in split_stages(func, lookup):
         if stage.on_npu:
@@ -238,17 +237,16 @@ def execute(planned: NpuPlan, inputs: Mapping[str, np.ndarray] | Sequence[np.nda
 
 
 def run(func: PrimFunc, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
-        config: MachineConfig | PathLike | None = None, lookup: Lookup | None = None
-        ) -> NpuRun:
+        config: MachineConfig | PathLike | None = None, *, lookup: Lookup) -> NpuRun:
     """Run a tensorized function: NPU stages on the simulator, the others on the host.
 
     ``inputs`` maps parameter names to arrays (or lists them in parameter order); missing
     parameters start as zeros. ``config`` is the machine, or the path of a YAML file
-    describing it (:func:`load_machine`; default: the built-in machine). Returns the
-    parameters the function writes, and the stages. To run one function on many inputs,
-    :func:`plan` it once and :func:`execute` the plan.
+    describing it (:func:`load_machine`; default: the built-in machine); ``lookup`` as for
+    :func:`plan`. Returns the parameters the function writes, and the stages. To run one
+    function on many inputs, :func:`plan` it once and :func:`execute` the plan.
     """
-    return execute(plan(func, config, lookup), inputs)
+    return execute(plan(func, config, lookup=lookup), inputs)
 
 
 def _written_dram(compiled: CompiledStage) -> set[Buffer]:

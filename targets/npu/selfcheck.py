@@ -54,7 +54,7 @@ class SimulatorChecker:
         except LookupError as err:
             return CheckResult(intrinsic.name, self.name, ERROR, detail=str(err))
         try:
-            run = npu.run(func, arrays, self.config, self.by_name.__getitem__)
+            run = npu.run(func, arrays, self.config, lookup=self.by_name.__getitem__)
         except ir.TensorizeError as err:
             return CheckResult(intrinsic.name, self.name, ERROR,
                                detail=f"the simulated run failed: {err.message}")

@@ -31,11 +31,14 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tensorize.cli import argtypes
 from tensorize.cli.errors import UsageError
 from tensorize.cli.registry_args import add_registry_arguments
+
+if TYPE_CHECKING:
+    from tensorize.runners.context import RunContext
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -79,7 +82,7 @@ def handle(args: argparse.Namespace) -> int:
     from tensorize.model import run_model
     from tensorize.model.report import format_table, write_report
 
-    registry, machine = _registry(args)
+    ctx = _context(args)
     if args.report and Path(args.report).exists() and not Path(args.report).is_dir():
         raise UsageError(f"--report requires a directory, got the file {args.report}")
     start = time.perf_counter()
@@ -89,8 +92,7 @@ def handle(args: argparse.Namespace) -> int:
         print(f"imported {args.model}: {len(graph.layers)} layers, {graph.macs:,} MACs "
               f"({import_s:.2f} s)", file=sys.stderr)
     progress = None if args.quiet else _progress
-    run = run_model(graph, args.target, registry=registry, machine=machine, seed=args.seed,
-                    progress=progress)
+    run = run_model(graph, ctx, progress)
     run.timings["import"] = import_s
     failures = [f"layer {r['index']} {r['name']}: {r['check']}" for r in run.records
                 if not _passed(r["check"])]
@@ -122,23 +124,27 @@ def _passed(check: str) -> bool:
     return "MISMATCH" not in check
 
 
-def _registry(args: argparse.Namespace):
+def _context(args: argparse.Namespace) -> RunContext:
+    """The run context from the options: the registry (with --intrinsics-dir, and the
+    --machine file's own family), the target, the machine and the seed."""
     from intrinsics import default_registry
+    from ir.errors import TensorizeError
+    from tensorize.runners.context import make_context
 
     if args.machine and args.target != "npu":
         raise UsageError("--machine applies to --target npu only")
+    machine = None
     if args.machine:
         from targets.npu import load_machine, machine_registry
 
         registry = machine_registry(args.machine, args.intrinsics_dir)
         machine = load_machine(args.machine)
     else:
-        registry, machine = default_registry(args.intrinsics_dir), None
-    if args.target != "host" and args.target not in registry.targets:
-        known = ", ".join(sorted(registry.targets))
-        raise UsageError(f"--target requires host or a target a description declares "
-                         f"({known}), got {args.target!r}")
-    return registry, machine
+        registry = default_registry(args.intrinsics_dir)
+    try:
+        return make_context(registry, args.target, machine=machine, seed=args.seed)
+    except TensorizeError as err:
+        raise UsageError(str(err)) from None
 
 
 def _progress(index: int, total: int, layer: Any, record: dict[str, Any]) -> None:

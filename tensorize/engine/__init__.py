@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from intrinsics import Intrinsic, Registry, default_registry, feature_names
+from intrinsics import Intrinsic, Registry, feature_names
 from ir import BlockRealize, IterKind, PrimFunc, ScheduleError, TensorizeError
 from simulator import MachineConfig
 from tensorize.engine import cpu_schedule, cuda_grouped, cuda_schedule, npu_schedule
@@ -161,25 +161,28 @@ def named_intrinsic(registry: Registry, target: str, name: str,
     return intrinsic
 
 
-def target_features(target: str, registry: Registry | None = None) -> str | None:
-    """The target's default features (``+neon,+dotprod``: a CPU target's ``cpu.features``),
-    or None when its descriptions declare none (every intrinsic is then available)."""
-    registry = registry or default_registry()
+def target_features(target: str, *, registry: Registry) -> str | None:
+    """The target's default features (``+neon,+dotprod``: a CPU target's ``cpu.features``)
+    in ``registry``, or None when its descriptions declare none (every intrinsic is then
+    available)."""
     if registry.target_kind(target) != "cpu":
         return None
     return registry.cpu(target).default_features
 
 
-def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = None,
+def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry,
                    intrinsic: str | None = None, config: MachineConfig | None = None,
                    tiling: NpuTiling | cpu_schedule.CpuTiling | cpu_schedule.TileChoice
                    | cuda_schedule.CudaTiling | None = None, features: str | None = None
                    ) -> Tensorized:
     """Tensorize every block of ``func`` that an intrinsic of ``target`` can compute.
 
-    ``intrinsic`` restricts the search to one compute intrinsic of ``target`` (by name;
-    IntrinsicChoiceError when ``target`` has no such intrinsic), and lets the target reshape
-    a block no intrinsic matches (:data:`RESHAPES`: the NPU's depthwise reduction).
+    ``registry`` holds the descriptions (the run context's, made at the edge:
+    ``intrinsics.default_registry()`` there for the built-in ones); the result's schedule
+    is made with it, so its trace replays with it. ``intrinsic`` restricts the search to
+    one compute intrinsic of ``target`` (by name; IntrinsicChoiceError when ``target`` has
+    no such intrinsic), and lets the target reshape a block no intrinsic matches
+    (:data:`RESHAPES`: the NPU's depthwise reduction).
     ``features`` selects the target features (``"+neon,+dotprod,+i8mm"``; default: the
     target's own), and with them the intrinsics tried. For the NPU, ``config`` is the
     machine (default: the built-in one) and ``tiling`` overrides the chosen tile; for a CPU
@@ -188,10 +191,9 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry | None = N
     (``cuda_schedule.CudaTiling``).
     """
     start = time.perf_counter()
-    registry = registry or default_registry()
-    features = features if features is not None else target_features(target, registry)
+    features = features if features is not None else target_features(target, registry=registry)
     candidates = candidate_intrinsics(registry, target, intrinsic, features)
-    sch = Schedule(func)
+    sch = Schedule(func, registry)
     kind = registry.target_kind(target)
     estimate, reshape = ESTIMATES.get(kind), RESHAPES.get(kind)
     outcomes: list[BlockOutcome] = []

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from intrinsics import Intrinsic, Registry, default_registry, feature_names
+from intrinsics import Intrinsic, Registry, feature_names
 from ir import PrimFunc, ScheduleError
 from targets import cpu
 from tensorize import __version__
@@ -671,17 +671,15 @@ def tune_cpu(func: PrimFunc, target: str, features: str, registry: Registry,
     return best, trials, chosen
 
 
-def choose_tune_cpu(func: PrimFunc, target: str, features: str | None = None,
-                    registry: Registry | None = None
-                    ) -> tuple[cpu.CpuKernel, dict[str, int | None]]:
+def choose_tune_cpu(func: PrimFunc, target: str, features: str | None = None, *,
+                    registry: Registry) -> tuple[cpu.CpuKernel, dict[str, int | None]]:
     """``func`` (tensorized for CPU target ``target``) emitted once for each CPU of the
     description's ``tune_cpus`` whose scheduling model LLVM may tune it for, and the kernel
     that executed the fewest instructions under an emulator (zero inputs: the count does not
     depend on the values), with each CPU's count (None: not counted). Where no engine here
     counts them (natively, or under qemu-user) the first of ``tune_cpus`` stands."""
-    registry = registry or default_registry()
     names = registry.cpu(target).tune_cpus
-    kernels = {name: cpu.emit(func, target, features, registry, tune_cpu=name)
+    kernels = {name: cpu.emit(func, target, features, registry=registry, tune_cpu=name)
                for name in names}
     counts: dict[str, int | None] = {}
     for name, kernel in kernels.items():
@@ -736,7 +734,7 @@ def _measure(results: dict[tuple[str, CpuTiling], Tensorized], target: str, feat
     runs each, with the highest load average seen from before the first round to after
     the last. A candidate no engine here runs, or that neither counts nor times, is left
     out."""
-    kernels = {key: cpu.emit(result.func, target, features, registry)
+    kernels = {key: cpu.emit(result.func, target, features, registry=registry)
                for key, result in results.items()}
     figures: dict[tuple[str, CpuTiling], tuple[int | None, Timing | None]] = {}
     native = {}

@@ -29,4 +29,4 @@ def schedule_generic(sch: Schedule, block_name: str, intrinsic: Intrinsic) -> No
         inner_parts.append(inner)
     if outer_parts:
         sch.reorder(*outer_parts, *inner_parts)
-    sch.tensorize(inner_parts[0], intrinsic.name)
+    sch.tensorize(inner_parts[0], intrinsic)

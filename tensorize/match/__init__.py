@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import ir
-from intrinsics import Intrinsic, Registry, default_registry
+from intrinsics import Intrinsic, Registry
 from tensorize.match.expr_match import has_reduction, match_expr
 from tensorize.match.iter_map import accepted_layouts, map_iterators
 from tensorize.match.result import Match, Mismatch
@@ -23,14 +23,14 @@ from tensorize.schedule.check import arg_check, fail
 __all__ = ["Match", "Mismatch", "match_block", "match_function"]
 
 
-def match_block(func: ir.PrimFunc, block_name: str, intrinsic: Intrinsic,
-                registry: Registry | None = None) -> list[Match] | Mismatch:
+def match_block(func: ir.PrimFunc, block_name: str, intrinsic: Intrinsic, registry: Registry
+                ) -> list[Match] | Mismatch:
     """Every way to compute block ``block_name`` of ``func`` with calls of ``intrinsic``.
 
     Returns the matches sorted by cost (calls, then padding waste, then operands to pack,
     then outer iterators), never empty; or a Mismatch with a one-line reason. ``registry``
-    (default: :func:`intrinsics.default_registry`) resolves the intrinsic's load and store
-    intrinsics, whose layouts decide ``needs_pack``. Raises ScheduleError when ``func`` has no
+    (the one ``intrinsic`` comes from) resolves the intrinsic's load and store intrinsics,
+    whose layouts decide ``needs_pack``. Raises ScheduleError when ``func`` has no
     block ``block_name`` or ``intrinsic`` is not an Intrinsic.
     """
     arg_check(isinstance(intrinsic, Intrinsic), "match_block", "intrinsic", "an Intrinsic",
@@ -40,12 +40,10 @@ def match_block(func: ir.PrimFunc, block_name: str, intrinsic: Intrinsic,
         names = ", ".join(tree.block_names(func)) or "none"
         fail("match_block", f"function {func.name} has no block named {block_name!r}; "
                             f"blocks: {names}")
-    known = registry if registry is not None else default_registry()
-    return _match(located.node.block, intrinsic, known)
+    return _match(located.node.block, intrinsic, registry)
 
 
-def match_function(func: ir.PrimFunc, intrinsics: Iterable[Intrinsic],
-                   registry: Registry | None = None
+def match_function(func: ir.PrimFunc, intrinsics: Iterable[Intrinsic], registry: Registry
                    ) -> dict[str, dict[str, list[Match] | Mismatch]]:
     """:func:`match_block` for every block of ``func`` (program order) and every intrinsic
     (the order given): ``result[block][intrinsic name]``."""
@@ -53,11 +51,10 @@ def match_function(func: ir.PrimFunc, intrinsics: Iterable[Intrinsic],
     for intrinsic in chosen:
         arg_check(isinstance(intrinsic, Intrinsic), "match_function", "intrinsics",
                   "Intrinsics", intrinsic)
-    known = registry if registry is not None else default_registry()
     result: dict[str, dict[str, list[Match] | Mismatch]] = {}
     for name in tree.block_names(func):
         block = tree.find_block(func, name).node.block  # type: ignore[union-attr]
-        result[name] = {i.name: _match(block, i, known) for i in chosen}
+        result[name] = {i.name: _match(block, i, registry) for i in chosen}
     return result
 
 

@@ -25,8 +25,8 @@ from tensorize.match.result import Match, Mismatch
 __all__ = ["explain", "format_result"]
 
 
-def explain(func: ir.PrimFunc, intrinsics: Iterable[Intrinsic],
-            registry: Registry | None = None) -> list[str]:
+def explain(func: ir.PrimFunc, intrinsics: Iterable[Intrinsic], registry: Registry
+            ) -> list[str]:
     """One line per block of ``func`` and intrinsic of ``intrinsics`` (blocks in program
     order, intrinsics in the order given): the cheapest mapping, or why there is none.
 

@@ -20,13 +20,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ir import BlockRealize, IterKind
 from ir.onnx import Layer
 from tensorize.schedule import tree
+
+if TYPE_CHECKING:
+    from tensorize.runners.context import RunContext
 
 # Native runs timed per layer on a CPU target (the fastest is reported).
 NATIVE_RUNS = 3
@@ -168,12 +171,15 @@ class NpuExecutor(Executor):
 
     target = "npu"
 
-    def __init__(self, registry, machine) -> None:
-        from simulator import load_machine
-
+    def __init__(self, ctx: RunContext) -> None:
         super().__init__()
-        self.registry = registry
-        self.config = machine or load_machine()
+        if ctx.machine is None:
+            from ir.errors import TensorizeError
+
+            raise TensorizeError("an NPU model run requires the run context's machine "
+                                 "(make_context sets it for kind npu), got none")
+        self.registry = ctx.registry
+        self.config = ctx.machine
         self._plans: dict[int, tuple[Any, Any, Any]] = {}
 
     @property
@@ -197,7 +203,7 @@ class NpuExecutor(Executor):
         plan = None
         if outcome is not None and outcome.intrinsic is not None:
             with self.timings.measure("compile"):
-                plan = (npu.plan(result.func, self.config, self.registry.get),
+                plan = (npu.plan(result.func, self.config, lookup=self.registry.get),
                         _compute_calls(result.func, outcome.intrinsic))
         self._plans[id(func)] = (func, outcome, plan)
         return outcome, plan
@@ -235,13 +241,14 @@ class NpuExecutor(Executor):
 class CpuExecutor(Executor):
     """A CPU target: tensorize, emit LLVM for its triple, run by its first engine here."""
 
-    def __init__(self, target: str, registry) -> None:
+    def __init__(self, ctx: RunContext) -> None:
         from tensorize.engine import target_features
 
         super().__init__()
-        self.target = target
-        self.registry = registry
-        self.features = target_features(target, registry) or ""
+        self.target = ctx.target
+        self.registry = ctx.registry
+        self.features = ctx.features if ctx.features is not None else \
+            target_features(ctx.target, registry=ctx.registry) or ""
         self._kernels: dict[int, tuple[Any, Any, Any]] = {}
 
     def _tensorized(self, func):
@@ -260,7 +267,8 @@ class CpuExecutor(Executor):
         kernel = None
         if outcome is not None and outcome.intrinsic is not None:
             with self.timings.measure("compile"):
-                kernel = (cpu.emit(result.func, self.target, self.features, self.registry),
+                kernel = (cpu.emit(result.func, self.target, self.features,
+                                   registry=self.registry),
                           _compute_calls(result.func, outcome.intrinsic))
         self._kernels[id(func)] = (func, outcome, kernel)
         return outcome, kernel
@@ -288,16 +296,16 @@ class CpuExecutor(Executor):
                         notes=[f"ran on {run.engine}"])
 
 
-def executor_for(target: str, registry, machine=None) -> Executor:
-    """The executor of ``target`` (host, npu, or a CPU target the registry declares)."""
-    if target == "host":
+def executor_for(ctx: RunContext) -> Executor:
+    """The executor of the context's target (host, npu, or a CPU target its registry
+    declares)."""
+    if ctx.kind == "host":
         return Executor()
-    kind = registry.target_kind(target)
-    if kind == "npu":
-        return NpuExecutor(registry, machine)
-    if kind == "cpu":
-        return CpuExecutor(target, registry)
+    if ctx.kind == "npu":
+        return NpuExecutor(ctx)
+    if ctx.kind == "cpu":
+        return CpuExecutor(ctx)
     from ir.errors import TensorizeError
 
     raise TensorizeError(f"model runs require a target of kind host, npu or cpu, got "
-                         f"{target} of kind {kind}")
+                         f"{ctx.target} of kind {ctx.kind}")

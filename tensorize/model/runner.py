@@ -1,12 +1,13 @@
 """Running an imported model layer by layer on a target, every layer checked against
 onnxruntime, one record per layer for the report.
 
-:func:`run_model` makes random inputs (``seed``), runs onnxruntime once with every layer's
-output exposed (:mod:`.reference`), then runs the layers in order on the target
-(:mod:`.executors`), each on the outputs of our own earlier layers, and compares each
-layer's output with onnxruntime's (:mod:`.check`). A layer that does not match hands
-onnxruntime's output on to the layers after it, so one difference is reported once, where
-it arises, and every later layer is still checked on its own. The records follow the schema the report
+:func:`run_model` takes the run context made at the edge (its target, registry, machine and
+seed), makes random inputs, runs onnxruntime once with every layer's output exposed
+(:mod:`.reference`), then runs the layers in order on the target (:mod:`.executors`), each
+on the outputs of our own earlier layers, and compares each layer's output with
+onnxruntime's (:mod:`.check`). A layer that does not match hands onnxruntime's output on to
+the layers after it, so one difference is reported once, where it arises, and every later
+layer is still checked on its own. The records follow the schema the report
 (:mod:`tensorize.model.report`) reads; see :func:`record`.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from tensorize.model.check import compare
 from tensorize.model.executors import LayerRun, executor_for
 from tensorize.model.reference import fused_nodes, run_reference
 from tensorize.model.report import compute_totals
+
+if TYPE_CHECKING:
+    from tensorize.runners.context import RunContext
 
 Progress = Callable[[int, int, Layer, dict[str, Any]], None]
 
@@ -72,15 +76,11 @@ def random_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
     return inputs
 
 
-def run_model(graph: Graph, target: str = "host", *, registry=None, machine=None,
-              seed: int = 0, progress: Progress | None = None) -> ModelRun:
-    """Run ``graph`` on ``target`` layer by layer and check every layer against
-    onnxruntime on the same random inputs."""
-    from intrinsics import default_registry
-
-    registry = registry or default_registry()
-    executor = executor_for(target, registry, machine)
-    inputs = random_inputs(graph, seed)
+def run_model(graph: Graph, ctx: RunContext, progress: Progress | None = None) -> ModelRun:
+    """Run ``graph`` on the context's target layer by layer (its registry, machine and
+    seed) and check every layer against onnxruntime on the same random inputs."""
+    executor = executor_for(ctx)
+    inputs = random_inputs(graph, ctx.seed)
     start = time.perf_counter()
     expected = run_reference(graph, inputs)
     fused = fused_nodes(graph)
@@ -107,7 +107,7 @@ def run_model(graph: Graph, target: str = "host", *, registry=None, machine=None
     timings["run"] = time.perf_counter() - run_start
     timings.update((f"run: {kind}", seconds) for kind, seconds in executor.timings.items())
     totals = compute_totals(records)
-    return ModelRun(graph.path, target, records, totals, executor.roofline, all(passed),
+    return ModelRun(graph.path, ctx.target, records, totals, executor.roofline, all(passed),
                     notes, timings)
 
 

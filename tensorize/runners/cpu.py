@@ -36,7 +36,7 @@ def run_cpu(ctx: RunContext, func: PrimFunc, reference: dict[str, np.ndarray],
     description lists several scheduling models (``tune_cpus``) and an emulator counts
     instructions, the kernel is the one tuned for the model that executes fewest."""
     target, features, registry = ctx.target, ctx.features or "", ctx.registry
-    kernel, counts = choose_tune_cpu(func, target, features, registry)
+    kernel, counts = choose_tune_cpu(func, target, features, registry=registry)
     description = kernel.cpu
     measured = {name: n for name, n in counts.items() if n is not None}
     if measured:

@@ -106,7 +106,7 @@ def simulate_and_measure(func: PrimFunc, inputs: Mapping[str, np.ndarray],
     on the host; its figures."""
     from targets import npu
 
-    return NpuMeasure(npu.run(func, inputs, config, registry.get), config)
+    return NpuMeasure(npu.run(func, inputs, config, lookup=registry.get), config)
 
 
 def tensorize_npu(ctx: RunContext, func: PrimFunc, intrinsic: str | None, tune: bool,

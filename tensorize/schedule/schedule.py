@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from intrinsics import Registry
 from ir import BlockRealize, For, PrimFunc, Stmt
 from tensorize.schedule import primitives as p
 from tensorize.schedule import tree
@@ -23,10 +25,12 @@ Out = TypeVar("Out")
 def _as_method(primitive: Callable[Concatenate[PrimFunc, Args], tuple[PrimFunc, Out]]
                ) -> Callable[Concatenate[Schedule, Args], Out]:
     """Wrap a free primitive ``f(func, *args) -> (new_func, outputs)`` as a Schedule method
-    taking the same arguments and returning the outputs."""
+    taking the same arguments and returning the outputs. A primitive that takes intrinsics
+    or scopes by name (it has a ``registry`` parameter) is given the schedule's registry."""
+    named = "registry" in inspect.signature(primitive).parameters
 
     def method(self: Schedule, *args: Args.args, **kwargs: Args.kwargs) -> Out:
-        return self._apply(primitive, args, kwargs)
+        return self._apply(primitive, args, kwargs, named)
 
     method.__name__ = primitive.__name__
     method.__qualname__ = f"Schedule.{primitive.__name__}"
@@ -55,6 +59,12 @@ class Schedule:
     Every primitive checks its preconditions first; a refused primitive raises
     ``ScheduleError`` and leaves the schedule exactly as it was. ``sch.func`` is the current
     function; ``sch.trace`` prints as Python that replays the primitives applied.
+
+    ``registry`` resolves the intrinsics and memory scopes that primitives are given by
+    name (``sch.tensorize(loop, "npu_gemm")``); the trace records them by name, so it
+    replays with the same registry (:meth:`replay`). Without one, primitives take
+    intrinsics and scopes as values only (and the base scopes ``global``, ``shared``,
+    ``local`` by name).
     """
 
     # The primitives (tensorize.schedule.primitives), one method each.
@@ -82,7 +92,7 @@ class Schedule:
     vectorize = _as_method(p.vectorize)
     write_in_place = _as_method(p.write_in_place)
 
-    def __init__(self, func: PrimFunc) -> None:
+    def __init__(self, func: PrimFunc, registry: Registry | None = None) -> None:
         names = tree.block_names(func)
         for name in names:
             if names.count(name) > 1:
@@ -90,15 +100,22 @@ class Schedule:
                                  "unique to be scheduled")
         self.original = func
         self.func = func
+        self.registry = registry
         self.trace = Trace()
 
     def _apply(self, primitive: Callable[..., tuple[PrimFunc, Any]], args: tuple[Any, ...],
-               kwargs: dict[str, Any]) -> Any:
+               kwargs: dict[str, Any], named: bool) -> Any:
         # A lambda (an index map) is recorded as the IndexMap it builds, so the trace prints
         # its text and replays.
         args = tuple(_printable(a, primitive.__name__) for a in args)
         kwargs = {k: _printable(v, primitive.__name__) for k, v in kwargs.items()}
-        new_func, outputs = primitive(self.func, *args, **kwargs)
+        # Names resolve in the schedule's registry alone: one passed per call would not be
+        # in the printed trace, which would then replay differently.
+        check("registry" not in kwargs, primitive.__name__,
+              "a Schedule resolves names in the registry it was made with; pass it as "
+              "Schedule(func, registry=...), not to the primitive")
+        extra = {"registry": self.registry} if named else {}
+        new_func, outputs = primitive(self.func, *args, **kwargs, **extra)
         self.func = new_func
         self.trace.append(TraceStep(primitive.__name__, args, tuple(kwargs.items()), outputs))
         return outputs
@@ -145,14 +162,17 @@ class Schedule:
         return get_block(self.func, handle, "get").node
 
     def replay_trace(self) -> str:
-        """A complete Python program that rebuilds this schedule from the original function."""
+        """A complete Python program that rebuilds this schedule from the original function
+        (``func``) and the registry it was made with (``registry``)."""
         return ("from tensorize.schedule import IndexMap, Schedule\n"
-                "sch = Schedule(func)\n" + self.trace.as_python() + "\n")
+                "sch = Schedule(func, registry=registry)\n" + self.trace.as_python() + "\n")
 
     @staticmethod
-    def replay(func: PrimFunc, trace_text: str) -> Schedule:
-        """Run the Python of a printed trace on ``func``; returns the resulting schedule."""
-        namespace: dict[str, Any] = {"func": func}
+    def replay(func: PrimFunc, trace_text: str, registry: Registry | None = None) -> Schedule:
+        """Run the Python of a printed trace on ``func``, names of intrinsics and scopes
+        resolved in ``registry`` (the one the traced schedule was made with); returns the
+        resulting schedule."""
+        namespace: dict[str, Any] = {"func": func, "registry": registry}
         exec(compile(trace_text, "<trace>", "exec"), namespace)  # noqa: S102 (user's own trace)
         return namespace["sch"]
 

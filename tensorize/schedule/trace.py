@@ -39,7 +39,7 @@ class Trace:
         return len(self.steps)
 
     def as_python(self, schedule_name: str = "sch") -> str:
-        """Python statements that replay the trace on ``sch = Schedule(func)``.
+        """Python statements that replay the trace on ``sch = Schedule(func, registry=...)``.
 
         Each handle is bound to one variable (``b0``, ``l3``) where it first appears; a
         lookup whose handles are all bound already is left out.

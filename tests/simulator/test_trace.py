@@ -9,6 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from intrinsics import default_registry
 from simulator import gemm_program, simulate
 from simulator.trace import LANE_NAMES, UNITS, assign_lanes
 from targets import npu
@@ -31,9 +32,10 @@ def _simulated_gemm(config):
 
 
 def _simulated_kernel(func):
-    result = auto_tensorize(func, "npu")
+    result = auto_tensorize(func, "npu", registry=default_registry())
     inputs = {p.name: a for p, a in zip(func.params, random_inputs(func, 1))}
-    return next(s.sim for s in npu.run(result.func, inputs).stages if s.sim is not None)
+    return next(s.sim for s in npu.run(result.func, inputs,
+                                       lookup=default_registry().get).stages if s.sim is not None)
 
 
 REAL = {

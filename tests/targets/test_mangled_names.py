@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from intrinsics import default_registry
 import ir
 from ir import script as T
 from ir import te
@@ -83,7 +84,7 @@ def _case(name: str, a_dtype: str = "int8") -> tuple[ir.PrimFunc, dict, str, np.
 
 
 def _tensorized(func: ir.PrimFunc, target: str) -> ir.PrimFunc:
-    result = auto_tensorize(func, target)
+    result = auto_tensorize(func, target, registry=default_registry())
     assert result.tensorized, f"nothing tensorized for {target}"
     return result.func
 
@@ -105,9 +106,9 @@ def test_host(name):
 
 
 @pytest.mark.parametrize("name", KERNELS)
-def test_npu(name):
+def test_npu(name, registry):
     func, inputs, output, expected = _case(name)
-    run = npu.run(_tensorized(func, "npu"), inputs)
+    run = npu.run(_tensorized(func, "npu"), inputs, lookup=registry.get)
     np.testing.assert_array_equal(run.outputs[output], expected)
     for stage in run.stages:
         if stage.compiled is not None:
@@ -118,7 +119,7 @@ def test_npu(name):
 
 def _cpu(name: str, target: str, a_dtype: str) -> None:
     func, inputs, output, expected = _case(name, a_dtype)
-    kernel = cpu.emit(_tensorized(func, target), target)
+    kernel = cpu.emit(_tensorized(func, target), target, registry=default_registry())
     assert kernel.symbol == f"tensorize_{mangle(func.name)}"
     assert kernel.llvm_ir.splitlines()[0] == f'; ModuleID = "{mangle(func.name)}"'
     for param in func.params:
@@ -140,20 +141,20 @@ def test_x86(name):
     _cpu(name, "x86", "uint8")
 
 
-def test_arm_llvm_ir_is_ascii():
+def test_arm_llvm_ir_is_ascii(registry):
     func = _case("unicode")[0]
-    assert cpu.emit(_tensorized(func, "arm"), "arm").llvm_ir.isascii()
+    assert cpu.emit(_tensorized(func, "arm"), "arm", registry=registry).llvm_ir.isascii()
 
 
-def test_x86_llvm_ir_is_ascii():
+def test_x86_llvm_ir_is_ascii(registry):
     func = _case("unicode", "uint8")[0]
-    assert cpu.emit(_tensorized(func, "x86"), "x86").llvm_ir.isascii()
+    assert cpu.emit(_tensorized(func, "x86"), "x86", registry=registry).llvm_ir.isascii()
 
 
 def _cuda_kernel(name: str) -> tuple[cuda.CudaKernel, ir.PrimFunc, dict, str, np.ndarray]:
     func, inputs, output, expected = _case(name)
     tensorized = _tensorized(func, "cuda")
-    kernel = cuda.emit(tensorized)
+    kernel = cuda.emit(tensorized, default_registry())
     assert kernel.source.isascii()
     assert kernel.name == mangle(func.name)
     assert kernel.params[:3] == tuple(mangle(p.name) for p in func.params)

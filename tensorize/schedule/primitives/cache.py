@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from intrinsics import Scope, default_registry
+from intrinsics import Registry, Scope
 from ir import (Block, BlockRealize, Buffer, BufferRegion, BufferStore, IntImm, IterVar, PrimFunc,
                 Stmt, Var, replace_buffers)
 from tensorize.schedule import tree
@@ -33,23 +33,25 @@ __all__ = ["cache_read", "cache_write"]
 BASE_SCOPES = ("global", "shared", "local")
 
 
-def known_scopes() -> tuple[str, ...]:
-    """The memory scopes a buffer can be cached into: the base ones and every scope an
-    intrinsic family declares."""
-    declared = [name for family in default_registry().families for name in family.scopes]
+def known_scopes(registry: Registry | None) -> tuple[str, ...]:
+    """The memory scopes a buffer can be cached into by name: the base ones and every scope
+    a family of ``registry`` declares (None: the base ones only)."""
+    families = registry.families if registry is not None else ()
+    declared = [name for family in families for name in family.scopes]
     return tuple(dict.fromkeys((*BASE_SCOPES, *declared)))
 
 
-def _scope_name(scope: str | Scope, primitive: str) -> str:
-    """The name of ``scope``: a name the base scopes or the default registry's families
-    declare, or a :class:`Scope` itself, which a family the caller loaded declares (one
-    named by ``--intrinsics-dir`` is not in the default registry)."""
+def _scope_name(scope: str | Scope, primitive: str, registry: Registry | None) -> str:
+    """The name of ``scope``: a :class:`Scope` itself, or a name the base scopes or a family
+    of ``registry`` (the caller's, or the Schedule's) declare."""
     if isinstance(scope, Scope):
         return scope.name
     arg_check(isinstance(scope, str), primitive, "scope", "a memory scope name", scope)
-    known = known_scopes()
+    known = known_scopes(registry)
+    hint = "" if registry is not None else \
+        " (a family's scope by name needs its registry: Schedule(func, registry=...))"
     check(scope in known, primitive,
-          f"cache into an unknown scope {scope!r}; known scopes: {', '.join(known)}")
+          f"cache into an unknown scope {scope!r}; known scopes: {', '.join(known)}{hint}")
     return scope
 
 
@@ -122,8 +124,8 @@ def _placed(place: Stmt, site: Site, realize: BlockRealize) -> Stmt:
     return splice(place, {id(site.realize): (realize,)})
 
 
-def cache_read(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str | Scope
-               ) -> tuple[PrimFunc, BlockRV]:
+def cache_read(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str | Scope, *,
+               registry: Registry | None = None) -> tuple[PrimFunc, BlockRV]:
     """Make ``block`` read ``buffer`` (a name, or an index into its reads) through a copy in
     memory ``scope``.
 
@@ -132,9 +134,10 @@ def cache_read(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str | S
     right before the outermost statement around the block in which nothing else writes
     ``buffer``. Only ``block`` reads the copy; other readers are unchanged.
 
-    Preconditions: the scope is known (``global``, ``shared``, ``local`` or one an intrinsic
-    family declares: by name, or the family's ``Scope``); the block reads ``buffer`` and
-    does not write it (use cache_write).
+    Preconditions: the scope is known: ``global``, ``shared``, ``local``, a ``Scope`` of an
+    intrinsic family, or the name of one a family of ``registry`` declares (a Schedule
+    passes the registry it was made with); the block reads ``buffer`` and does not write it
+    (use cache_write).
 
     Returns the new function and the handle of the copy block.
 
@@ -168,7 +171,7 @@ def cache_read(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str | S
     name = "cache_read"
     site = locate(func, block, name)
     region = _pick(site, "reads", buffer, name)
-    scope = _scope_name(scope, name)
+    scope = _scope_name(scope, name, registry)
     source = region.buffer
     check(source not in site.writes(), name,
           f"block {site.name!r} writes {source.name} as well as reading it; a copy would miss "
@@ -183,8 +186,8 @@ def cache_read(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str | S
     return splice_func(func, {id(place): (nest, placed)}, (cache,)), BlockRV(copy.name)
 
 
-def cache_write(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str | Scope
-                ) -> tuple[PrimFunc, BlockRV]:
+def cache_write(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str | Scope, *,
+                registry: Registry | None = None) -> tuple[PrimFunc, BlockRV]:
     """Make ``block`` write ``buffer`` (a name, or an index into its writes) into a new
     buffer of memory ``scope``, and copy it back right after.
 
@@ -215,7 +218,7 @@ def cache_write(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str | 
     name = "cache_write"
     site = locate(func, block, name)
     region = _pick(site, "writes", buffer, name)
-    scope = _scope_name(scope, name)
+    scope = _scope_name(scope, name, registry)
     dest = region.buffer
     if dest in site.reads():
         check(site.block.init is not None, name,

@@ -12,8 +12,7 @@ is overwriting.
 
 from __future__ import annotations
 
-import intrinsics
-from intrinsics import Intrinsic
+from intrinsics import Intrinsic, Registry
 from ir import (BlockRealize, BufferRegion, BufferStore, Expr, For, IfThenElse, IntImm,
                 IntrinsicCall, IterKind, PrimFunc, Stmt, and_, eq)
 from ir.arith import Interval, simplify
@@ -26,15 +25,17 @@ __all__ = ["fold_init"]
 _PRIMITIVE = "fold_init"
 
 
-def fold_init(func: PrimFunc, block: BlockRV, reset: str | Intrinsic) -> tuple[PrimFunc, None]:
+def fold_init(func: PrimFunc, block: BlockRV, reset: str | Intrinsic, *,
+              registry: Registry | None = None) -> tuple[PrimFunc, None]:
     """Replace the init of a tensorized block by calls of ``reset``, the resetting variant of
     the intrinsic the block calls, wherever the block's reduce iterators are all 0.
 
     Preconditions: the block's body is one intrinsic call; ``reset`` resets its accumulator
     and has the same operands as the called intrinsic (shapes, dtypes, roles); the init only
     stores zeros, exactly once into each element of the call's accumulator region.
-    ``reset`` may be an Intrinsic or a name in the default registry (names keep the trace
-    replayable). Returns the new function.
+    ``reset`` is an Intrinsic, or the name of one in ``registry`` (a Schedule passes the
+    registry it was made with; its trace records the name either way). Returns the new
+    function.
     """
     found = get_block(func, block, _PRIMITIVE)
     realize: BlockRealize = found.node
@@ -45,7 +46,10 @@ def fold_init(func: PrimFunc, block: BlockRV, reset: str | Intrinsic) -> tuple[P
           f"block {blk.name!r} must be tensorized (its body one intrinsic call), got a "
           f"{type(call).__name__}")
     if isinstance(reset, str):
-        registry = intrinsics.default_registry()
+        if registry is None:
+            fail(_PRIMITIVE, f"argument 'reset': expected an Intrinsic, or a name with the "
+                             f"registry that declares it (Schedule(func, registry=...)), got "
+                             f"{reset!r}")
         arg_check(reset in registry, _PRIMITIVE, "reset", "the name of a known intrinsic", reset)
         reset = registry.get(reset)
     arg_check(isinstance(reset, Intrinsic), _PRIMITIVE, "reset", "an intrinsic or its name",

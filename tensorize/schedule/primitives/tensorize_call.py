@@ -23,8 +23,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-import intrinsics
-from intrinsics import Intrinsic, Operand
+from intrinsics import Intrinsic, Operand, Registry, lower_call
 from ir import (TRUE, BinOp, Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore,
                 Cast, Expr, FloatImm, For, IntImm, IntrinsicCall, IRError, IterKind,
                 IntrinsicSpecError, Node, PrimFunc, Range, ScheduleError, SeqStmt, Stmt, Var,
@@ -44,13 +43,14 @@ _PRIMITIVE = "tensorize"
 ANNOTATION = "tensorized"
 
 
-def tensorize(func: PrimFunc, block_or_loop: BlockRV | LoopRV, intrinsic: str | Intrinsic
-              ) -> tuple[PrimFunc, None]:
+def tensorize(func: PrimFunc, block_or_loop: BlockRV | LoopRV, intrinsic: str | Intrinsic, *,
+              registry: Registry | None = None) -> tuple[PrimFunc, None]:
     """Replace the body of a blockized tile by one call of ``intrinsic``.
 
     ``block_or_loop`` is the outer block of a tile, or a loop, which is blockized first.
-    ``intrinsic`` is an :class:`~intrinsics.Intrinsic` or the name of one in
-    ``intrinsics.default_registry()``; pass the name to keep the trace replayable.
+    ``intrinsic`` is an :class:`~intrinsics.Intrinsic`, or the name of one in ``registry``
+    (a Schedule passes the registry it was made with; its trace records the name either
+    way, and replays with that registry).
 
     Preconditions (see the module documentation): the tile computes the intrinsic's
     description up to renaming, on regions of the operands' shapes; an accumulating intrinsic
@@ -62,6 +62,7 @@ def tensorize(func: PrimFunc, block_or_loop: BlockRV | LoopRV, intrinsic: str | 
     init writes), and it is annotated ``("tensorized", name)``. Returns the new function.
 
     >>> from ir import script as T
+    >>> from intrinsics import default_registry
     >>> from tensorize.schedule import Schedule
     >>> @T.prim_func
     ... def add(D: T.Buffer((32, 16), "int32"), S: T.Buffer((32, 16), "int32")):
@@ -69,7 +70,7 @@ def tensorize(func: PrimFunc, block_or_loop: BlockRV | LoopRV, intrinsic: str | 
     ...         with T.block("D"):
     ...             vi, vj = T.axis.remap("SS", [i, j])
     ...             D[vi, vj] = D[vi, vj] + S[vi, vj]
-    >>> sch = Schedule(add)
+    >>> sch = Schedule(add, registry=default_registry())
     >>> i, j = sch.get_loops(sch.get_block("D"))
     >>> i_0, i_1 = sch.split(i, [None, 16])
     >>> sch.tensorize(i_1, "npu_vec_add")
@@ -77,7 +78,7 @@ def tensorize(func: PrimFunc, block_or_loop: BlockRV | LoopRV, intrinsic: str | 
     T.call_intrinsic("npu_vec_add", D[vi_o * 16:vi_o * 16 + 16, 0:16],
                      S[vi_o * 16:vi_o * 16 + 16, 0:16])
     """
-    intrin = _resolve(intrinsic)
+    intrin = _resolve(intrinsic, registry)
     if isinstance(block_or_loop, LoopRV):
         func, handle = blockize(func, block_or_loop)
     else:
@@ -139,13 +140,17 @@ def _variants(expr: Expr) -> list[Expr]:
     return [expr]
 
 
-def _resolve(intrinsic: str | Intrinsic) -> Intrinsic:
+def _resolve(intrinsic: str | Intrinsic, registry: Registry | None) -> Intrinsic:
     if isinstance(intrinsic, Intrinsic):
         return intrinsic
     arg_check(isinstance(intrinsic, str), _PRIMITIVE, "intrinsic",
               "an Intrinsic or the name of one", intrinsic)
+    if registry is None:
+        fail(_PRIMITIVE, f"argument 'intrinsic': expected an Intrinsic, or a name with the "
+                         f"registry that declares it (Schedule(func, registry=...)), got "
+                         f"{intrinsic!r}")
     try:
-        return intrinsics.default_registry().get(intrinsic)
+        return registry.get(intrinsic)
     except IntrinsicSpecError as err:
         reason = err.message
     fail(_PRIMITIVE, f"argument 'intrinsic': {reason}")
@@ -414,7 +419,7 @@ class _Tile:
         """Lowering the call must give back the tile's own accesses, access for access."""
         call = IntrinsicCall(self.intrin.name, args)
         try:
-            lowered = intrinsics.lower_call(call, self.intrin)
+            lowered = lower_call(call, self.intrin)
         except IRError as err:
             self.fail(f"operand region mismatch: {err.message}")
         nest = lowered.stmts[-1] if isinstance(lowered, SeqStmt) else lowered

@@ -135,7 +135,7 @@ def _save_external_weight_model(folder, location: str):
     return path
 
 
-def test_external_weights_are_read_from_beside_the_model(tmp_path, monkeypatch):
+def test_external_weights_are_read_from_beside_the_model(tmp_path, monkeypatch, context):
     folder = tmp_path / "model"
     folder.mkdir()
     np.array([1.0, 2.0, 3.0, 4.0], np.float32).tofile(folder / "weights.bin")
@@ -144,7 +144,7 @@ def test_external_weights_are_read_from_beside_the_model(tmp_path, monkeypatch):
     graph = import_model(path)
     np.testing.assert_array_equal(graph.constants["W"], [[1.0, 2.0], [3.0, 4.0]])
     # onnxruntime, the reference every layer is checked against, sees the same weights.
-    run = run_model(graph, "host")
+    run = run_model(graph, context("host"))
     assert run.ok and [r["check"].startswith("max error") for r in run.records] == [True]
 
 

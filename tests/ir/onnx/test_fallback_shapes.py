@@ -33,16 +33,16 @@ def _exact(run) -> None:
             record
 
 
-def test_qoperator_model_with_qlinear_concat_runs_exact(tmp_path):
+def test_qoperator_model_with_qlinear_concat_runs_exact(tmp_path, context):
     path = models.save(corpus_models.qlinear_concat(), tmp_path, "qop.onnx")
     graph = import_model(path)
     shapes = {layer.name: layer.output_shape for layer in graph.layers}
     assert shapes["concat"] == (1, 9, 6, 6) and shapes["add"] == (1, 6, 6, 6)
     assert shapes["pool"] == (1, 6, 1, 1) and shapes["sigmoid"] == (1, 6, 1, 1)
-    _exact(run_model(graph, "host"))
+    _exact(run_model(graph, context("host")))
 
 
-def test_a_model_quantised_by_onnxruntime_in_qoperator_format_runs_exact(tmp_path):
+def test_a_model_quantised_by_onnxruntime_in_qoperator_format_runs_exact(tmp_path, context):
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
                                           quantize_static)
 
@@ -71,7 +71,7 @@ def test_a_model_quantised_by_onnxruntime_in_qoperator_format_runs_exact(tmp_pat
                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
     graph = import_model(target)
     assert "QLinearConcat" in [layer.op for layer in graph.layers]
-    _exact(run_model(graph, "host"))
+    _exact(run_model(graph, context("host")))
 
 
 def _qlinear_concat(tmp_path, shapes, axis):
@@ -92,11 +92,11 @@ def _qlinear_concat(tmp_path, shapes, axis):
     return models.save(built, tmp_path, "cat.onnx")
 
 
-def test_qlinear_concat_on_a_negative_axis_gets_its_shape(tmp_path):
+def test_qlinear_concat_on_a_negative_axis_gets_its_shape(tmp_path, context):
     path = _qlinear_concat(tmp_path, [(2, 3), (2, 4)], -1)
     graph = import_model(path)
     assert graph.layers[0].output_shape == (2, 7) and graph.layers[0].output_dtype == "int8"
-    _exact(run_model(graph, "host"))
+    _exact(run_model(graph, context("host")))
 
 
 def test_qlinear_concat_of_inputs_that_disagree_is_refused(tmp_path):
@@ -125,7 +125,7 @@ def test_a_contrib_operator_without_a_shape_rule_is_refused_naming_the_output(tm
     _no_internals(message)
 
 
-def test_a_node_with_several_outputs_in_use_is_a_layer_per_output(tmp_path):
+def test_a_node_with_several_outputs_in_use_is_a_layer_per_output(tmp_path, context):
     k = numpy_helper.from_array(np.array([2], np.int64), "k")
     nodes = [helper.make_node("TopK", ["x", "k"], ["values", "indices"], name="topk", axis=1),
              helper.make_node("Relu", ["values"], ["y"], name="relu")]
@@ -134,10 +134,10 @@ def test_a_node_with_several_outputs_in_use_is_a_layer_per_output(tmp_path):
     graph = import_model(models.save(built, tmp_path, "topk.onnx"))
     assert [(layer.name, layer.output, layer.fallback) for layer in graph.layers] == [
         ("topk:0", "values", True), ("topk:1", "indices", True), ("relu", "y", False)]
-    _exact(run_model(graph, "host"))
+    _exact(run_model(graph, context("host")))
 
 
-def test_onnxruntime_refusing_a_fallback_node_names_file_and_node(tmp_path):
+def test_onnxruntime_refusing_a_fallback_node_names_file_and_node(tmp_path, context):
     nodes = [helper.make_node("QLinearNoSuchOp", ["x"], ["y"], name="mystery", domain=MS)]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2, 3])],
                               [helper.make_tensor_value_info("y", F, [2, 3])])
@@ -155,5 +155,5 @@ def test_onnxruntime_refusing_a_fallback_node_names_file_and_node(tmp_path):
     _no_internals(message)
     with pytest.raises(OnnxImportError, match="onnxruntime, the reference, cannot run the "
                                               "model: .*QLinearNoSuchOp") as err:
-        run_model(import_model(tmp_path / "mystery.onnx"), "host")
+        run_model(import_model(tmp_path / "mystery.onnx"), context("host"))
     assert str(err.value).startswith(f"{tmp_path / 'mystery.onnx'}: ")

@@ -40,33 +40,33 @@ def _split_model(tmp_path, shape, outputs, opset, *, sizes=None, dtype=F, **attr
     ((3, 5), [(3, 5)], 13, None, {"axis": 1}),
 ])
 def test_every_output_is_a_layer_exact_against_onnxruntime(tmp_path, shape, outputs, opset,
-                                                           sizes, attrs):
+                                                           sizes, attrs, context):
     path = _split_model(tmp_path, shape, outputs, opset, sizes=sizes, **attrs)
     graph = import_model(path)
     splits = [layer for layer in graph.layers if layer.op == "Split"]
     assert [layer.output_shape for layer in splits] == [tuple(s) for s in outputs]
     if len(outputs) > 1:
         assert [layer.name for layer in splits] == [f"split:{i}" for i in range(len(outputs))]
-    run = run_model(graph, "host")
+    run = run_model(graph, context("host"))
     assert run.ok
     assert all(r["check"].startswith("max error 0.00e+00") for r in run.records), run.records
 
 
-def test_an_int8_split_is_exact(tmp_path):
+def test_an_int8_split_is_exact(tmp_path, context):
     path = _split_model(tmp_path, (1, 6, 2, 2), [(1, 2, 2, 2), (1, 4, 2, 2)], 14,
                         sizes=[2, 4], dtype=I8, axis=1)
-    run = run_model(import_model(path), "host")
+    run = run_model(import_model(path), context("host"))
     assert run.ok and all(r["check"] == "exact" for r in run.records), run.records
 
 
-def test_only_outputs_in_use_become_layers(tmp_path):
+def test_only_outputs_in_use_become_layers(tmp_path, context):
     nodes = [helper.make_node("Split", ["x"], ["a", "b", "c"], name="split", axis=0),
              helper.make_node("Relu", ["c"], ["y"], name="relu")]
     built = models.model(nodes, [("x", F, [6, 2])], [("y", F, [2, 2])])
     graph = import_model(models.save(built, tmp_path, "split.onnx"))
     assert [(layer.name, layer.output) for layer in graph.layers] == [("split:2", "c"),
                                                                       ("relu", "y")]
-    assert run_model(graph, "host").ok
+    assert run_model(graph, context("host")).ok
 
 
 @pytest.mark.parametrize("shape, outputs, opset, sizes, attrs, fragment", [

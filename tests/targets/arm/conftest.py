@@ -6,6 +6,7 @@ from functools import cache
 
 import numpy as np
 
+from intrinsics import default_registry
 from targets import cpu
 from tensorize.engine import auto_tensorize
 from tests.tensorize.engine.suite import suite
@@ -15,13 +16,14 @@ from tests.tensorize.engine.suite import suite
 def tensorized(name: str, features: str | None = None, intrinsic: str | None = None):
     """Suite kernel ``name`` tensorized for arm (default features, any intrinsic, unless
     given)."""
-    return auto_tensorize(suite()[name], "arm", features=features, intrinsic=intrinsic)
+    return auto_tensorize(suite()[name], "arm", features=features, intrinsic=intrinsic,
+                          registry=default_registry())
 
 
 @cache
 def kernel(name: str) -> cpu.CpuKernel:
     """The arm kernel of suite kernel ``name``."""
-    return cpu.emit(tensorized(name).func, "arm")
+    return cpu.emit(tensorized(name).func, "arm", registry=default_registry())
 
 
 @cache

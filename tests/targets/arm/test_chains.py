@@ -19,9 +19,9 @@ _POST_INDEXED = re.compile(r"ld1\t\{ v\d+\.16b, v\d+\.16b, v\d+\.16b, v\d+\.16b 
 # k 136: 34 steps of 4, two an iteration; k 128: 32 steps, four an iteration (fewer
 # iterations, and LLVM unrolls the loop whole).
 @pytest.mark.parametrize(("k", "steps"), [(136, 2), (128, 4)])
-def test_each_load_advances_its_pointer_and_the_gemm_is_exact(k: int, steps: int) -> None:
+def test_each_load_advances_its_pointer_and_the_gemm_is_exact(k: int, steps: int, registry) -> None:
     func = gemm_int8(16, 16, k)
-    kernel = cpu.emit(auto_tensorize(func, "arm").func, "arm")
+    kernel = cpu.emit(auto_tensorize(func, "arm", registry=registry).func, "arm", registry=registry)
     loop = _k_loop(cpu.compile(kernel, "asm"))
     assert sum(i.startswith("sdot") for i in loop) == 16 * steps
     loads = [i for i in loop if re.match(r"^(ld|st)", i)]

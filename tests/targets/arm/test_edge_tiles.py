@@ -22,12 +22,12 @@ def _inputs(m: int, n: int, k: int, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_gemm_of_any_size_runs_exactly_under_the_emulator(shape) -> None:
+def test_gemm_of_any_size_runs_exactly_under_the_emulator(shape, registry) -> None:
     m, n, k = shape
-    result = auto_tensorize(gemm_int8(m, n, k), "arm")
+    result = auto_tensorize(gemm_int8(m, n, k), "arm", registry=registry)
     assert [b.intrinsic for b in result.tensorized] == ["arm_sdot_lane"]
     inputs = _inputs(m, n, k)
-    run = cpu.run(cpu.emit(result.func, "arm"), inputs)
+    run = cpu.run(cpu.emit(result.func, "arm", registry=registry), inputs)
     assert run.engine == "unicorn" and run.counted["sdot"] > 0
     expected = inputs["A"].astype(np.int32) @ inputs["B"].astype(np.int32)
     np.testing.assert_array_equal(run.outputs["C"], expected)
@@ -41,12 +41,12 @@ def test_the_tile_need_not_divide_the_rows() -> None:
     assert choose_tiling(17, 9, 17, arm, sdot) == CpuTiling(4, 3)
 
 
-def test_edge_tiles_compute_on_padding_and_store_only_the_valid_part() -> None:
-    result = auto_tensorize(gemm_int8(17, 33, 65), "arm")
+def test_edge_tiles_compute_on_padding_and_store_only_the_valid_part(registry) -> None:
+    result = auto_tensorize(gemm_int8(17, 33, 65), "arm", registry=registry)
     text = str(result.func)
     # The output is computed into a buffer of whole tiles (20 rows of 36 columns) and only
     # its 17 x 33 valid part is copied back.
     assert 'T.alloc_buffer((20, 36), "int32")' in text
     assert "for i, j in T.grid(17, 33):" in text
-    run = cpu.run(cpu.emit(result.func, "arm"), _inputs(17, 33, 65, seed=1))
+    run = cpu.run(cpu.emit(result.func, "arm", registry=registry), _inputs(17, 33, 65, seed=1))
     assert run.counted == {"sdot": 20 * 36 * 68 // 16}

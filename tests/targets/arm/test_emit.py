@@ -83,9 +83,9 @@ def test_turning_i8mm_on_picks_the_matrix_multiply_where_it_costs_less() -> None
     assert [b.intrinsic for b in mixed.tensorized] == ["arm_usmmla"]
 
 
-def test_the_matrix_multiply_is_register_blocked() -> None:
+def test_the_matrix_multiply_is_register_blocked(registry) -> None:
     smmla = tensorized("gemm_int8", "+neon,+dotprod,+i8mm", "arm_smmla")
-    asm = cpu.compile(cpu.emit(smmla.func, "arm", "+neon,+dotprod,+i8mm"), "asm")
+    asm = cpu.compile(cpu.emit(smmla.func, "arm", "+neon,+dotprod,+i8mm", registry=registry), "asm")
     calls = [line.split() for line in asm.splitlines() if line.startswith("\tsmmla\t")]
     # A 4 x 4 tile of 2 x 2 accumulators (8 rows by 8 columns): 16 registers accumulate,
     # the k loop's body (unrolled by LLVM here) whole tiles of 16.
@@ -93,9 +93,9 @@ def test_the_matrix_multiply_is_register_blocked() -> None:
     assert len(calls) % 16 == 0
 
 
-def test_s8u8_swaps_the_operands_onto_usmmla() -> None:
+def test_s8u8_swaps_the_operands_onto_usmmla(registry) -> None:
     func = s8u8_gemm(16, 24, 32)
-    result = auto_tensorize(func, "arm", features="+neon,+dotprod,+i8mm")
+    result = auto_tensorize(func, "arm", features="+neon,+dotprod,+i8mm", registry=registry)
     (outcome,) = result.tensorized
     assert outcome.intrinsic == "arm_usmmla" and "A=B B=A" in outcome.mapping
     rng = np.random.default_rng(0)
@@ -103,4 +103,5 @@ def test_s8u8_swaps_the_operands_onto_usmmla() -> None:
               "B": rng.integers(0, 256, (32, 24), dtype=np.uint8)}
     got = host.run(result.func, inputs, lowerer(default_registry().get))["C"]
     np.testing.assert_array_equal(got, inputs["A"].astype(np.int32) @ inputs["B"].astype(np.int32))
-    assert "usmmla" in cpu.compile(cpu.emit(result.func, "arm", "+neon,+dotprod,+i8mm"), "asm")
+    assert "usmmla" in cpu.compile(cpu.emit(result.func, "arm", "+neon,+dotprod,+i8mm",
+                                            registry=registry), "asm")

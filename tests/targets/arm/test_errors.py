@@ -15,16 +15,18 @@ from tests.targets.arm.conftest import kernel, tensorized
 from tests.tensorize.engine.suite import suite
 
 
-def test_i8mm_intrinsic_requires_the_feature() -> None:
+def test_i8mm_intrinsic_requires_the_feature(registry) -> None:
     func = tensorized("gemm_int8", intrinsic="arm_smmla").func
     with pytest.raises(cpu.EmitError, match=r"arm_smmla requires target feature \+i8mm"):
-        cpu.emit(func, "arm")
+        cpu.emit(func, "arm", registry=registry)
 
 
-def test_i8mm_kernel_without_qemu_is_refused_with_each_engines_reason(monkeypatch) -> None:
+def test_i8mm_kernel_without_qemu_is_refused_with_each_engines_reason(monkeypatch,
+                                                                      registry) -> None:
     monkeypatch.setattr("targets.arm.qemu.shutil.which", lambda name: None)
     features = "+neon,+dotprod,+i8mm"
-    k = cpu.emit(tensorized("gemm_int8", intrinsic="arm_smmla").func, "arm", features)
+    k = cpu.emit(tensorized("gemm_int8", intrinsic="arm_smmla").func, "arm", features,
+                 registry=registry)
     assert "smmla" in cpu.compile(k, "asm")
     engine, reason = cpu.engine_for(k)
     if engine is None:
@@ -34,7 +36,7 @@ def test_i8mm_kernel_without_qemu_is_refused_with_each_engines_reason(monkeypatc
             cpu.run(k, {})
 
 
-def test_non_contiguous_operand_tile_is_refused() -> None:
+def test_non_contiguous_operand_tile_is_refused(registry) -> None:
     # The generic schedule leaves B's 4x4 tile as rows 64 bytes apart: sdot would read wrong
     # bytes, so the backend refuses it.
     sch = Schedule(suite()["gemm_int8"])
@@ -44,10 +46,10 @@ def test_non_contiguous_operand_tile_is_refused() -> None:
     to_intrinsic_shape(sch, match)
     schedule_generic(sch, "C", intrinsic)
     with pytest.raises(cpu.EmitError, match="requires 16 contiguous int8 elements"):
-        cpu.emit(sch.func, "arm")
+        cpu.emit(sch.func, "arm", registry=registry)
 
 
-def test_register_buffer_indexed_by_a_serial_loop_is_refused() -> None:
+def test_register_buffer_indexed_by_a_serial_loop_is_refused(registry) -> None:
     @T.prim_func
     def copy(A: T.Buffer((8,), "int32"), B: T.Buffer((8,), "int32")):
         R = T.alloc_buffer((8,), "int32", scope="arm.neon")
@@ -61,7 +63,7 @@ def test_register_buffer_indexed_by_a_serial_loop_is_refused() -> None:
                 B[vi] = R[vi]
 
     with pytest.raises(cpu.EmitError, match="register buffer R is indexed by"):
-        cpu.emit(copy, "arm")
+        cpu.emit(copy, "arm", registry=registry)
 
 
 def test_non_elf_object_is_refused() -> None:

@@ -43,29 +43,30 @@ def _input_loads(func) -> dict[str, int]:
             if block.startswith("I_") and block.endswith("_arm_neon_o")}
 
 
-def test_the_input_panel_of_each_row_is_loaded_a_step_at_a_time() -> None:
-    result = auto_tensorize(grouped, "arm")
+def test_the_input_panel_of_each_row_is_loaded_a_step_at_a_time(registry) -> None:
+    result = auto_tensorize(grouped, "arm", registry=registry)
     assert [b.intrinsic for b in result.tensorized] == ["arm_sdot_lane"]
     # One 4 x 4 panel a call: the row's panel is not shared, so nothing loads two steps.
     calls = count_calls(result.func)
     assert _input_loads(result.func) == {"arm_ld1_4x4_s8": calls["arm_sdot_lane"]}
 
 
-def test_the_grouped_convolution_runs_exactly_under_the_emulator() -> None:
+def test_the_grouped_convolution_runs_exactly_under_the_emulator(registry) -> None:
     inputs = random_inputs(grouped)
-    run = cpu.run(cpu.emit(auto_tensorize(grouped, "arm").func, "arm"), inputs)
+    run = cpu.run(cpu.emit(auto_tensorize(grouped, "arm", registry=registry).func, "arm",
+                           registry=registry), inputs)
     np.testing.assert_array_equal(run.outputs["O"], _reference(inputs["I"], inputs["W"]))
 
 
 def test_a_load_whose_tile_is_not_one_run_is_refused_and_the_next_taken(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, registry) -> None:
     # As the engine once did: every stage taken for one panel, so the k steps are grouped
     # and ld1x4 offered for the input's per-row stage, where its 2 x 8 x 4 tile is a row's
     # panels apart. The schedule refuses it (not the code generator) and loads 4 x 4 tiles.
     monkeypatch.setattr(cpu_schedule, "_stage_dims",
                         lambda sch, block, packed, factors, k: dict.fromkeys(packed, 1))
-    result = auto_tensorize(grouped, "arm")
+    result = auto_tensorize(grouped, "arm", registry=registry)
     assert set(_input_loads(result.func)) == {"arm_ld1_4x4_s8"}
     inputs = random_inputs(grouped, seed=1)
-    run = cpu.run(cpu.emit(result.func, "arm"), inputs)
+    run = cpu.run(cpu.emit(result.func, "arm", registry=registry), inputs)
     np.testing.assert_array_equal(run.outputs["O"], _reference(inputs["I"], inputs["W"]))

@@ -7,6 +7,7 @@ qemu-user."""
 import numpy as np
 import pytest
 
+from intrinsics import default_registry
 from targets import cpu, host
 from targets.arm.i8mm_count import count_i8mm
 from targets.arm.qemu import qemu_binary
@@ -29,9 +30,10 @@ SLOW = {"conv2d_nhwc_int8"}
 def _counts(func) -> tuple[int, int, list[str]]:
     """Instructions executed without i8mm and with it, and the intrinsics chosen with it."""
     inputs = random_inputs(func)
-    plain = cpu.run(cpu.emit(auto_tensorize(func, "arm").func, "arm"), inputs).instructions
-    chosen = auto_tensorize(func, "arm", features=I8MM)
-    with_i8mm = count_i8mm(cpu.emit(chosen.func, "arm", I8MM), inputs)
+    plain = cpu.run(cpu.emit(auto_tensorize(func, "arm", registry=default_registry()).func, "arm",
+                             registry=default_registry()), inputs).instructions
+    chosen = auto_tensorize(func, "arm", features=I8MM, registry=default_registry())
+    with_i8mm = count_i8mm(cpu.emit(chosen.func, "arm", I8MM, registry=default_registry()), inputs)
     return plain, with_i8mm, [b.intrinsic for b in chosen.tensorized]
 
 
@@ -47,20 +49,21 @@ def test_turning_i8mm_on_never_makes_a_kernel_slower(name) -> None:
 @pytest.mark.skipif(qemu_binary() is None, reason="qemu-user (qemu-aarch64-static) is not "
                     "installed: apt-get install qemu-user-static")
 @pytest.mark.parametrize("name", ["gemm 17x33x65", "gemm 31x17x15"])
-def test_the_kernel_picked_with_i8mm_runs_exactly(name) -> None:
+def test_the_kernel_picked_with_i8mm_runs_exactly(name, registry) -> None:
     func = KERNELS[name]
-    chosen = auto_tensorize(func, "arm", features=I8MM)
+    chosen = auto_tensorize(func, "arm", features=I8MM, registry=registry)
     inputs = random_inputs(func, seed=3)
-    run = cpu.run(cpu.emit(chosen.func, "arm", I8MM), inputs)
+    run = cpu.run(cpu.emit(chosen.func, "arm", I8MM, registry=registry), inputs)
     assert run.engine == "qemu-user"
     for buffer, expected in host.run(func, inputs).items():
         np.testing.assert_array_equal(run.outputs[buffer], expected)
 
 
-def test_count_executed_counts_sdot_and_i8mm_code_as_their_counters_do() -> None:
+def test_count_executed_counts_sdot_and_i8mm_code_as_their_counters_do(registry) -> None:
     func = gemm_int8(16, 16, 16)
     inputs = random_inputs(func)
-    sdot = cpu.emit(auto_tensorize(func, "arm").func, "arm")
+    sdot = cpu.emit(auto_tensorize(func, "arm", registry=registry).func, "arm", registry=registry)
     assert cpu.count_executed(sdot, inputs) == cpu.run(sdot, inputs).instructions
-    smmla = cpu.emit(auto_tensorize(func, "arm", features=I8MM).func, "arm", I8MM)
+    smmla = cpu.emit(auto_tensorize(func, "arm", features=I8MM, registry=registry).func, "arm",
+                     I8MM, registry=registry)
     assert cpu.count_executed(smmla, inputs) == count_i8mm(smmla, inputs)

@@ -24,7 +24,7 @@ def _top_ranked(func, intrinsic: str) -> list:
     """The ``TOP`` register tiles of ``intrinsic`` that the estimate ranks first for
     ``func``'s block."""
     seen = {}
-    auto_tensorize(func, "arm", features=I8MM, intrinsic=intrinsic,
+    auto_tensorize(func, "arm", registry=default_registry(), features=I8MM, intrinsic=intrinsic,
                    tiling=lambda _block, used, units: seen.update(used=used, units=units))
     used, units = seen["used"], seen["units"]
     description = default_registry().cpu(used.target)
@@ -37,12 +37,14 @@ def _pick_and_other(func) -> tuple[int, int]:
     """(instructions the kernel the engine picks with i8mm on executes, the fewest any of
     the other family's top-ranked tiles executes)."""
     inputs = random_inputs(func)
-    chosen = auto_tensorize(func, "arm", features=I8MM)
-    picked = count_i8mm(cpu.emit(chosen.func, "arm", I8MM), inputs)
+    registry = default_registry()
+    chosen = auto_tensorize(func, "arm", registry=registry, features=I8MM)
+    picked = count_i8mm(cpu.emit(chosen.func, "arm", I8MM, registry=registry), inputs)
     family, = [b.intrinsic for b in chosen.tensorized]
     other, = [f for f in FAMILIES if f != family]
-    counts = [count_i8mm(cpu.emit(auto_tensorize(func, "arm", features=I8MM, intrinsic=other,
-                                                 tiling=t).func, "arm", I8MM), inputs)
+    counts = [count_i8mm(cpu.emit(auto_tensorize(func, "arm", registry=registry, features=I8MM,
+                                                 intrinsic=other, tiling=t).func,
+                                  "arm", I8MM, registry=registry), inputs)
               for t in _top_ranked(func, other)]
     return picked, min(counts)
 

@@ -17,29 +17,30 @@ from tensorize.engine.cpu_tune import choose_tune_cpu
 from tests.tensorize.schedule.kernels import gemm_int8
 
 
-def test_the_tuning_cpu_is_a_string_attribute_and_the_default_adds_none() -> None:
-    func = auto_tensorize(gemm_int8(16, 16, 32), "arm").func
-    default = cpu.emit(func, "arm").llvm_ir
-    tuned = cpu.emit(func, "arm", tune_cpu="cortex-a55").llvm_ir
+def test_the_tuning_cpu_is_a_string_attribute_and_the_default_adds_none(registry) -> None:
+    func = auto_tensorize(gemm_int8(16, 16, 32), "arm", registry=registry).func
+    default = cpu.emit(func, "arm", registry=registry).llvm_ir
+    tuned = cpu.emit(func, "arm", tune_cpu="cortex-a55", registry=registry).llvm_ir
     assert default.endswith('attributes #0 = { "no-builtins" }\n')
     assert tuned.endswith('attributes #0 = { "no-builtins" "tune-cpu"="cortex-a55" }\n')
 
 
-def test_a_tuning_cpu_outside_the_description_is_refused() -> None:
-    func = auto_tensorize(gemm_int8(16, 16, 32), "arm").func
+def test_a_tuning_cpu_outside_the_description_is_refused(registry) -> None:
+    func = auto_tensorize(gemm_int8(16, 16, 32), "arm", registry=registry).func
     with pytest.raises(cpu.EmitError, match=r"cpu target arm: tune_cpu 'cortex-a53' is not "
                        r"one of its tune_cpus \(generic, cortex-a55\)"):
-        cpu.emit(func, "arm", tune_cpu="cortex-a53")
+        cpu.emit(func, "arm", tune_cpu="cortex-a53", registry=registry)
 
 
 # 64^3 runs fewer instructions tuned for cortex-a55; 100x37x50's edge tiles fewer with
 # generic (docs/arm_backend.md, Figures): the choice follows the counts, not the shape.
 @pytest.mark.parametrize("shape", [(64, 64, 64), (100, 37, 50)])
 def test_the_tuner_keeps_the_cpu_that_runs_fewest_instructions_and_it_is_exact(
-        shape: tuple[int, int, int]) -> None:
+        shape: tuple[int, int, int], registry) -> None:
     m, n, k = shape
     func = gemm_int8(m, n, k)
-    kernel, counts = choose_tune_cpu(auto_tensorize(func, "arm").func, "arm")
+    kernel, counts = choose_tune_cpu(auto_tensorize(func, "arm", registry=registry).func, "arm",
+                                     registry=registry)
     assert set(counts) == {"generic", "cortex-a55"}
     assert all(isinstance(c, int) and c > 0 for c in counts.values())
     best = min(counts, key=lambda name: counts[name])

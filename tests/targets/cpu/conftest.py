@@ -9,6 +9,7 @@ from functools import cache
 import numpy as np
 import pytest
 
+from intrinsics import default_registry
 import ir
 from ir import te
 from targets import cpu
@@ -47,13 +48,13 @@ def s8u8_gemm(m: int, n: int, k: int) -> ir.PrimFunc:
 @cache
 def tensorized(name: str):
     """Suite kernel ``name`` tensorized for x86."""
-    return auto_tensorize(suite()[name], "x86")
+    return auto_tensorize(suite()[name], "x86", registry=default_registry())
 
 
 @cache
 def kernel(name: str) -> cpu.CpuKernel:
     """The x86 kernel of suite kernel ``name``."""
-    return cpu.emit(tensorized(name).func, "x86")
+    return cpu.emit(tensorized(name).func, "x86", registry=default_registry())
 
 
 def run_here(k: cpu.CpuKernel, inputs, runs: int = 1) -> cpu.CpuRun:

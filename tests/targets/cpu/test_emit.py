@@ -35,23 +35,24 @@ def _zero_and_store(offset: int):
                 vi = T.axis.spatial(16, i)
                 A[vi + offset] = R[vi]
 
-    sch = Schedule(store)
+    sch = Schedule(store, default_registry())
     sch.tensorize(sch.get_loops(sch.get_block("zero"))[0], "x86_zero_16_s32")
     sch.tensorize(sch.get_loops(sch.get_block("store"))[0], "x86_store_16_s32")
     return sch.func
 
 
-def test_an_aligned_store_is_emitted_with_the_templates_alignment() -> None:
-    stores = [line for line in cpu.emit(_zero_and_store(16), "x86").llvm_ir.splitlines()
+def test_an_aligned_store_is_emitted_with_the_templates_alignment(registry) -> None:
+    stores = [line for line in cpu.emit(_zero_and_store(16), "x86",
+                                        registry=registry).llvm_ir.splitlines()
               if "store <16 x i32>" in line]
     assert len(stores) == 1 and stores[0].endswith("align 64")
 
 
-def test_a_store_the_address_of_which_is_not_aligned_is_refused() -> None:
+def test_a_store_the_address_of_which_is_not_aligned_is_refused(registry) -> None:
     with pytest.raises(cpu.EmitError, match=r"operand dst of x86_store_16_s32 requires an "
                        r"address aligned to 64 bytes \(its template's 'align 64'\), got one "
                        r"aligned to 16"):
-        cpu.emit(_zero_and_store(4), "x86")
+        cpu.emit(_zero_and_store(4), "x86", registry=registry)
 
 
 def test_a_row_of_a_is_one_word_broadcast_to_every_lane() -> None:
@@ -67,11 +68,11 @@ def test_the_runner_aligns_every_buffer() -> None:
         assert array.shape == shape and array.ctypes.data % 64 == 0 and not array.any()
 
 
-def test_an_unknown_target_is_refused_naming_the_cpu_targets() -> None:
+def test_an_unknown_target_is_refused_naming_the_cpu_targets(registry) -> None:
     with pytest.raises(Exception, match="target 'npu' requires a family with a 'cpu:' "
                                         "section to be a CPU target; the CPU targets are "
                                         "arm, x86"):
-        cpu.emit(_zero_and_store(16), "npu")
+        cpu.emit(_zero_and_store(16), "npu", registry=registry)
 
 
 def test_a_multi_register_load_template_returns_the_struct_of_its_registers() -> None:

@@ -112,9 +112,9 @@ def test_a_loop_without_conditions_is_not_split() -> None:
 
 
 @pytest.mark.parametrize("n", [15, 16, 17, 31, 32, 33])
-def test_a_padded_copy_runs_exactly_with_no_condition_left(n) -> None:
+def test_a_padded_copy_runs_exactly_with_no_condition_left(n, registry) -> None:
     func = _padded_copy(n, 16)
-    kernel = cpu.emit(func, "arm")
+    kernel = cpu.emit(func, "arm", registry=registry)
     # Every index proven in bounds and every condition decided: the interior tiles and the
     # edge tile, peeled, move whole vectors.
     assert "out_of_bounds" not in kernel.llvm_ir and "select i1" not in kernel.llvm_ir
@@ -127,9 +127,10 @@ def test_a_padded_copy_runs_exactly_with_no_condition_left(n) -> None:
 
 
 @pytest.mark.parametrize("shape", [(17, 33, 65), (31, 17, 15), (33, 15, 16)])
-def test_a_padded_gemms_packing_is_condition_free_vector_moves(shape) -> None:
+def test_a_padded_gemms_packing_is_condition_free_vector_moves(shape, registry) -> None:
     m, n, k = shape
-    kernel = cpu.emit(auto_tensorize(gemm_int8(m, n, k), "arm").func, "arm")
+    kernel = cpu.emit(auto_tensorize(gemm_int8(m, n, k), "arm", registry=registry).func, "arm",
+                      registry=registry)
     assert "out_of_bounds" not in kernel.llvm_ir and "select i1" not in kernel.llvm_ir
     assert "shufflevector" in kernel.llvm_ir
     rng = np.random.default_rng(1)

@@ -66,13 +66,13 @@ def test_u8s8_gemm_uses_vpdpbusd_in_a_register_tile() -> None:
 
 @pytest.mark.parametrize("shape", [(64, 64, 64), (15, 16, 17), (16, 31, 33), (17, 33, 65),
                                    (31, 17, 15), (33, 15, 16), (100, 37, 50), (1, 16, 4)])
-def test_gemm_runs_natively_and_exactly(shape) -> None:
+def test_gemm_runs_natively_and_exactly(shape, registry) -> None:
     m, n, k = shape
     func = u8s8_gemm(m, n, k)
-    result = auto_tensorize(func, "x86")
+    result = auto_tensorize(func, "x86", registry=registry)
     assert [b.intrinsic for b in result.tensorized] == ["x86_vpdpbusd"]
     inputs = gemm_inputs(m, n, k)
-    run = run_here(cpu.emit(result.func, "x86"), inputs, runs=3)
+    run = run_here(cpu.emit(result.func, "x86", registry=registry), inputs, runs=3)
     assert run.engine == "native" and len(run.seconds) == 3
     assert run.best <= run.median
     expected = inputs["A"].astype(np.int32) @ inputs["B"].astype(np.int32)
@@ -85,27 +85,27 @@ def test_extreme_values_accumulate_exactly() -> None:
     np.testing.assert_array_equal(run.outputs["C"], np.full((64, 64), 64 * 255 * -128))
 
 
-def test_a_convolution_with_u8_activations_runs_exactly() -> None:
+def test_a_convolution_with_u8_activations_runs_exactly(registry) -> None:
     conv = _conv_u8s8(10, 10, 16, 32)
-    result = auto_tensorize(conv, "x86")
+    result = auto_tensorize(conv, "x86", registry=registry)
     assert [b.intrinsic for b in result.tensorized] == ["x86_vpdpbusd"]
     rng = np.random.default_rng(1)
     inputs = {"I": rng.integers(0, 256, (1, 10, 10, 16), dtype=np.uint8),
               "W": rng.integers(-128, 128, (3, 3, 16, 32), dtype=np.int8)}
-    run = run_here(cpu.emit(result.func, "x86"), inputs)
+    run = run_here(cpu.emit(result.func, "x86", registry=registry), inputs)
     np.testing.assert_array_equal(run.outputs["conv"], host.run(conv, inputs)["conv"])
 
 
-def test_s8u8_swaps_the_operands_onto_vpdpbusd_and_runs_exactly() -> None:
+def test_s8u8_swaps_the_operands_onto_vpdpbusd_and_runs_exactly(registry) -> None:
     func = s8u8_gemm(33, 40, 20)
-    result = auto_tensorize(func, "x86")
+    result = auto_tensorize(func, "x86", registry=registry)
     (outcome,) = result.tensorized
     # The uint8 B is the broadcast operand, int8 A the packed panel: lanes run along m.
     assert outcome.intrinsic == "x86_vpdpbusd" and "A=B B=A" in outcome.mapping
     rng = np.random.default_rng(2)
     inputs = {"A": rng.integers(-128, 128, (33, 20), dtype=np.int8),
               "B": rng.integers(0, 256, (20, 40), dtype=np.uint8)}
-    run = run_here(cpu.emit(result.func, "x86"), inputs)
+    run = run_here(cpu.emit(result.func, "x86", registry=registry), inputs)
     expected = inputs["A"].astype(np.int32) @ inputs["B"].astype(np.int32)
     np.testing.assert_array_equal(run.outputs["C"], expected)
 
@@ -116,11 +116,11 @@ def test_s8s8_is_refused_with_the_reason() -> None:
     assert "A is int8, x86_vpdpbusd's A is uint8" in outcome.reason
 
 
-def test_a_feature_the_host_lacks_is_refused_before_running() -> None:
+def test_a_feature_the_host_lacks_is_refused_before_running(registry) -> None:
     if cpu.engine_for(kernel("gemm_u8s8"))[0] is None:
         pytest.skip("the host lacks AVX-512 VNNI itself")
     features = default_registry().cpu("x86").default_features + ",+amx-int8"
-    k = cpu.emit(tensorized("gemm_u8s8").func, "x86", features)
+    k = cpu.emit(tensorized("gemm_u8s8").func, "x86", features, registry=registry)
     engine, reason = cpu.engine_for(k)
     if engine is not None:
         pytest.skip("this host has AMX")

@@ -7,6 +7,7 @@ from functools import cache
 
 import numpy as np
 
+from intrinsics import default_registry
 import ir
 from targets import cuda
 from tensorize.engine import auto_tensorize
@@ -40,14 +41,15 @@ WMMA = {name: WMMA_INT8 for name in ("gemm_int8", "batch_matmul_int8", "dense_in
 @cache
 def tensorized(name: str, intrinsic: str | None = None) -> ir.PrimFunc:
     """Suite kernel ``name`` tensorized for cuda (through ``intrinsic`` when named)."""
-    return auto_tensorize(suite()[name], "cuda", intrinsic=intrinsic).func
+    return auto_tensorize(suite()[name], "cuda", intrinsic=intrinsic,
+                          registry=default_registry()).func
 
 
 @cache
 def emitted(name: str, pipeline: bool = True, intrinsic: str | None = None) -> cuda.CudaKernel:
     """Suite kernel ``name`` tensorized for cuda (through ``intrinsic`` when named) and
     emitted (double-buffered unless ``pipeline`` is False)."""
-    return cuda.emit(tensorized(name, intrinsic), pipeline=pipeline)
+    return cuda.emit(tensorized(name, intrinsic), default_registry(), pipeline=pipeline)
 
 
 def random_inputs(func: ir.PrimFunc, seed: int = 0) -> dict[str, np.ndarray]:

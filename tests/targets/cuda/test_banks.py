@@ -63,21 +63,24 @@ def test_fragment_loads_and_copies_of_the_gemms_are_conflict_free(name):
 
 
 @needs_compiler
-def test_the_former_32_byte_row_pitch_conflicts_2_ways_on_every_fragment_load(monkeypatch):
+def test_the_former_32_byte_row_pitch_conflicts_2_ways_on_every_fragment_load(monkeypatch,
+                                                                            registry):
     # The former layout: panels one tile wide (16 halves), rows 32 bytes apart.
     monkeypatch.setattr(memory, "panel_width", lambda tile_width, cols, elem: tile_width)
     monkeypatch.setattr(memory, "padded_pitch", lambda row_bytes: -(-row_bytes // 16) * 16)
-    phases, conflicts = _figures(cuda.emit(tensorized("gemm_fp16")), "gemm_fp16")["fragment_load"]
+    kernel = cuda.emit(tensorized("gemm_fp16"), registry)
+    phases, conflicts = _figures(kernel, "gemm_fp16")["fragment_load"]
     assert phases > 0 and conflicts == phases
 
 
 @needs_compiler
-def test_copies_dealt_along_rows_conflict(monkeypatch):
+def test_copies_dealt_along_rows_conflict(monkeypatch, registry):
     # The row-major deal order: a phase of 8 threads writes 2 rows of 4 pieces, which an
     # 80-byte pitch puts 2 on one bank group.
     monkeypatch.setattr(emit_module._KernelEmitter, "_interleaved_rows",
                         lambda self, spread, realize: False)
-    phases, conflicts = _figures(cuda.emit(tensorized("gemm_fp16")), "gemm_fp16")["copy"]
+    kernel = cuda.emit(tensorized("gemm_fp16"), registry)
+    phases, conflicts = _figures(kernel, "gemm_fp16")["copy"]
     assert phases > 0 and conflicts > 0
 
 

@@ -17,12 +17,13 @@ EMULATE = """
 import tempfile
 from pathlib import Path
 import numpy as np
+from intrinsics import default_registry
 from ir import te
 from targets import cuda
 
 A = te.placeholder((64,), "int32", "A")
 B = te.compute((64,), lambda i: A[i] + 1, "B")
-out = cuda.emulate(cuda.emit(te.create_prim_func([A, B], "inc")),
+out = cuda.emulate(cuda.emit(te.create_prim_func([A, B], "inc"), default_registry()),
                    {"A": np.arange(64, dtype=np.int32)})
 assert (out["B"] == np.arange(1, 65)).all()
 print(len(list(Path(tempfile.gettempdir()).glob("tz_cuda_emulation_*"))))

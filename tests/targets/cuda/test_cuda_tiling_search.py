@@ -30,7 +30,7 @@ from tests.targets.cuda.helpers import WMMA, random_inputs, sized
 
 SHAPE = (16, 16, 16)
 BIG = (4096, 4096, 4096)
-SM_80 = architecture("sm_80")
+SM_80 = architecture("sm_80", default_registry())
 REGISTRY = default_registry()
 FP16 = tensor_pipe(REGISTRY.get("wmma_m16n16k16_f16_f32"), "sm_80")
 
@@ -177,13 +177,14 @@ def test_each_family_is_searched_over_the_extents_it_pads_to():
                     reason="nvcc and a host C++ compiler are needed")
 def test_a_tuned_kernel_compiles_and_is_exact():
     func = sized("gemm_fp16", m=128, n=128, k=128)
-    tuning = tune_cuda(func, default_registry(), measured=3)
+    registry = default_registry()
+    tuning = tune_cuda(func, registry, measured=3)
     # Both families match an fp16 GEMM and are searched; the one taken was measured.
     assert set(tuning.searches) == {"wmma_m16n16k16_f16_f32", "mma_m16n8k16_f16f16_f32"}
     assert tuning.chosen in tuning.searches and tuning.searches[tuning.chosen][0].measured
     assert tuning.chosen in tuning.reason
     assert [b.intrinsic for b in tuning.result.tensorized] == [tuning.chosen]
-    kernel = cuda.emit(tuning.result.func, stages=tuning.stages)
+    kernel = cuda.emit(tuning.result.func, registry, stages=tuning.stages)
     inputs = random_inputs(func, seed=8)
     np.testing.assert_allclose(cuda.emulate(kernel, inputs)["C"], host.run(func, inputs)["C"],
                                rtol=1e-3, atol=1e-3)
@@ -193,7 +194,7 @@ def test_a_tuned_kernel_compiles_and_is_exact():
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")
 @pytest.mark.parametrize("name", ["gemm_fp16", "gemm_int8"])
 @pytest.mark.parametrize(("warps", "stages"), [((2, 2), 3), ((2, 4), 4)])
-def test_64_by_64_warp_tiles_are_exact_and_conflict_free(name, warps, stages):
+def test_64_by_64_warp_tiles_are_exact_and_conflict_free(name, warps, stages, registry):
     # 2 x 2 or 2 x 4 warps of 4 x 4 fragments (128 x 128 or 128 x 256 blocks, the search's
     # favourites), two fragment steps per stage, over 4 k steps.
     func = sized(name, m=128, n=64 * 2 * warps[1], k=128)
@@ -201,8 +202,9 @@ def test_64_by_64_warp_tiles_are_exact_and_conflict_free(name, warps, stages):
     # WMMA's 16 x 16 fragments (the engine takes mma.sync for 8-bit GEMMs, whose 16 x 8 x 32
     # fragments make other tiles of this tiling).
     intrinsic = WMMA.get(name)
-    kernel = cuda.emit(auto_tensorize(func, "cuda", intrinsic=intrinsic, tiling=tiling).func,
-                       stages=stages)
+    kernel = cuda.emit(auto_tensorize(func, "cuda", intrinsic=intrinsic, tiling=tiling,
+                                      registry=registry).func,
+                       registry, stages=stages)
     (launch,) = [l for l in kernel.launches if l.tiled]
     assert launch.stages == stages
     inputs = random_inputs(func, seed=9)

@@ -130,9 +130,9 @@ def _bare_call(A: T.Buffer((16, 16), "float16"), B: T.Buffer((16, 16), "float16"
             T.call_intrinsic("wmma_load_a_row_m16n16k16_f16", Af[0:16, 0:16], A[0:16, 0:16])
 
 
-def test_warp_collective_call_outside_warp_loops_is_refused():
+def test_warp_collective_call_outside_warp_loops_is_refused(registry):
     with pytest.raises(cuda.EmitError, match="outside any warp loop"):
-        cuda.emit(_bare_call)
+        cuda.emit(_bare_call, registry)
 
 
 @T.prim_func
@@ -144,6 +144,6 @@ def _fragment_element(A: T.Buffer((16, 16), "float32"), C: T.Buffer((16, 16), "f
             C[vi, vj] = Cf[vi, vj]
 
 
-def test_fragment_read_element_by_element_is_refused():
+def test_fragment_read_element_by_element_is_refused(registry):
     with pytest.raises(cuda.EmitError, match="opaque to plain loads"):
-        cuda.emit(_fragment_element)
+        cuda.emit(_fragment_element, registry)

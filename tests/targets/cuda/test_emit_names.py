@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
+from intrinsics import default_registry
 import ir
 from ir import te
 from targets import cpu, cuda, npu
@@ -44,9 +45,10 @@ def test_comment_text_escapes_what_would_end_or_continue_a_comment():
 
 
 def _cuda_kernel() -> cuda.CudaKernel:
-    result = auto_tensorize(_gemm(), "cuda")
+    registry = default_registry()
+    result = auto_tensorize(_gemm(), "cuda", registry=registry)
     assert [b.intrinsic for b in result.tensorized] == ["wmma_m16n16k16_s8_s32"]
-    return cuda.emit(result.func)
+    return cuda.emit(result.func, registry)
 
 
 def test_cuda_source_keeps_user_names_in_escaped_comments_and_identifiers():
@@ -79,8 +81,9 @@ def test_nvcc_accepts_the_source_with_hostile_names():
     assert f".entry {kernel.launches[0].kernel}(".encode() in ptx
 
 
-def test_arm_llvm_ir_names_are_plain_and_the_kernel_computes_the_gemm():
-    kernel = cpu.emit(auto_tensorize(_gemm(), "arm").func, "arm")
+def test_arm_llvm_ir_names_are_plain_and_the_kernel_computes_the_gemm(registry):
+    kernel = cpu.emit(auto_tensorize(_gemm(), "arm", registry=registry).func, "arm",
+                      registry=registry)
     header = kernel.llvm_ir.splitlines()[0]
     assert header == f'; ModuleID = "{mangle(HOSTILE)}"'
     assert kernel.symbol == f"tensorize_{mangle(HOSTILE)}"
@@ -91,12 +94,12 @@ def test_arm_llvm_ir_names_are_plain_and_the_kernel_computes_the_gemm():
     np.testing.assert_array_equal(cpu.run(kernel, inputs).outputs[HOSTILE], expected)
 
 
-def test_npu_assembly_holds_no_user_names_and_the_program_computes_the_gemm():
-    result = auto_tensorize(_gemm(), "npu")
+def test_npu_assembly_holds_no_user_names_and_the_program_computes_the_gemm(registry):
+    result = auto_tensorize(_gemm(), "npu", registry=registry)
     # K = 16 is one tile deep: every tile takes the resetting GEMM.
     assert [b.intrinsic for b in result.tensorized] == ["npu_gemm_reset"]
     inputs, expected = _inputs()
-    run = npu.run(result.func, inputs)
+    run = npu.run(result.func, inputs, lookup=registry.get)
     np.testing.assert_array_equal(run.outputs[HOSTILE], expected)
     for stage in run.stages:
         if stage.compiled is not None:

@@ -85,10 +85,10 @@ def test_a_missing_barrier_is_reported_as_the_race_it_leaves(nth):
 
 
 @pytest.mark.parametrize("nth", [0, 1])
-def test_a_missing_warp_barrier_around_the_epilogue_is_reported(nth):
+def test_a_missing_warp_barrier_around_the_epilogue_is_reported(nth, registry):
     # 64 x 64: each of the 2 x 2 warps stores 2 x 2 fragments through one staging tile.
     func = sized("matmul_relu_fp16", m=64, n=64, k=32)
-    kernel = cuda.emit(auto_tensorize(func, "cuda").func)
+    kernel = cuda.emit(auto_tensorize(func, "cuda", registry=registry).func, registry)
     inputs = random_inputs(func, seed=2)
     expected = host.run(func, inputs)["C"]
     np.testing.assert_allclose(cuda.emulate(kernel, inputs)["C"], expected, rtol=1e-3,
@@ -277,22 +277,22 @@ def _integer_semantics(A: T.Buffer((64,), "int32"), B: T.Buffer((64,), "int8"),
             F[vi] = E[vi] * E[vi] + E[vi] / T.float16(3)
 
 
-def test_floor_division_wrapping_and_half_rounding_follow_the_ir():
+def test_floor_division_wrapping_and_half_rounding_follow_the_ir(registry):
     rng = np.random.default_rng(1)
     inputs = {"A": rng.integers(-1000, 1000, 64).astype(np.int32),
               "B": rng.integers(-128, 128, 64).astype(np.int8),
               "E": rng.standard_normal(64).astype(np.float16)}
     expected = host.run(_integer_semantics, inputs)
-    actual = cuda.emulate(cuda.emit(_integer_semantics), inputs)
+    actual = cuda.emulate(cuda.emit(_integer_semantics, registry), inputs)
     for key in ("C", "D", "F"):
         np.testing.assert_array_equal(actual[key], expected[key])
 
 
 @pytest.mark.parametrize("intrinsic", ["wmma_m32n8k16_s8_s32", "wmma_m8n32k16_f16_f32"])
-def test_narrow_fragment_shapes_stay_aligned_in_shared_panels(intrinsic):
+def test_narrow_fragment_shapes_stay_aligned_in_shared_panels(intrinsic, registry):
     name = "gemm_int8" if "s8" in intrinsic else "gemm_fp16"
-    func = auto_tensorize(suite()[name], "cuda", intrinsic=intrinsic).func
+    func = auto_tensorize(suite()[name], "cuda", intrinsic=intrinsic, registry=registry).func
     inputs = random_inputs(suite()[name])
     expected = host.run(suite()[name], inputs)["C"]
-    np.testing.assert_allclose(cuda.emulate(cuda.emit(func), inputs)["C"], expected,
+    np.testing.assert_allclose(cuda.emulate(cuda.emit(func, registry), inputs)["C"], expected,
                                rtol=1e-3, atol=1e-3)

@@ -127,11 +127,11 @@ def test_a_shared_access_out_of_bounds_names_the_array_element_and_thread(body, 
     assert str(caught.value) == f"race_k0: block (0, 0, 0) {report}"
 
 
-def test_a_warp_offset_one_staging_tile_off_is_reported_out_of_bounds():
+def test_a_warp_offset_one_staging_tile_off_is_reported_out_of_bounds(registry):
     # Each warp's epilogue reads the next warp's staging tile: the last warp reads past the
     # end of the array.
     func = sized("matmul_relu_fp16", m=64, n=64, k=32)
-    kernel = cuda.emit(auto_tensorize(func, "cuda").func)
+    kernel = cuda.emit(auto_tensorize(func, "cuda", registry=registry).func, registry)
     broken = _edited(kernel, ("tz_shared_load(Y_shared, tz_warp * 320",
                               "tz_shared_load(Y_shared, (tz_warp + 1) * 320"))
     _caught(broken, random_inputs(func, seed=2),

@@ -34,8 +34,8 @@ def _grouped(shape: ConvShape):
     func = conv2d(shape, "int8")
     sch = Schedule(func)
     assert reshape(sch, "conv", candidate_intrinsics(default_registry(), "cuda"), {})
-    result = auto_tensorize(sch.func, "cuda")
-    return func, result, cuda.emit(result.func)
+    result = auto_tensorize(sch.func, "cuda", registry=default_registry())
+    return func, result, cuda.emit(result.func, default_registry())
 
 
 def _numpy_grouped_conv(x: np.ndarray, w: np.ndarray, groups: int) -> np.ndarray:

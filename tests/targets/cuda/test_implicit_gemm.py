@@ -13,6 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from intrinsics import default_registry
 from targets import cuda, host
 from targets.cuda.emulate import COPY_MODES
 from tensorize.engine import auto_tensorize
@@ -24,7 +25,8 @@ needs_compiler = pytest.mark.skipif(shutil.which("g++") is None and shutil.which
 
 def _conv(**sizes: int) -> tuple:
     func = sized("conv2d_nhwc_int8", **sizes)
-    return func, cuda.emit(auto_tensorize(func, "cuda").func)
+    registry = default_registry()
+    return func, cuda.emit(auto_tensorize(func, "cuda", registry=registry).func, registry)
 
 
 def test_a_batch_of_one_is_gathered_too():
@@ -63,10 +65,11 @@ def test_the_gathered_conv_is_exact(copies):
 
 @needs_compiler
 @pytest.mark.slow
-def test_without_the_pipeline_the_halo_is_a_zero_filling_plain_copy():
+def test_without_the_pipeline_the_halo_is_a_zero_filling_plain_copy(registry):
     func = sized("conv2d_nhwc_int8", batch=1, height=8, width=8, in_channels=32,
                  out_channels=16)
-    kernel = cuda.emit(auto_tensorize(func, "cuda").func, pipeline=False)
+    kernel = cuda.emit(auto_tensorize(func, "cuda", registry=registry).func, registry,
+                       pipeline=False)
     assert "tz_copy16_zfill(&pad_reindex_shared" in kernel.source
     assert "tz_cp_async" not in kernel.source.split("__global__", 1)[1]
     inputs = random_inputs(func, seed=6)

@@ -60,7 +60,7 @@ def _gemm(name: str, size: int = 64) -> ir.PrimFunc:
 @cache
 def _tensorized(key: str, registry_dir: str | None = None) -> ir.PrimFunc:
     name, intrinsic = GEMMS[key]
-    registry = None if registry_dir is None else _registry(registry_dir)
+    registry = default_registry() if registry_dir is None else _registry(registry_dir)
     return auto_tensorize(_gemm(name), "cuda", intrinsic=intrinsic, registry=registry).func
 
 
@@ -80,10 +80,11 @@ def _check(key: str) -> None:
     name, intrinsic = GEMMS[key]
     func = _tensorized(key)
     # 64^3 in tiles of 16 x 8 x k: every tile one call.
-    m, n, k = default_registry().get(intrinsic).extents
+    registry = default_registry()
+    m, n, k = registry.get(intrinsic).extents
     assert (m, n) == (16, 8)
     assert count_calls(func)[intrinsic] == (64 // m) * (64 // n) * (64 // k)
-    kernel = cuda.emit(func)
+    kernel = cuda.emit(func, registry)
     body = kernel.source[kernel.source.index('extern "C" __global__'):]
     assert "tz_ldmatrix_x4(" in body and "tz_mma_m16n8k" in body and "wmma::" not in body
     original = _gemm(name)
@@ -142,11 +143,11 @@ def test_a_wrong_row_address_in_a_template_gives_wrong_numbers(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("wrong", ["lane % 8 * ld_bytes + lane / 16 * 16",
                                    "lane / 2 * ld_bytes + lane % 2 * 16"])
-def test_a_wrong_lane_mapping_in_a_helper_gives_wrong_numbers(wrong):
+def test_a_wrong_lane_mapping_in_a_helper_gives_wrong_numbers(wrong, registry):
     # The x4 helper's lanes giving rows 0-7 twice, or each row's two halves from two
     # neighbouring lanes (the matrices mixed up): every address aligned and inside the
     # tile, so the run completes, with wrong numbers.
-    kernel = cuda.emit(_tensorized("u8s8"))
+    kernel = cuda.emit(_tensorized("u8s8"), registry)
     right = "lane % 16 * ld_bytes + lane / 16 * 16"
     assert kernel.source.count(right) == 1
     broken = dataclasses.replace(kernel, source=kernel.source.replace(right, wrong))
@@ -157,10 +158,10 @@ def test_a_wrong_lane_mapping_in_a_helper_gives_wrong_numbers(wrong):
 
 
 @pytest.mark.slow
-def test_a_missing_barrier_is_still_a_race_with_warp_exchanges():
+def test_a_missing_barrier_is_still_a_race_with_warp_exchanges(registry):
     # The exchanges of mma.sync and ldmatrix order no memory accesses: without the barrier
     # that opens a pipelined step, the lanes' ldmatrix reads race the copies.
-    kernel = cuda.emit(_tensorized("fp16"))
+    kernel = cuda.emit(_tensorized("fp16"), registry)
     barrier = "__syncthreads();"
     parts = kernel.source.split(barrier)
     nth = next(n for n, part in enumerate(parts) if "tz_cp_async_wait_group<" in
@@ -173,8 +174,8 @@ def test_a_missing_barrier_is_still_a_race_with_warp_exchanges():
 
 
 @pytest.mark.slow
-def test_a_misaligned_row_address_is_reported():
-    kernel = cuda.emit(_tensorized("u8s8"))
+def test_a_misaligned_row_address_is_reported(registry):
+    kernel = cuda.emit(_tensorized("u8s8"), registry)
     broken = dataclasses.replace(kernel, source=re.sub(
         r"(tz_ldmatrix_x4\([^,]+, \(&A_shared\[)", r"\g<1>4 + ", kernel.source, count=1))
     assert broken.source != kernel.source
@@ -187,15 +188,15 @@ def test_a_misaligned_row_address_is_reported():
 @pytest.mark.skipif(nvcc_path() is None, reason="no nvcc")
 @pytest.mark.parametrize("key", list(GEMMS))
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_nvcc_compiles_the_family_without_spills(key, arch):
-    kernel = cuda.emit(_tensorized(key))
+def test_nvcc_compiles_the_family_without_spills(key, arch, registry):
+    kernel = cuda.emit(_tensorized(key), registry)
     for resources in resource_usage(kernel, arch):
         assert resources.spill_stores == 0 and resources.spill_loads == 0, resources
         assert resources.registers <= 255
 
 
-def test_fragments_are_declared_from_the_yaml_as_per_lane_registers():
-    source = cuda.emit(_tensorized("u8s8")).source
+def test_fragments_are_declared_from_the_yaml_as_per_lane_registers(registry):
+    source = cuda.emit(_tensorized("u8s8"), registry).source
     # lane_registers and register_dtype of the loads and the fill: 4 words for A and C, 2
     # for B, packed 8-bit values as unsigned words and the accumulator as int.
     assert re.search(r"\n +unsigned int A_shared_mma_matrix_a\[\d+\]\[1\]\[4\];", source)
@@ -203,17 +204,18 @@ def test_fragments_are_declared_from_the_yaml_as_per_lane_registers():
     assert re.search(r"\n +int C_mma_accumulator\[\d+\]\[\d+\]\[4\];", source)
     assert "tz_ptx_ldmatrix_x4" in source
     # A WMMA kernel does not carry the family's helpers.
-    wmma = cuda.emit(auto_tensorize(_gemm("gemm_int8"), "cuda", intrinsic=WMMA_INT8).func).source
+    wmma = cuda.emit(auto_tensorize(_gemm("gemm_int8"), "cuda", intrinsic=WMMA_INT8,
+                                    registry=registry).func, registry).source
     assert "wmma::mma_sync" in wmma and "tz_ptx_ldmatrix_x4" not in wmma
 
 
-def test_the_engine_keeps_wmma_where_cycles_tie_and_takes_mma_for_mixed_signs():
-    fp16 = auto_tensorize(_gemm("gemm_fp16"), "cuda")
+def test_the_engine_keeps_wmma_where_cycles_tie_and_takes_mma_for_mixed_signs(registry):
+    fp16 = auto_tensorize(_gemm("gemm_fp16"), "cuda", registry=registry)
     assert [b.intrinsic for b in fp16.tensorized] == ["wmma_m16n16k16_f16_f32"]
-    mixed = auto_tensorize(_gemm("gemm_u8s8"), "cuda")
+    mixed = auto_tensorize(_gemm("gemm_u8s8"), "cuda", registry=registry)
     assert [b.intrinsic for b in mixed.tensorized] == ["mma_m16n8k32_u8s8_s32"]
     # 8-bit: the cycles tie and one IMMA.16832 does the work of WMMA's two IMMA.16816.
-    int8 = auto_tensorize(_gemm("gemm_int8"), "cuda")
+    int8 = auto_tensorize(_gemm("gemm_int8"), "cuda", registry=registry)
     assert [b.intrinsic for b in int8.tensorized] == ["mma_m16n8k32_s8s8_s32"]
 
 
@@ -248,13 +250,13 @@ SUITE_KERNELS = ("matmul_relu_fp16", "matmul_requant_int8", "conv2d_nhwc_int8",
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SUITE_KERNELS)
-def test_suite_kernels_through_the_family_are_exact_in_both_copy_modes(name):
+def test_suite_kernels_through_the_family_are_exact_in_both_copy_modes(name, registry):
     # Epilogues through the per-warp staging tile, implicit-GEMM gathers, odd sizes, batches.
     func = suite()[name]
     intrinsic = "mma_m16n8k16_f16f16_f32" if "fp16" in name else "mma_m16n8k32_s8s8_s32"
-    result = auto_tensorize(func, "cuda", intrinsic=intrinsic)
+    result = auto_tensorize(func, "cuda", intrinsic=intrinsic, registry=registry)
     assert [b.intrinsic for b in result.tensorized] == [intrinsic]
-    kernel = cuda.emit(result.func)
+    kernel = cuda.emit(result.func, registry)
     inputs = random_inputs(func, seed=11)
     expected = host.run(func, inputs)
     for copies in COPY_MODES:
@@ -264,10 +266,10 @@ def test_suite_kernels_through_the_family_are_exact_in_both_copy_modes(name):
 
 
 @pytest.mark.parametrize("key", ["fp16", "u8s8"])
-def test_ldmatrix_rows_are_free_of_bank_conflicts(key):
+def test_ldmatrix_rows_are_free_of_bank_conflicts(key, registry):
     # Each ldmatrix row is traced as a 16-byte access (8 lanes per phase, as the hardware
     # serves one 8 x 16-byte matrix); the padded pitches put 8 rows on 8 bank groups.
-    kernel = cuda.emit(_tensorized(key))
+    kernel = cuda.emit(_tensorized(key), registry)
     counts = bank_conflicts(kernel, random_inputs(_gemm(GEMMS[key][0]), seed=7))
     tiled = counts[next(launch.kernel for launch in kernel.launches if launch.tiled)]
     assert tiled["copy"].phases > 0

@@ -83,18 +83,19 @@ def test_an_entry_without_a_register_count_is_an_error():
     ("sm_80", 256, 0, 32, Occupancy(0, 0, 64, "registers")),
     ("sm_80", 32, 200 * 1024, 32, Occupancy(0, 0, 64, "shared memory")),
 ])
-def test_occupancy_against_hand_computed_values(arch, registers, shared, threads, expected):
-    assert occupancy(architecture(arch), registers, shared, threads) == expected
+def test_occupancy_against_hand_computed_values(arch, registers, shared, threads, expected,
+                                                registry):
+    assert occupancy(architecture(arch, registry), registers, shared, threads) == expected
 
 
-def test_occupancy_fraction_and_arguments():
-    sm_80 = architecture("sm_80")
+def test_occupancy_fraction_and_arguments(registry):
+    sm_80 = architecture("sm_80", registry)
     assert occupancy(sm_80, 128, 16384, 128).fraction == 0.25
-    assert list(architectures()) == ["sm_80", "sm_90"]
+    assert list(architectures(registry)) == ["sm_80", "sm_90"]
     with pytest.raises(ValueError, match="architecture 'sm_70' requires an entry under "
                                          "gpu.architectures, got none; the entries are sm_80, "
                                          "sm_90"):
-        architecture("sm_70")
+        architecture("sm_70", registry)
     with pytest.raises(ValueError, match="occupancy requires positive threads"):
         occupancy(sm_80, 32, 0, 0)
 

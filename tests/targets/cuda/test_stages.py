@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
+from intrinsics import default_registry
 from targets import cuda, host
 from targets.cuda.compile import resource_usage
 from targets.cuda.emulate import COPY_MODES
@@ -23,7 +24,8 @@ needs_compiler = pytest.mark.skipif(shutil.which("g++") is None and shutil.which
 def _large_tile_gemm() -> tuple[cuda.CudaKernel, dict, np.ndarray]:
     # 128 x 128 x 96 fp16: one 128 x 128 block tile of 8 warps, three 32-deep steps.
     func = sized("gemm_fp16", m=128, n=128, k=96)
-    kernel = cuda.emit(auto_tensorize(func, "cuda").func)
+    registry = default_registry()
+    kernel = cuda.emit(auto_tensorize(func, "cuda", registry=registry).func, registry)
     inputs = random_inputs(func, seed=4)
     return kernel, inputs, host.run(func, inputs)["C"]
 
@@ -58,9 +60,9 @@ def test_ptxas_sees_no_static_shared_memory_and_no_spills():
 
 @needs_compiler
 @pytest.mark.parametrize("stages", [2, 4])
-def test_other_stage_counts_wait_for_all_but_n_minus_2_groups(stages):
+def test_other_stage_counts_wait_for_all_but_n_minus_2_groups(stages, registry):
     # gemm_int8 64^3 has four 16-deep steps.
-    kernel = cuda.emit(tensorized("gemm_int8", WMMA_INT8), stages=stages)
+    kernel = cuda.emit(tensorized("gemm_int8", WMMA_INT8), registry, stages=stages)
     assert f"tz_cp_async_wait_group<{stages - 2}>();" in kernel.source
     assert kernel.source.count("tz_cp_async_commit();") == stages
     inputs = random_inputs(suite()["gemm_int8"], seed=5)
@@ -71,10 +73,11 @@ def test_other_stage_counts_wait_for_all_but_n_minus_2_groups(stages):
 
 
 @needs_compiler
-def test_a_rasterised_grid_computes_every_tile_once():
+def test_a_rasterised_grid_computes_every_tile_once(registry):
     # 256 x 384 x 32 int8 in 128 x 128 tiles: a 3 x 2 grid, run in swizzled block order.
     func = sized("gemm_int8", m=256, n=384, k=32)
-    kernel = cuda.emit(auto_tensorize(func, "cuda", intrinsic=WMMA_INT8).func)
+    kernel = cuda.emit(auto_tensorize(func, "cuda", intrinsic=WMMA_INT8, registry=registry).func,
+                       registry)
     (launch,) = [l for l in kernel.launches if l.tiled]
     assert launch.grid == (3, 2, 1)
     assert "const int tz_block_y = " in kernel.source

@@ -80,10 +80,11 @@ def test_the_vector_proof_needs_one_condition_over_the_16_bytes(inside_uses_lane
 
 @needs_compiler
 @pytest.mark.parametrize("pipeline", [pytest.param(False, marks=pytest.mark.slow), True])
-def test_a_misaligned_zero_fill_is_reported(pipeline):
+def test_a_misaligned_zero_fill_is_reported(pipeline, registry):
     func = sized("conv2d_nhwc_int8", batch=1, height=8, width=8, in_channels=32,
                  out_channels=16)
-    kernel = cuda.emit(auto_tensorize(func, "cuda").func, pipeline=pipeline)
+    kernel = cuda.emit(auto_tensorize(func, "cuda", registry=registry).func, registry,
+                       pipeline=pipeline)
     move = "tz_cp_async16_zfill" if pipeline else "tz_copy16_zfill"
     broken = dataclasses.replace(kernel, source=kernel.source.replace(
         f"{move}(&pad_reindex_shared[", f"{move}(&pad_reindex_shared[4 + "))

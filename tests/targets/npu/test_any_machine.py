@@ -106,7 +106,7 @@ def test_machine_from_yaml_runs_gemm_and_conv_exactly(machine, gemm_size, conv_s
         assert [b.intrinsic for b in result.blocks if b.intrinsic] == [gemm_name], kind
         validated = host.run(result.func, inputs, lowerer(registry.get))
         np.testing.assert_array_equal(validated[output], expected, err_msg=kind)
-        run = npu.run(result.func, inputs, config, registry.get)
+        run = npu.run(result.func, inputs, config, lookup=registry.get)
         np.testing.assert_array_equal(run.outputs[output], expected, err_msg=kind)
 
         program = [i for s in run.stages if s.compiled for i in s.compiled.program]

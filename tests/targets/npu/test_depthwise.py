@@ -44,54 +44,54 @@ def inputs(size: int, channels: int, seed: int) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize(("size", "channels"), [(4, 16), (5, 32), (15, 48), (17, 16)])
-def test_depthwise_runs_on_the_npu_exactly(size, channels):
+def test_depthwise_runs_on_the_npu_exactly(size, channels, registry):
     func = depthwise(size, channels)
     given = inputs(size, channels, size * channels)
     want = reference(given["I"], given["W"])
     np.testing.assert_array_equal(host.run(func, given)["O"], want)
-    result = auto_tensorize(func, "npu", intrinsic="npu_gemm")
+    result = auto_tensorize(func, "npu", intrinsic="npu_gemm", registry=registry)
     assert [(b.block, b.intrinsic) for b in result.blocks] == [("O", "npu_gemm")]
     calls = count_calls(result.func)
     tiles = -(-size * size // 16) * (channels // 16) * 9
     assert calls["npu_gemm"] + calls["npu_gemm_reset"] == tiles
     validated = host.run(result.func, given, lowerer(default_registry().get))
     np.testing.assert_array_equal(validated["O"], want)
-    run = npu.run(result.func, given)
+    run = npu.run(result.func, given, lookup=registry.get)
     np.testing.assert_array_equal(run.outputs["O"], want)
     program = [i for s in run.stages if s.compiled for i in s.compiled.program]
     assert any(isinstance(i, Gemm) for i in program)
 
 
-def test_the_suite_depthwise_kernel_runs_on_the_npu_with_the_gemm_named():
+def test_the_suite_depthwise_kernel_runs_on_the_npu_with_the_gemm_named(registry):
     func = suite()["depthwise_conv2d_int8"]
-    result = auto_tensorize(func, "npu", intrinsic="npu_gemm")
+    result = auto_tensorize(func, "npu", intrinsic="npu_gemm", registry=registry)
     assert [b.intrinsic for b in result.tensorized] == ["npu_gemm"]
     padded = inputs(8, 16, 1)
     given = {"I": padded["I"][:, 1:9, 1:9, :].copy(), "W": padded["W"]}
     want = host.run(func, given)["conv"]
-    run = npu.run(result.func, given)
+    run = npu.run(result.func, given, lookup=registry.get)
     np.testing.assert_array_equal(run.outputs["conv"], want)
 
 
-def test_the_trace_replays_the_rewrite():
+def test_the_trace_replays_the_rewrite(registry):
     func = depthwise(5, 32)
-    result = auto_tensorize(func, "npu", intrinsic="npu_gemm")
+    result = auto_tensorize(func, "npu", intrinsic="npu_gemm", registry=registry)
     trace = result.schedule.replay_trace()
     assert "sch.diagonalize(" in trace
-    assert structural_equal(Schedule.replay(func, trace).func, result.func)
+    assert structural_equal(Schedule.replay(func, trace, registry).func, result.func)
 
 
-def test_by_default_depthwise_stays_on_the_host_with_the_reason():
+def test_by_default_depthwise_stays_on_the_host_with_the_reason(registry):
     func = depthwise(4, 16)
-    result = auto_tensorize(func, "npu")
+    result = auto_tensorize(func, "npu", registry=registry)
     assert not result.tensorized
     assert "no spatial iterator of block O indexes exactly W, O" in result.blocks[0].reason
     assert result.func is func
 
 
-def test_channels_the_gemm_width_does_not_divide_stay_on_the_host():
+def test_channels_the_gemm_width_does_not_divide_stay_on_the_host(registry):
     func = depthwise(4, 24)
-    result = auto_tensorize(func, "npu", intrinsic="npu_gemm")
+    result = auto_tensorize(func, "npu", intrinsic="npu_gemm", registry=registry)
     assert not result.tensorized
     assert result.func is func
 
@@ -105,5 +105,5 @@ def test_a_machine_from_yaml_uses_its_own_gemm_width(tmp_path):
     result = auto_tensorize(func, "npu", registry=registry, config=config,
                             intrinsic="npu8x32_gemm")
     assert [b.intrinsic for b in result.tensorized] == ["npu8x32_gemm"]
-    run = npu.run(result.func, given, config, registry.get)
+    run = npu.run(result.func, given, config, lookup=registry.get)
     np.testing.assert_array_equal(run.outputs["O"], reference(given["I"], given["W"]))

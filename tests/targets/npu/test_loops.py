@@ -75,7 +75,7 @@ def test_loop_program_computes_exactly():
     rng = np.random.default_rng(2)
     a = rng.integers(-128, 128, (128, 512), dtype=np.int8)
     b = rng.integers(-128, 128, (512, 64), dtype=np.int8)
-    run = npu.run(func, {"A": a, "B": b}, CONFIG, REGISTRY.get)
+    run = npu.run(func, {"A": a, "B": b}, CONFIG, lookup=REGISTRY.get)
     np.testing.assert_array_equal(run.outputs["C"], a.astype(np.int32) @ b.astype(np.int32))
 
 
@@ -93,7 +93,7 @@ def test_the_readme_gemm_keeps_its_cycles():
     example = _load(SUITE.parents[1] / "script" / "gemm_int8.py", "gemm_example")
     result = auto_tensorize(example.gemm_int8, "npu", registry=REGISTRY, config=CONFIG)
     zero = {"A": np.zeros((256, 256), np.int8), "B": np.zeros((256, 256), np.int8)}
-    assert npu.run(result.func, zero, CONFIG, REGISTRY.get).cycles == 77924
+    assert npu.run(result.func, zero, CONFIG, lookup=REGISTRY.get).cycles == 77924
 
 
 # A stage adding an immediate to an accumulator tile 20 times: IMM is the immediate's
@@ -121,7 +121,7 @@ def add_k(C: T.Buffer((16, 16), "int32"), D: T.Buffer((16, 16), "int32")):
 def test_loops_fold_only_where_every_iteration_repeats(cond, imm, looped, added):
     func = T.parse(_ADD_IMM.replace("COND", cond).replace("IMM", imm))
     c = np.arange(256, dtype=np.int32).reshape(16, 16)
-    run = npu.run(func, {"C": c}, CONFIG, REGISTRY.get)
+    run = npu.run(func, {"C": c}, CONFIG, lookup=REGISTRY.get)
     np.testing.assert_array_equal(run.outputs["D"], c + added)
     (stage,) = [s.compiled for s in run.stages if s.compiled is not None]
     assert any(isinstance(word, Loop) for word in stage.program) == looped

@@ -48,7 +48,7 @@ def test_8x8_machine_runs_the_tiled_gemm_exactly(small_npu, m, n, k, tm):
     rng = np.random.default_rng(3)
     A = rng.integers(-128, 128, (m, k)).astype(np.int8)
     B = rng.integers(-128, 128, (k, n)).astype(np.int8)
-    result = npu.run(tiled_gemm(m, n, k, tm, t=8), {"A": A, "B": B}, config, lookup)
+    result = npu.run(tiled_gemm(m, n, k, tm, t=8), {"A": A, "B": B}, config, lookup=lookup)
     np.testing.assert_array_equal(result.outputs["C"], A.astype(np.int32) @ B.astype(np.int32))
     gemms = [i for i in result.stages[0].compiled.program if isinstance(i, Gemm)]
     assert all(g.k == 8 for g in gemms)
@@ -71,7 +71,8 @@ def test_8x8_machine_runs_the_tensorized_suite_exactly(small_npu, tmp_path, name
     assert result.tensorized
     inputs = random_inputs(func, 2)
     want = host.run(func, inputs)
-    run = npu.run(result.func, {p.name: a for p, a in zip(func.params, inputs)}, config, lookup)
+    run = npu.run(result.func, {p.name: a for p, a in zip(func.params, inputs)}, config,
+                  lookup=lookup)
     for key, expected in want.items():
         np.testing.assert_array_equal(run.outputs[key], expected, err_msg=key)
     assert all(g.k == 8 for s in run.stages if s.compiled for g in s.compiled.program

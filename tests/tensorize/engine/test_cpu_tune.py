@@ -375,7 +375,7 @@ class _Clock:
 
 def _fake_native(monkeypatch, script, loads):
     clock = _Clock(script)
-    monkeypatch.setattr(cpu_tune.cpu, "emit", lambda func, *args: func)
+    monkeypatch.setattr(cpu_tune.cpu, "emit", lambda func, *args, **kwargs: func)
     monkeypatch.setattr(cpu_tune.cpu, "engine_for", lambda kernel: ("native", ""))
     monkeypatch.setattr(cpu_tune.cpu, "run", clock.run)
     sampled = iter(loads)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from intrinsics import default_registry
 from ir import script as T
 from targets import host, npu
 from tensorize.engine import auto_tensorize
@@ -16,10 +17,11 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "script" / "gemm_bi
 
 
 def run_both(func):
-    result = auto_tensorize(func, "npu")
+    result = auto_tensorize(func, "npu", registry=default_registry())
     inputs = random_inputs(func, 5)
     want = host.run(func, inputs)
-    run = npu.run(result.func, {p.name: a for p, a in zip(func.params, inputs)})
+    run = npu.run(result.func, {p.name: a for p, a in zip(func.params, inputs)},
+                  lookup=default_registry().get)
     for name, expected in want.items():
         np.testing.assert_array_equal(run.outputs[name], expected, err_msg=name)
     return result, run

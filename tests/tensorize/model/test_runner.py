@@ -21,9 +21,9 @@ def cnn_int8(tmp_path_factory):
     return import_model(models.save(qdq, folder, "cnn_int8.onnx"))
 
 
-def test_host_float_network_within_tolerance(tmp_path):
+def test_host_float_network_within_tolerance(tmp_path, context):
     graph = import_model(models.save(models.small_cnn(), tmp_path, "cnn.onnx"))
-    run = run_model(graph, "host", seed=3)
+    run = run_model(graph, context("host", seed=3))
     validate_records(run.records)
     assert run.ok and run.tensorized == 0
     assert all(r["check"].startswith("max error") for r in run.records)
@@ -31,16 +31,17 @@ def test_host_float_network_within_tolerance(tmp_path):
     assert run.totals["macs"] == graph.macs > 0 and run.roofline is None
 
 
-def test_host_qdq_network_exact(cnn_int8):
+def test_host_qdq_network_exact(cnn_int8, context):
     seen = []
-    run = run_model(cnn_int8, "host", progress=lambda i, n, layer, rec: seen.append(i))
+    run = run_model(cnn_int8, context("host"),
+                    progress=lambda i, n, layer, rec: seen.append(i))
     assert run.ok and seen == list(range(len(cnn_int8.layers)))
     assert [r["check"] for r in run.records[:-1]] == ["exact"] * (len(run.records) - 1)
     assert len(run.notes) == len(run.records)
 
 
-def test_npu_tensorizes_convolutions_exact(cnn_int8):
-    run = run_model(cnn_int8, "npu")
+def test_npu_tensorizes_convolutions_exact(cnn_int8, context):
+    run = run_model(cnn_int8, context("npu"))
     validate_records(run.records)
     assert run.ok
     convs = [r for r in run.records if r["op"] == "QDQ Conv"]
@@ -57,16 +58,16 @@ def test_npu_tensorizes_convolutions_exact(cnn_int8):
         r["cycles"] for r in run.records if r["cycles"])
 
 
-def test_npu_float_network_falls_back_with_reason(tmp_path):
+def test_npu_float_network_falls_back_with_reason(tmp_path, context):
     graph = import_model(models.save(models.small_cnn(size=8), tmp_path, "cnn.onnx"))
-    run = run_model(graph, "npu")
+    run = run_model(graph, context("npu"))
     assert run.ok and run.tensorized == 0
     conv = next(r for r in run.records if r["op"] == "Conv")
     assert conv["placement"] == "fallback" and "float32" in conv["why_not"]
 
 
-def test_arm_counts_instructions_exact(cnn_int8):
-    run = run_model(cnn_int8, "arm")
+def test_arm_counts_instructions_exact(cnn_int8, context):
+    run = run_model(cnn_int8, context("arm"))
     assert run.ok
     convs = [r for r in run.records if r["op"] == "QDQ Conv"]
     assert all(r["placement"] == "tensorized" and r["instructions"] > 0 for r in convs)
@@ -74,17 +75,17 @@ def test_arm_counts_instructions_exact(cnn_int8):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["resnet50", "mobilenetv2", "bert_layer"])
-def test_example_networks_exact_on_npu(tmp_path, name):
+def test_example_networks_exact_on_npu(tmp_path, name, context):
     from tensorize.model import networks
 
     built = networks.quantize(getattr(networks, name)(**networks.SMALL[name]))
-    run = run_model(import_model(models.save(built, tmp_path, f"{name}.onnx")), "npu")
+    run = run_model(import_model(models.save(built, tmp_path, f"{name}.onnx")), context("npu"))
     assert run.ok, [r["check"] for r in run.records if "MISMATCH" in r["check"]]
     assert run.tensorized > 0
 
 
-def test_x86_uses_the_uint8_variant(cnn_int8):
-    run = run_model(cnn_int8, "x86")
+def test_x86_uses_the_uint8_variant(cnn_int8, context):
+    run = run_model(cnn_int8, context("x86"))
     assert run.ok
     convs = [r for r in run.records if r["op"] == "QDQ Conv"]
     for conv in convs:
@@ -104,7 +105,7 @@ def test_uint8_variant_matches_the_int8_kernel(cnn_int8):
     assert np.array_equal(run_on_host(conv, [x]), run_on_host(variant, [x]))
 
 
-def test_a_convolution_with_one_output_pixel_is_tensorized(tmp_path):
+def test_a_convolution_with_one_output_pixel_is_tensorized(tmp_path, context):
     # 3x3 input, 3x3 window, no padding: one output pixel, which the kernel computes with
     # one more column (dropped again) so the GEMM keeps a row iterator.
     rng = np.random.default_rng(5)
@@ -114,7 +115,7 @@ def test_a_convolution_with_one_output_pixel_is_tensorized(tmp_path):
                                [models.weights(rng, "w", (16, 8, 3, 3))])
     graph = import_model(models.save(models.quantize(float_model, tmp_path), tmp_path,
                                      "pixel.onnx"))
-    run = run_model(graph, "npu")
+    run = run_model(graph, context("npu"))
     conv = next(r for r in run.records if r["op"] == "QDQ Conv")
     assert conv["placement"] == "tensorized" and conv["check"] == "exact"
     assert conv["macs"] == 16 * 8 * 3 * 3 and run.ok

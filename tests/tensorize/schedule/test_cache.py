@@ -34,7 +34,8 @@ def top_level_blocks(func) -> list[str]:
 
 
 def assert_replays(func, sch: Schedule) -> None:
-    assert structural_equal(Schedule.replay(func, sch.replay_trace()).func, sch.func)
+    assert structural_equal(Schedule.replay(func, sch.replay_trace(), sch.registry).func,
+                            sch.func)
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
@@ -80,9 +81,9 @@ def test_index_and_name_pick_the_same_buffer():
 
 
 @pytest.mark.parametrize("scope", ["wmma.matrix_a", "npu.inp", "arm.neon", "global"])
-def test_intrinsic_scopes_are_accepted(scope):
+def test_intrinsic_scopes_are_accepted(scope, registry):
     func = gemm_int8(8, 8, 8)
-    sch = Schedule(func)
+    sch = Schedule(func, registry)
     copy = sch.cache_read(sch.get_block("C"), "A", scope)
     assert copy.name == "A_" + scope.replace(".", "_")
     assert [b.scope for b in sch.func.allocs] == [scope]
@@ -141,9 +142,9 @@ def test_cache_write_of_an_unevenly_split_block():
     assert_same_results(func, sch.func)
 
 
-def test_cache_then_stage_under_the_tile_loop():
+def test_cache_then_stage_under_the_tile_loop(registry):
     func = gemm_int8(16, 16, 8)
-    sch = Schedule(func)
+    sch = Schedule(func, registry)
     copy_a = sch.cache_read(sch.get_block("C"), "A", "wmma.matrix_a")
     write = sch.cache_write(sch.get_block("C"), "C", "wmma.accumulator")
     i, j, k = sch.get_loops(sch.get_block("C"))
@@ -170,13 +171,25 @@ def test_cache_trace_prints_names_and_scopes():
 
 # -- refusals -----------------------------------------------------------------------------------
 
-def test_unknown_scope_is_refused_with_the_known_ones():
-    sch = Schedule(gemm_int8())
+def test_unknown_scope_is_refused_with_the_known_ones(registry):
+    sch = Schedule(gemm_int8(), registry)
     refused(sch, "cache_read", sch.get_block("C"), "A", "texture",
             match="cache into an unknown scope 'texture'; known scopes: global, shared, local, "
                   ".*wmma.matrix_a.*npu.inp")
     refused(sch, "cache_write", sch.get_block("C"), "C", "wmma.fragment",
             match="cache into an unknown scope 'wmma.fragment'")
+
+
+def test_without_a_registry_a_family_scope_is_taken_as_a_value_not_by_name(registry):
+    func = gemm_int8(8, 8, 8)
+    sch = Schedule(func)
+    refused(sch, "cache_read", sch.get_block("C"), "A", "npu.inp",
+            match=r"unknown scope 'npu.inp'; known scopes: global, shared, local \(a family's "
+                  r"scope by name needs its registry: Schedule\(func, registry=...\)\)")
+    copy = sch.cache_read(sch.get_block("C"), "A", registry.scope("npu.inp"))
+    assert copy.name == "A_npu_inp"
+    assert "sch.cache_read(b0, 'A', 'npu.inp')" in sch.trace.as_python()
+    assert structural_equal(Schedule.replay(func, sch.replay_trace(), registry).func, sch.func)
 
 
 def test_buffer_the_block_does_not_read_is_refused():

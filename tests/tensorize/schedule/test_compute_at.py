@@ -35,7 +35,7 @@ def extents_of(sch: Schedule, block: str) -> list[int]:
 
 
 def assert_replays(func, sch: Schedule) -> None:
-    replayed = Schedule.replay(func, sch.replay_trace())
+    replayed = Schedule.replay(func, sch.replay_trace(), sch.registry)
     assert structural_equal(replayed.func, sch.func)
 
 
@@ -373,9 +373,10 @@ def stages_feeding(sch: Schedule, block: str) -> list:
 
 @settings(max_examples=20, deadline=None)
 @given(st.integers(1, 9), st.integers(1, 9), st.integers(1, 6), st.data())
-def test_random_split_reorder_cache_read_compute_at_chains_keep_results(m, n, k, data):
+def test_random_split_reorder_cache_read_compute_at_chains_keep_results(registry, m, n, k,
+                                                                       data):
     func = gemm_int8(m, n, k)
-    sch = Schedule(func)
+    sch = Schedule(func, registry)
     for _ in range(data.draw(st.integers(1, 6))):
         action = data.draw(st.sampled_from(["split", "reorder", "cache_read", "compute_at"]))
         loops = sch.get_loops(sch.get_block("C"))

@@ -12,7 +12,7 @@ from tests.tensorize.schedule.kernels import assert_same_results, gemm_int8
 
 def tensorized_gemm(m=32, n=32, k=48) -> tuple:
     func = gemm_int8(m, n, k)
-    sch = Schedule(func)
+    sch = Schedule(func, default_registry())
     block = sch.get_block("C")
     i, j, kk = sch.get_loops(block)
     io, ii = sch.split(i, [None, 16])
@@ -48,7 +48,7 @@ def test_a_block_without_init_is_refused():
         sch.fold_init(sch.get_block("C_o"), "npu_gemm_reset")
 
 
-def test_an_untensorized_block_is_refused():
-    sch = Schedule(gemm_int8())
+def test_an_untensorized_block_is_refused(registry):
+    sch = Schedule(gemm_int8(), registry)
     with pytest.raises(ScheduleError, match="must be tensorized"):
         sch.fold_init(sch.get_block("C"), "npu_gemm_reset")

@@ -10,7 +10,7 @@ import pytest
 
 import intrinsics
 import ir
-from intrinsics import ENV_VAR, Cost, Intrinsic, Operand
+from intrinsics import ENV_VAR, Cost, Intrinsic, Operand, default_registry
 from intrinsics.model import frozen_mapping
 from ir import IntrinsicCall, IterKind, IterVar, ScheduleError, structural_equal, te
 from ir import script as T
@@ -28,7 +28,7 @@ def _builtin_intrinsics_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def tiled_gemm(func: ir.PrimFunc, block: str, factor: int) -> tuple[Schedule, list]:
     """Split the i, j, k loops around ``block`` by ``factor`` and move (i1, j1, k1) innermost."""
-    sch = Schedule(func)
+    sch = Schedule(func, default_registry())
     outers, inners = [], []
     for loop in sch.get_loops(sch.get_block(block)):
         outer, inner = sch.split(loop, [None, factor])
@@ -144,8 +144,9 @@ def test_python_built_intrinsic_tensorizes_a_4x4x4_tile():
 
 
 def test_yaml_family_intrinsic_tensorizes_batch_matmul_by_name(tile4_dir):
+    registry = default_registry([tile4_dir])  # the user's family, as --intrinsics-dir loads it
     func = batch_matmul(2, 8, 12, 8)
-    sch = Schedule(func)
+    sch = Schedule(func, registry)
     b, i, j, k = sch.get_loops(sch.get_block("C"))
     i0, i1 = sch.split(i, [None, 4])
     j0, j1 = sch.split(j, [None, 4])
@@ -156,13 +157,13 @@ def test_yaml_family_intrinsic_tensorizes_batch_matmul_by_name(tile4_dir):
     assert str(call.args[2]) == "C[vx_o, vi_o * 4:vi_o * 4 + 4, vj_o * 4:vj_o * 4 + 4]"
     verify(sch.func)
     assert_same_results(func, sch.func, lower_intrinsic=run_with())
-    replayed = Schedule.replay(func, sch.replay_trace())
+    replayed = Schedule.replay(func, sch.replay_trace(), registry)
     assert structural_equal(replayed.func, sch.func)
 
 
-def test_a_whole_reduction_inside_the_tile_takes_the_resetting_intrinsic():
+def test_a_whole_reduction_inside_the_tile_takes_the_resetting_intrinsic(registry):
     func = gemm_int8(32, 32, 16)
-    sch = Schedule(func)
+    sch = Schedule(func, registry)
     i, j, k = sch.get_loops(sch.get_block("C"))
     i0, i1 = sch.split(i, [None, 16])
     j0, j1 = sch.split(j, [None, 16])
@@ -174,12 +175,12 @@ def test_a_whole_reduction_inside_the_tile_takes_the_resetting_intrinsic():
     assert_same_results(func, sch.func, lower_intrinsic=run_with())
 
 
-def test_trace_replays_tensorize_by_name():
+def test_trace_replays_tensorize_by_name(registry):
     func = gemm_int8(32, 32, 32)
     sch, (i1, _, _) = tiled_gemm(func, "C", 16)
     sch.tensorize(sch.blockize(i1), "npu_gemm")
     assert sch.trace.as_python().splitlines()[-1] == "sch.tensorize(b1, 'npu_gemm')"
-    replayed = Schedule.replay(func, sch.replay_trace())
+    replayed = Schedule.replay(func, sch.replay_trace(), registry)
     assert structural_equal(replayed.func, sch.func)
 
 
@@ -230,9 +231,9 @@ def test_refuses_a_max_reduction_for_a_sum_intrinsic():
            "where the intrinsic computes 'add'")
 
 
-def test_refuses_a_reduce_loop_where_the_intrinsic_has_a_spatial_one():
+def test_refuses_a_reduce_loop_where_the_intrinsic_has_a_spatial_one(registry):
     func = gemm_int8(32, 32, 32)
-    sch = Schedule(func)
+    sch = Schedule(func, registry)
     i, j, k = sch.get_loops(sch.get_block("C"))
     i0, i1 = sch.split(i, [None, 16])
     j0, j1 = sch.split(j, [None, 16])
@@ -266,8 +267,8 @@ def test_refuses_an_operand_region_of_another_shape():
            "[16, 16]")
 
 
-def test_refuses_an_accumulating_intrinsic_when_the_init_is_inside_the_tile():
-    sch = Schedule(gemm_int8(32, 32, 16))
+def test_refuses_an_accumulating_intrinsic_when_the_init_is_inside_the_tile(registry):
+    sch = Schedule(gemm_int8(32, 32, 16), registry)
     i, j, k = sch.get_loops(sch.get_block("C"))
     i0, i1 = sch.split(i, [None, 16])
     j0, j1 = sch.split(j, [None, 16])
@@ -283,8 +284,8 @@ def test_refuses_a_resetting_intrinsic_when_the_reduction_spans_calls():
            "but the block accumulates into it across calls")
 
 
-def test_refuses_a_block_that_is_not_blockized():
-    sch = Schedule(gemm_int8())
+def test_refuses_a_block_that_is_not_blockized(registry):
+    sch = Schedule(gemm_int8(), registry)
     refuse(sch, sch.get_block("C"), "npu_gemm", "block 'C' requires a body of loops around "
            "one block (blockize a loop first), got a BufferStore")
 
@@ -293,6 +294,27 @@ def test_refuses_an_unknown_intrinsic_name():
     sch, (i1, _, _) = tiled_gemm(gemm_int8(32, 32, 32), "C", 16)
     refuse(sch, i1, "npu_gem", "tensorize: argument 'intrinsic': no intrinsic is called "
            "'npu_gem'; did you mean")
+
+
+def test_a_name_needs_the_registry_the_schedule_was_made_with(registry):
+    func = gemm_int8(32, 32, 32)
+    sch = Schedule(func)  # no registry: intrinsics are taken as values only
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    i1, j1, k1 = (sch.split(loop, [None, 16])[1] for loop in (i, j, k))
+    sch.reorder(*sch.get_loops(sch.get_block("C"))[::2], i1, j1, k1)
+    refuse(sch, i1, "npu_gemm", "tensorize: argument 'intrinsic': expected an Intrinsic, or a "
+           "name with the registry that declares it (Schedule(func, registry=...)), got "
+           "'npu_gemm'")
+    sch.tensorize(i1, registry.get("npu_gemm"))
+    assert sch.trace.as_python().splitlines()[-1].endswith(", 'npu_gemm')")  # by name
+    assert structural_equal(Schedule.replay(func, sch.replay_trace(), registry).func, sch.func)
+
+
+def test_a_primitive_is_not_given_a_registry_of_its_own(registry):
+    sch, (i1, _, _) = tiled_gemm(gemm_int8(32, 32, 32), "C", 16)
+    with pytest.raises(ScheduleError, match="a Schedule resolves names in the registry it was "
+                                            "made with"):
+        sch.tensorize(i1, "npu_gemm", registry=registry)
 
 
 def test_refuses_a_tile_under_a_predicate():

@@ -18,9 +18,9 @@ def gemm_written_b_times_a(m=32, n=32, k=32) -> ir.PrimFunc:
     return te.create_prim_func([A, B, C], "gemm_ba")
 
 
-def test_commuted_product_tensorizes():
+def test_commuted_product_tensorizes(registry):
     func = gemm_written_b_times_a()
-    sch = Schedule(func)
+    sch = Schedule(func, registry)
     i, j, k = sch.get_loops(sch.get_block("C"))
     io, ii = sch.split(i, [None, 16])
     jo, ji = sch.split(j, [None, 16])
@@ -32,4 +32,4 @@ def test_commuted_product_tensorizes():
     assert_same_results(func, sch.func, lower_intrinsic=lowerer(default_registry().get))
     # Given as an object, the intrinsic is recorded by name, so the trace replays.
     assert "sch.tensorize(l4, 'npu_gemm')" in sch.trace.as_python()
-    assert ir.structural_equal(Schedule.replay(func, sch.replay_trace()).func, sch.func)
+    assert ir.structural_equal(Schedule.replay(func, sch.replay_trace(), registry).func, sch.func)

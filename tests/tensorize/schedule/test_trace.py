@@ -62,16 +62,16 @@ def test_a_lookup_of_handles_already_bound_is_printed_once():
     ]
 
 
-def test_the_npu_rewrite_binds_each_handle_once_and_replays():
+def test_the_npu_rewrite_binds_each_handle_once_and_replays(registry):
     from tensorize.engine import auto_tensorize
 
     func = gemm_int8(64, 48, 40)
-    result = auto_tensorize(func, "npu")
+    result = auto_tensorize(func, "npu", registry=registry)
     text = result.schedule.trace.as_python()
     lookups = [line for line in text.splitlines() if "sch.get_" in line]
     assert len(lookups) == len(set(lookups))
     blocks = [line.split(" = ")[1] for line in lookups if "get_block" in line]
     assert len(blocks) == len(set(blocks))
-    replayed = Schedule.replay(func, result.schedule.replay_trace())
+    replayed = Schedule.replay(func, result.schedule.replay_trace(), registry)
     assert structural_equal(replayed.func, result.func)
     assert replayed.trace.as_python() == text

@@ -1,0 +1,33 @@
+"""The run context is made at the edge and passed down: nothing below the edge loads a
+registry of its own."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).parents[3]
+# The edges: the CLI builds the context from its options (a sweep point's registry is the
+# one its machine file declares, through targets.npu.machine_registry); intrinsics/ defines
+# default_registry.
+EDGES = ("tensorize/cli/",)
+PACKAGES = ("ir", "simulator", "targets", "tensorize")
+
+
+def _calls(path: Path, name: str) -> list[int]:
+    """The lines of ``path`` that call ``name`` (as a plain name or an attribute)."""
+    tree = ast.parse(path.read_text(), str(path))
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and (getattr(node.func, "id", None) == name
+                 or getattr(node.func, "attr", None) == name)]
+
+
+def test_nothing_below_the_edge_falls_back_to_the_default_registry() -> None:
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if relative.startswith(EDGES):
+                continue
+            found += [f"{relative}:{line}" for line in _calls(path, "default_registry")]
+    assert found == []
