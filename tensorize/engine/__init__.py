@@ -35,9 +35,9 @@ from tensorize.schedule import Schedule, tree
 # How many mappings of one block the engine tries before it reports the first refusal.
 MAPPINGS_TRIED = 8
 
-__all__ = ["ESTIMATES", "RESHAPES", "SCHEDULES", "BlockOutcome", "IntrinsicChoiceError",
-           "Tensorized", "auto_tensorize", "candidate_intrinsics", "count_calls",
-           "named_intrinsic", "target_features"]
+__all__ = ["ESTIMATES", "MACHINE_KINDS", "RESHAPES", "SCHEDULES", "BlockOutcome",
+           "IntrinsicChoiceError", "Tensorized", "auto_tensorize", "candidate_intrinsics",
+           "count_calls", "named_intrinsic", "target_features"]
 
 # A target's schedule, by the kind of target its descriptions make it
 # (``Registry.target_kind``): ``schedule(sch, match, extents, registry, options)``, where
@@ -49,6 +49,11 @@ SCHEDULES: Mapping[str, Callable[..., None]] = {
     "npu": npu_schedule.schedule,
     "cuda": cuda_schedule.schedule,
 }
+
+# The kinds whose schedule tiles for a machine (the NPU's array and memories): for a target
+# of these, ``auto_tensorize`` requires ``config``. The machine comes from the edge (the run
+# context's, or ``targets.npu.load_machine(path)``); nothing below it loads a default one.
+MACHINE_KINDS = frozenset({"npu"})
 
 # What a kind does to a block no intrinsic matches, to bring it into a form one does
 # (``reshape(sch, block, candidates, options) -> bool``, True when it rewrote the block; the
@@ -184,17 +189,21 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry,
     no such intrinsic), and lets the target reshape a block no intrinsic matches
     (:data:`RESHAPES`: the NPU's depthwise reduction).
     ``features`` selects the target features (``"+neon,+dotprod,+i8mm"``; default: the
-    target's own), and with them the intrinsics tried. For the NPU, ``config`` is the
-    machine (default: the built-in one) and ``tiling`` overrides the chosen tile; for a CPU
-    target, ``tiling`` is a register tile or a choice of one per block
-    (``cpu_schedule.TileChoice``); for cuda, the block, warp and k tiles
-    (``cuda_schedule.CudaTiling``).
+    target's own), and with them the intrinsics tried. For the NPU (a kind of
+    :data:`MACHINE_KINDS`), ``config`` is the machine, made at the edge and required
+    (TypeError without it), and ``tiling`` overrides the chosen tile; for a CPU target,
+    ``tiling`` is a register tile or a choice of one per block (``cpu_schedule.TileChoice``);
+    for cuda, the block, warp and k tiles (``cuda_schedule.CudaTiling``).
     """
     start = time.perf_counter()
+    kind = registry.target_kind(target)
+    if kind in MACHINE_KINDS and not isinstance(config, MachineConfig):
+        raise TypeError(f"auto_tensorize requires config, the machine (a MachineConfig: the "
+                        f"run context's, or targets.npu.load_machine(path)), for target "
+                        f"{target} of kind {kind}, got {config!r}")
     features = features if features is not None else target_features(target, registry=registry)
     candidates = candidate_intrinsics(registry, target, intrinsic, features)
     sch = Schedule(func, registry)
-    kind = registry.target_kind(target)
     estimate, reshape = ESTIMATES.get(kind), RESHAPES.get(kind)
     outcomes: list[BlockOutcome] = []
     explain: list[str] = []

@@ -41,7 +41,7 @@ from intrinsics import Intrinsic, Operand, Registry, runnable
 from intrinsics.runnable import GemmAxes
 from ir import Buffer, BufferLoad, BufferStore, IterKind, ScheduleError, Var
 from ir.visitor import post_order_visit
-from simulator import MachineConfig, load_machine
+from simulator import MachineConfig
 from tensorize.match.result import Match
 from tensorize.schedule import Schedule, tree
 
@@ -88,11 +88,21 @@ def choose_tiling(m: int, ti: int, config: MachineConfig) -> NpuTiling:
     return NpuTiling(max(candidates) if candidates else ti)
 
 
+def machine(options: Mapping[str, Any]) -> MachineConfig:
+    """The machine in ``options["config"]``: the caller's, made at the edge (there is no
+    default machine below it). TypeError when it is missing: a programming error."""
+    config = options.get("config")
+    if not isinstance(config, MachineConfig):
+        raise TypeError(f"the {_PRIMITIVE} requires options['config'], the machine (a "
+                        f"MachineConfig), got {config!r}")
+    return config
+
+
 def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Registry,
              options: Mapping[str, Any]) -> None:
     """The engine's entry (see ``tensorize.engine``): tile by ``options["tiling"]`` or by
-    :func:`choose_tiling` on ``options["config"]`` (default: the built-in machine)."""
-    config = options.get("config") or load_machine()
+    :func:`choose_tiling` on ``options["config"]``, the machine (required)."""
+    config = machine(options)
     axes = check_executable(match.intrinsic, config)
     tiling = options.get("tiling") or choose_tiling(axes.of(extents)[0], axes.extents[0], config)
     schedule_npu(sch, match.block, match.intrinsic, registry, tiling)
@@ -104,8 +114,9 @@ def reshape(sch: Schedule, block_name: str, candidates: list[Intrinsic],
     reduction becomes grouped GEMMs over tiles of ``tj`` channels with diagonal weight tiles
     (``diagonalize``; tj the columns of the widest GEMM among ``candidates`` that the
     machine runs, else of the next). False, with ``sch`` unchanged, when the block is not
-    depthwise, no such tj divides its channels, or no candidate runs."""
-    config = options.get("config") or load_machine()
+    depthwise, no such tj divides its channels, or no candidate runs. ``options["config"]``
+    is the machine (required)."""
+    config = machine(options)
     widths = set()
     for intrinsic in candidates:
         try:

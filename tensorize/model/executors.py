@@ -178,6 +178,7 @@ class NpuExecutor(Executor):
 
             raise TensorizeError("an NPU model run requires the run context's machine "
                                  "(make_context sets it for kind npu), got none")
+        self.ctx = ctx
         self.registry = ctx.registry
         self.config = ctx.machine
         self._plans: dict[int, tuple[Any, Any, Any]] = {}
@@ -190,20 +191,20 @@ class NpuExecutor(Executor):
 
     def _plan(self, func) -> tuple[Any, Any]:
         """The engine's outcome for ``func``'s reduction block and, when it is tensorized,
-        its plan (:func:`targets.npu.plan`) and compute calls (cached by function)."""
+        its plan (the NPU runner's :func:`~tensorize.runners.npu.plan_npu`) and compute
+        calls (cached by function)."""
         cached = self._plans.get(id(func))
         if cached is not None and cached[0] is func:
             return cached[1], cached[2]
-        from targets import npu
-        from tensorize.engine import auto_tensorize
+        from tensorize.runners.npu import plan_npu
 
         with self.timings.measure("tensorize"):
-            result = auto_tensorize(func, "npu", registry=self.registry, config=self.config)
+            result = _tensorized(self.ctx, func)
         outcome = _outcome(result, _compute_block(func))
         plan = None
         if outcome is not None and outcome.intrinsic is not None:
             with self.timings.measure("compile"):
-                plan = (npu.plan(result.func, self.config, lookup=self.registry.get),
+                plan = (plan_npu(result.func, self.config, self.registry),
                         _compute_calls(result.func, outcome.intrinsic))
         self._plans[id(func)] = (func, outcome, plan)
         return outcome, plan
@@ -211,7 +212,7 @@ class NpuExecutor(Executor):
     def run_func(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
         """The layer's kernel (or its first variant that tensorizes) on the simulated NPU;
         the host when none does."""
-        from targets import npu
+        from tensorize.runners.npu import run_planned
 
         start = time.perf_counter()
         layer, outcome, plan = self._first_taken(layer, self._plan)
@@ -220,21 +221,22 @@ class NpuExecutor(Executor):
         planned, calls = plan
         with self.timings.measure("pack"):
             packed = layer.pack(arrays)
-        ran = npu.execute(planned, packed)
-        for stage in ran.stages:
+        measure = run_planned(planned, packed, self.config)
+        for stage in measure.run.stages:
             self.timings.add("simulate" if stage.on_npu else "host stages", stage.seconds)
         with self.timings.measure("unpack and epilogue"):
-            output = layer.unpack(ran.outputs[layer.func.params[-1].name], arrays)
-        cycles = ran.cycles
+            output = layer.unpack(measure.run.outputs[layer.func.params[-1].name], arrays)
+        cycles = measure.cycles
         peak = self.config.array.rows * self.config.array.cols
-        roofline = ran.roofline(self.config)
-        host_stages = [s.label for s in ran.stages if not s.on_npu]
+        host_stages = measure.host_stages
         notes = [f"host stages: {', '.join(host_stages)}"] if host_stages else []
+        # The layer's own MACs (padding excluded) over the array's peak: the report's
+        # utilisation of the layer, not of the padded tiles the array ran.
         return LayerRun(output, "tensorized", outcome.intrinsic, None, calls, cycles,
                         seconds=time.perf_counter() - start,
                         utilisation=layer.macs / (cycles * peak) if cycles else None,
-                        dram_bytes=ran.dram_bytes,
-                        bound="compute" if roofline.binds == "compute" else "memory",
+                        dram_bytes=measure.dram_bytes,
+                        bound="compute" if measure.roofline.binds == "compute" else "memory",
                         notes=notes)
 
 
@@ -242,33 +244,32 @@ class CpuExecutor(Executor):
     """A CPU target: tensorize, emit LLVM for its triple, run by its first engine here."""
 
     def __init__(self, ctx: RunContext) -> None:
-        from tensorize.engine import target_features
-
         super().__init__()
+        if ctx.features is None:
+            from ir.errors import TensorizeError
+
+            raise TensorizeError("a CPU model run requires the run context's features "
+                                 "(make_context sets them for kind cpu), got none")
+        self.ctx = ctx
         self.target = ctx.target
-        self.registry = ctx.registry
-        self.features = ctx.features if ctx.features is not None else \
-            target_features(ctx.target, registry=ctx.registry) or ""
         self._kernels: dict[int, tuple[Any, Any, Any]] = {}
 
     def _tensorized(self, func):
         """The engine's outcome for ``func``'s reduction block and, when tensorized, its
-        emitted kernel (cached by function)."""
+        emitted kernel (the CPU runner's :func:`~tensorize.runners.cpu.emit_cpu`; cached by
+        function)."""
         cached = self._kernels.get(id(func))
         if cached is not None and cached[0] is func:
             return cached[1], cached[2]
-        from targets import cpu
-        from tensorize.engine import auto_tensorize
+        from tensorize.runners.cpu import emit_cpu
 
         with self.timings.measure("tensorize"):
-            result = auto_tensorize(func, self.target, registry=self.registry,
-                                    features=self.features)
+            result = _tensorized(self.ctx, func)
         outcome = _outcome(result, _compute_block(func))
         kernel = None
         if outcome is not None and outcome.intrinsic is not None:
             with self.timings.measure("compile"):
-                kernel = (cpu.emit(result.func, self.target, self.features,
-                                   registry=self.registry),
+                kernel = (emit_cpu(self.ctx, result.func),
                           _compute_calls(result.func, outcome.intrinsic))
         self._kernels[id(func)] = (func, outcome, kernel)
         return outcome, kernel
@@ -277,6 +278,7 @@ class CpuExecutor(Executor):
         """The layer's kernel (or its first variant that tensorizes) compiled for the CPU
         target and run by its engine here; the host when none tensorizes or none runs."""
         from targets import cpu
+        from tensorize.runners.cpu import run_emitted
 
         layer, outcome, kernel = self._first_taken(layer, self._tensorized)
         if kernel is None:
@@ -287,13 +289,21 @@ class CpuExecutor(Executor):
             return self._fallback(layer, arrays, f"tensorized with {outcome.intrinsic} but "
                                                  f"not runnable here: {reason}")
         with self.timings.measure("run (compile and execute)"):
-            run = cpu.run(emitted, layer.pack(arrays), NATIVE_RUNS)
+            run = run_emitted(emitted, layer.pack(arrays), NATIVE_RUNS)
         with self.timings.measure("unpack and epilogue"):
             output = layer.unpack(run.outputs[layer.func.params[-1].name], arrays)
         return LayerRun(output, "tensorized", outcome.intrinsic, None, calls,
                         instructions=run.instructions,
                         seconds=run.best if run.seconds else None,
                         notes=[f"ran on {run.engine}"])
+
+
+def _tensorized(ctx: RunContext, func):
+    """``func`` tensorized by the runner of the context's target kind (the steps of
+    ``tensorize run``, without tuning): the engine's result."""
+    from tensorize.runners import RunOptions, RunReport, runner_for
+
+    return runner_for(ctx).tensorize(ctx, func, RunOptions(), RunReport()).result
 
 
 def executor_for(ctx: RunContext) -> Executor:

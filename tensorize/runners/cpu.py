@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Mapping
 import numpy as np
 
 from ir import PrimFunc
@@ -65,7 +66,7 @@ def run_cpu(ctx: RunContext, func: PrimFunc, reference: dict[str, np.ndarray],
         report.skip("run", f"not run: {reason}", fails=True)
         return reference
     start = time.perf_counter()
-    run = cpu.run(kernel, inputs, RUNS)
+    run = run_emitted(kernel, inputs, RUNS)
     seconds = time.perf_counter() - start
     data["engine"] = engine
     detail = f"{seconds:.1f} s"
@@ -86,6 +87,20 @@ def run_cpu(ctx: RunContext, func: PrimFunc, reference: dict[str, np.ndarray],
         report.step("run", ok, f"{name} on {run.engine} ({detail}) against the reference "
                                f"executor: {text}")
     return run.outputs
+
+
+def emit_cpu(ctx: RunContext, func: PrimFunc) -> cpu.CpuKernel:
+    """``func`` (tensorized for the context's CPU target) as LLVM for its triple and
+    features, with the description's default scheduling model: what a network's layers of
+    one shape share."""
+    return cpu.emit(func, ctx.target, ctx.features or "", registry=ctx.registry)
+
+
+def run_emitted(kernel: cpu.CpuKernel, inputs: Mapping[str, np.ndarray], runs: int
+                ) -> cpu.CpuRun:
+    """``kernel`` run by the first engine of its target that can here: natively (timed,
+    ``runs`` times, the first run's outputs kept) or emulated (instructions counted)."""
+    return cpu.run(kernel, inputs, runs)
 
 
 def tensorize_cpu(ctx: RunContext, func: PrimFunc, intrinsic: str | None, tune: bool,

@@ -104,9 +104,24 @@ def simulate_and_measure(func: PrimFunc, inputs: Mapping[str, np.ndarray],
                          config: MachineConfig, registry: Registry) -> NpuMeasure:
     """Run ``func`` (tensorized for the NPU) on ``config``: NPU stages simulated, the others
     on the host; its figures."""
+    return run_planned(plan_npu(func, config, registry), inputs, config)
+
+
+def plan_npu(func: PrimFunc, config: MachineConfig, registry: Registry) -> Any:
+    """``func`` (tensorized for the NPU) split into stages, each compiled once for
+    ``config`` (a ``targets.npu.NpuPlan``): what a network's layers of one shape share."""
     from targets import npu
 
-    return NpuMeasure(npu.run(func, inputs, config, lookup=registry.get), config)
+    return npu.plan(func, config, lookup=registry.get)
+
+
+def run_planned(planned: Any, inputs: Mapping[str, np.ndarray], config: MachineConfig
+                ) -> NpuMeasure:
+    """A plan of :func:`plan_npu` run on ``inputs``: NPU stages simulated, the others on
+    the host; its figures."""
+    from targets import npu
+
+    return NpuMeasure(npu.execute(planned, inputs), config)
 
 
 def tensorize_npu(ctx: RunContext, func: PrimFunc, intrinsic: str | None, tune: bool,
