@@ -13,6 +13,7 @@ from pathlib import Path
 
 from intrinsics import default_registry
 from tensorize.engine import auto_tensorize
+from tensorize.runners import make_context
 
 _SUITE = Path(__file__).resolve().parents[1] / "examples" / "te" / "suite.py"
 TARGETS = ("npu", "arm", "cuda")
@@ -30,13 +31,16 @@ def _suite() -> dict:
 def main() -> None:
     """Print one row per kernel: the intrinsic chosen and the time per target."""
     registry = default_registry()
-    auto_tensorize(_suite()["gemm_int8"], "npu", registry=registry)  # warm caches
+    # The edge's settings per target: the NPU's machine is the built-in one.
+    machines = {t: make_context(registry, t).machine for t in TARGETS}
+    auto_tensorize(_suite()["gemm_int8"], "npu", registry=registry,
+                   config=machines["npu"])  # warm caches
     print(f"{'kernel':<24}" + "".join(f"{t:>34}" for t in TARGETS))
     for name, func in _suite().items():
         cells = []
         for target in TARGETS:
             start = time.perf_counter()
-            result = auto_tensorize(func, target, registry=registry)
+            result = auto_tensorize(func, target, registry=registry, config=machines[target])
             elapsed = time.perf_counter() - start
             used = ",".join(sorted({b.intrinsic for b in result.tensorized})) or "-"
             cells.append(f"{used[:24]:>24} {elapsed * 1e3:6.0f} ms")

@@ -1,5 +1,5 @@
 """Shared test configuration: hypothesis profiles sized for a 2-core CI machine, and the
-run's settings made at the edge (a test is one: it loads the registry and makes the
+run's settings made at the edge (a test is one: it loads the registry, the machine and the
 context the library is given)."""
 
 import os
@@ -27,6 +27,15 @@ def _private_tile_cache(tmp_path_factory, monkeypatch):
 def registry() -> Registry:
     """The built-in descriptions (and those of TENSORIZE_INTRINSICS_PATH), loaded once."""
     return default_registry()
+
+
+@pytest.fixture(scope="session")
+def machine():
+    """The built-in NPU (the ``machine:`` section of intrinsics/npu.yaml), loaded once: the
+    machine a test gives the NPU's engine and backend (``config=machine``)."""
+    from simulator import load_machine
+
+    return load_machine()
 
 
 @pytest.fixture(scope="session")

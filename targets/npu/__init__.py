@@ -11,7 +11,8 @@ compiling takes time in proportion to the loop nest, not the calls.
 host backend (:mod:`.stages`), and returns the outputs with each stage's cycles and
 utilisation, and the whole run's unit time, DRAM traffic and roofline. Its two halves,
 :func:`plan` (split and compile once) and :func:`execute` (run on inputs), serve callers that
-run one function on many inputs.
+run one function on many inputs. Both take the machine the caller was given (a
+:class:`MachineConfig`, made at the edge); nothing here loads a default one.
 :func:`load_machine` and :func:`machine_registry` (:mod:`.machine`) read an NPU a user
 describes in YAML.
 """
@@ -33,7 +34,7 @@ from simulator.assembler import disassemble
 from simulator.isa import Instruction
 from targets import host
 from targets.npu.emit import UnsoundSwitch, dram_accesses, emit_stage, written_dram
-from targets.npu.machine import PathLike, load_machine, machine_registry
+from targets.npu.machine import load_machine, machine_registry
 from targets.npu.memory import SCOPE_MEMORY, InDram, OnChip, plan_dram, plan_on_chip
 from targets.npu.stages import Stage, host_function, split_stages
 
@@ -178,14 +179,14 @@ class NpuPlan:
     stages: tuple[PlannedStage, ...]
 
 
-def plan(func: PrimFunc, config: MachineConfig | PathLike | None = None, *,
-         lookup: Lookup) -> NpuPlan:
+def plan(func: PrimFunc, config: MachineConfig, *, lookup: Lookup) -> NpuPlan:
     """Split a tensorized function into stages and compile each: NPU stages into programs
-    for ``config`` (a machine, the path of a machine file, or None for the built-in one),
-    host stages into functions for the host backend. ``lookup`` finds an intrinsic by name
-    (``registry.get`` of the registry the function was tensorized with)."""
+    for the machine ``config`` (required: the run context's, or :func:`load_machine` of a
+    file), host stages into functions for the host backend. ``lookup`` finds an intrinsic
+    by name (``registry.get`` of the registry the function was tensorized with)."""
     if not isinstance(config, MachineConfig):
-        config = load_machine(config)
+        raise TypeError(f"npu.plan requires config, the machine (a MachineConfig; "
+                        f"npu.load_machine(path) reads one from a file), got {config!r}")
     stages = []
     for stage in split_stages(func, lookup):
         if stage.on_npu:
@@ -237,14 +238,14 @@ def execute(planned: NpuPlan, inputs: Mapping[str, np.ndarray] | Sequence[np.nda
 
 
 def run(func: PrimFunc, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
-        config: MachineConfig | PathLike | None = None, *, lookup: Lookup) -> NpuRun:
+        config: MachineConfig, *, lookup: Lookup) -> NpuRun:
     """Run a tensorized function: NPU stages on the simulator, the others on the host.
 
     ``inputs`` maps parameter names to arrays (or lists them in parameter order); missing
-    parameters start as zeros. ``config`` is the machine, or the path of a YAML file
-    describing it (:func:`load_machine`; default: the built-in machine); ``lookup`` as for
-    :func:`plan`. Returns the parameters the function writes, and the stages. To run one
-    function on many inputs, :func:`plan` it once and :func:`execute` the plan.
+    parameters start as zeros. ``config`` is the machine, required (:func:`load_machine`
+    reads one from a YAML file); ``lookup`` as for :func:`plan`. Returns the parameters the
+    function writes, and the stages. To run one function on many inputs, :func:`plan` it
+    once and :func:`execute` the plan.
     """
     return execute(plan(func, config, lookup=lookup), inputs)
 

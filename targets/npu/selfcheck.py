@@ -27,12 +27,12 @@ Lookup = Callable[[str], Intrinsic]
 
 
 class SimulatorChecker:
-    """Self-check evidence from the simulator, for the ``npu`` target's compute intrinsics."""
+    """Self-check evidence from the simulator, for the ``npu`` target's compute intrinsics,
+    run on the machine ``config`` (the family's own, read by the caller)."""
 
     name = "simulator"
 
-    def __init__(self, intrinsics: list[Intrinsic], config: MachineConfig | None = None
-                 ) -> None:
+    def __init__(self, intrinsics: list[Intrinsic], config: MachineConfig) -> None:
         self.by_name = {i.name: i for i in intrinsics}
         self.config = config
 

@@ -31,17 +31,17 @@ def _simulated_gemm(config):
     return simulate(program.program, config, np.zeros(program.dram_bytes, np.uint8))
 
 
-def _simulated_kernel(func):
-    result = auto_tensorize(func, "npu", registry=default_registry())
+def _simulated_kernel(func, config):
+    result = auto_tensorize(func, "npu", registry=default_registry(), config=config)
     inputs = {p.name: a for p, a in zip(func.params, random_inputs(func, 1))}
-    return next(s.sim for s in npu.run(result.func, inputs,
-                                       lookup=default_registry().get).stages if s.sim is not None)
+    run = npu.run(result.func, inputs, config, lookup=default_registry().get)
+    return next(s.sim for s in run.stages if s.sim is not None)
 
 
 REAL = {
     "gemm program": _simulated_gemm,
-    "tensorized gemm": lambda config: _simulated_kernel(gemm_int8(128, 64, 96)),
-    "tensorized conv": lambda config: _simulated_kernel(conv2d_nhwc(8, 8, 16, 16)),
+    "tensorized gemm": lambda config: _simulated_kernel(gemm_int8(128, 64, 96), config),
+    "tensorized conv": lambda config: _simulated_kernel(conv2d_nhwc(8, 8, 16, 16), config),
 }
 
 

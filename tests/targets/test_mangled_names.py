@@ -83,8 +83,9 @@ def _case(name: str, a_dtype: str = "int8") -> tuple[ir.PrimFunc, dict, str, np.
     return func, {a_param.name: a, b_param.name: b}, c_param.name, expected
 
 
-def _tensorized(func: ir.PrimFunc, target: str) -> ir.PrimFunc:
-    result = auto_tensorize(func, target, registry=default_registry())
+def _tensorized(func: ir.PrimFunc, target: str, config=None) -> ir.PrimFunc:
+    """``func`` tensorized for ``target`` (``config``: the machine, for the NPU)."""
+    result = auto_tensorize(func, target, registry=default_registry(), config=config)
     assert result.tensorized, f"nothing tensorized for {target}"
     return result.func
 
@@ -106,9 +107,9 @@ def test_host(name):
 
 
 @pytest.mark.parametrize("name", KERNELS)
-def test_npu(name, registry):
+def test_npu(name, registry, machine):
     func, inputs, output, expected = _case(name)
-    run = npu.run(_tensorized(func, "npu"), inputs, lookup=registry.get)
+    run = npu.run(_tensorized(func, "npu", machine), inputs, machine, lookup=registry.get)
     np.testing.assert_array_equal(run.outputs[output], expected)
     for stage in run.stages:
         if stage.compiled is not None:

@@ -94,12 +94,13 @@ def test_arm_llvm_ir_names_are_plain_and_the_kernel_computes_the_gemm(registry):
     np.testing.assert_array_equal(cpu.run(kernel, inputs).outputs[HOSTILE], expected)
 
 
-def test_npu_assembly_holds_no_user_names_and_the_program_computes_the_gemm(registry):
-    result = auto_tensorize(_gemm(), "npu", registry=registry)
+def test_npu_assembly_holds_no_user_names_and_the_program_computes_the_gemm(registry,
+                                                                           machine):
+    result = auto_tensorize(_gemm(), "npu", registry=registry, config=machine)
     # K = 16 is one tile deep: every tile takes the resetting GEMM.
     assert [b.intrinsic for b in result.tensorized] == ["npu_gemm_reset"]
     inputs, expected = _inputs()
-    run = npu.run(result.func, inputs, lookup=registry.get)
+    run = npu.run(result.func, inputs, machine, lookup=registry.get)
     np.testing.assert_array_equal(run.outputs[HOSTILE], expected)
     for stage in run.stages:
         if stage.compiled is not None:

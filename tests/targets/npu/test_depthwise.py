@@ -44,54 +44,58 @@ def inputs(size: int, channels: int, seed: int) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize(("size", "channels"), [(4, 16), (5, 32), (15, 48), (17, 16)])
-def test_depthwise_runs_on_the_npu_exactly(size, channels, registry):
+def test_depthwise_runs_on_the_npu_exactly(size, channels, registry, machine):
     func = depthwise(size, channels)
     given = inputs(size, channels, size * channels)
     want = reference(given["I"], given["W"])
     np.testing.assert_array_equal(host.run(func, given)["O"], want)
-    result = auto_tensorize(func, "npu", intrinsic="npu_gemm", registry=registry)
+    result = auto_tensorize(func, "npu", intrinsic="npu_gemm", registry=registry,
+                            config=machine)
     assert [(b.block, b.intrinsic) for b in result.blocks] == [("O", "npu_gemm")]
     calls = count_calls(result.func)
     tiles = -(-size * size // 16) * (channels // 16) * 9
     assert calls["npu_gemm"] + calls["npu_gemm_reset"] == tiles
     validated = host.run(result.func, given, lowerer(default_registry().get))
     np.testing.assert_array_equal(validated["O"], want)
-    run = npu.run(result.func, given, lookup=registry.get)
+    run = npu.run(result.func, given, machine, lookup=registry.get)
     np.testing.assert_array_equal(run.outputs["O"], want)
     program = [i for s in run.stages if s.compiled for i in s.compiled.program]
     assert any(isinstance(i, Gemm) for i in program)
 
 
-def test_the_suite_depthwise_kernel_runs_on_the_npu_with_the_gemm_named(registry):
+def test_the_suite_depthwise_kernel_runs_on_the_npu_with_the_gemm_named(registry, machine):
     func = suite()["depthwise_conv2d_int8"]
-    result = auto_tensorize(func, "npu", intrinsic="npu_gemm", registry=registry)
+    result = auto_tensorize(func, "npu", intrinsic="npu_gemm", registry=registry,
+                            config=machine)
     assert [b.intrinsic for b in result.tensorized] == ["npu_gemm"]
     padded = inputs(8, 16, 1)
     given = {"I": padded["I"][:, 1:9, 1:9, :].copy(), "W": padded["W"]}
     want = host.run(func, given)["conv"]
-    run = npu.run(result.func, given, lookup=registry.get)
+    run = npu.run(result.func, given, machine, lookup=registry.get)
     np.testing.assert_array_equal(run.outputs["conv"], want)
 
 
-def test_the_trace_replays_the_rewrite(registry):
+def test_the_trace_replays_the_rewrite(registry, machine):
     func = depthwise(5, 32)
-    result = auto_tensorize(func, "npu", intrinsic="npu_gemm", registry=registry)
+    result = auto_tensorize(func, "npu", intrinsic="npu_gemm", registry=registry,
+                            config=machine)
     trace = result.schedule.replay_trace()
     assert "sch.diagonalize(" in trace
     assert structural_equal(Schedule.replay(func, trace, registry).func, result.func)
 
 
-def test_by_default_depthwise_stays_on_the_host_with_the_reason(registry):
+def test_by_default_depthwise_stays_on_the_host_with_the_reason(registry, machine):
     func = depthwise(4, 16)
-    result = auto_tensorize(func, "npu", registry=registry)
+    result = auto_tensorize(func, "npu", registry=registry, config=machine)
     assert not result.tensorized
     assert "no spatial iterator of block O indexes exactly W, O" in result.blocks[0].reason
     assert result.func is func
 
 
-def test_channels_the_gemm_width_does_not_divide_stay_on_the_host(registry):
+def test_channels_the_gemm_width_does_not_divide_stay_on_the_host(registry, machine):
     func = depthwise(4, 24)
-    result = auto_tensorize(func, "npu", intrinsic="npu_gemm", registry=registry)
+    result = auto_tensorize(func, "npu", intrinsic="npu_gemm", registry=registry,
+                            config=machine)
     assert not result.tensorized
     assert result.func is func
 

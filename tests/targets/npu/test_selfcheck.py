@@ -14,7 +14,7 @@ BUILTIN = Path(__file__).resolve().parents[3] / "intrinsics" / "npu.yaml"
 
 def test_every_npu_compute_intrinsic_matches_its_semantics_on_the_simulator():
     family = [i for i in default_registry() if i.target == "npu"]
-    results = self_check(family, [SimulatorChecker(family)])
+    results = self_check(family, [SimulatorChecker(family, load_machine())])
     assert len(results) == len([i for i in family if i.kind == "compute"])
     assert all(r.status == "ok" for r in results), [str(r) for r in results if r.failed]
 

@@ -67,11 +67,12 @@ def test_nothing_tensorized_fails_unless_fallback_is_allowed(kernel, capsys) -> 
     assert "ok   reference" in out
 
 
-def test_intrinsic_of_another_target_is_refused_by_the_api(registry) -> None:
+def test_intrinsic_of_another_target_is_refused_by_the_api(registry, machine) -> None:
     func = T.parse(SMALL_GEMM.split("\n\ndef reference")[0])
     with pytest.raises(IntrinsicChoiceError, match="got wmma_m16n16k16_f16_f32, an intrinsic "
                                                    "of target cuda"):
-        auto_tensorize(func, "npu", intrinsic="wmma_m16n16k16_f16_f32", registry=registry)
+        auto_tensorize(func, "npu", intrinsic="wmma_m16n16k16_f16_f32", registry=registry,
+                       config=machine)
     with pytest.raises(IntrinsicChoiceError, match="did you mean arm_sdot_lane"):
         auto_tensorize(func, "arm", intrinsic="arm_sdot_lan", registry=registry)
 

@@ -39,9 +39,9 @@ def assert_computes_the_same(original, tensorized, seed=0):
 
 
 @pytest.mark.parametrize(("target", "name"), EXPECTED)
-def test_suite_kernel_tensorizes_and_computes_the_same(target, name, registry):
+def test_suite_kernel_tensorizes_and_computes_the_same(target, name, registry, context):
     func = suite()[name]
-    result = auto_tensorize(func, target, registry=registry)
+    result = auto_tensorize(func, target, registry=registry, config=context(target).machine)
     done = result.tensorized
     assert done, [b.reason for b in result.blocks]
     for outcome in done:
@@ -57,9 +57,9 @@ def test_mixed_sign_gemm_uses_usmmla_when_the_features_have_i8mm(registry):
 
 
 @pytest.mark.parametrize(("target", "name"), NOT_TENSORIZED)
-def test_kernels_no_intrinsic_fits_are_reported_not_rewritten(target, name, registry):
+def test_kernels_no_intrinsic_fits_are_reported_not_rewritten(target, name, registry, context):
     func = suite()[name]
-    result = auto_tensorize(func, target, registry=registry)
+    result = auto_tensorize(func, target, registry=registry, config=context(target).machine)
     assert not result.tensorized
     assert all(b.reason for b in result.blocks)
     assert result.func is func
@@ -67,35 +67,35 @@ def test_kernels_no_intrinsic_fits_are_reported_not_rewritten(target, name, regi
 
 @pytest.mark.parametrize("name", ["gemm_int8_odd", "dense_int8", "conv2d_nchw_int8",
                                   "batch_matmul_int8", "matmul_requant_int8"])
-def test_npu_programs_match_the_reference_executor_exactly(name, registry):
+def test_npu_programs_match_the_reference_executor_exactly(name, registry, machine):
     func = suite()[name]
-    result = auto_tensorize(func, "npu", registry=registry)
+    result = auto_tensorize(func, "npu", registry=registry, config=machine)
     inputs = random_inputs(func, 3)
     want = host.run(func, inputs)
     run = npu.run(result.func, {p.name: a for p, a in zip(func.params, inputs)},
-                  lookup=registry.get)
+                  machine, lookup=registry.get)
     for key, expected in want.items():
         np.testing.assert_array_equal(run.outputs[key], expected, err_msg=key)
     assert any(s.on_npu for s in run.stages)
 
 
-def test_elementwise_block_is_explained_not_crashed(registry):
-    result = auto_tensorize(suite()["add"], "npu", registry=registry)
+def test_elementwise_block_is_explained_not_crashed(registry, machine):
+    result = auto_tensorize(suite()["add"], "npu", registry=registry, config=machine)
     assert "no reduce iterator" in result.blocks[0].reason
     assert any("no match" in line for line in result.explain)
 
 
-def test_dtype_mismatch_names_both_dtypes(registry):
-    result = auto_tensorize(suite()["gemm_fp16"], "npu", registry=registry)
+def test_dtype_mismatch_names_both_dtypes(registry, machine):
+    result = auto_tensorize(suite()["gemm_fp16"], "npu", registry=registry, config=machine)
     assert result.blocks[0].reason == "C is float32, npu_gemm's C is int32"
 
 
-def test_loop_order_does_not_matter(registry):
+def test_loop_order_does_not_matter(registry, machine):
     func = gemm_int8(48, 32, 64)
     sch = Schedule(func)
     i, j, k = sch.get_loops(sch.get_block("C"))
     sch.reorder(k, j, i)
-    result = auto_tensorize(sch.func, "npu", registry=registry)
+    result = auto_tensorize(sch.func, "npu", registry=registry, config=machine)
     assert [b.intrinsic for b in result.blocks] == ["npu_gemm"]
     assert_computes_the_same(func, result.func)
 
@@ -106,10 +106,17 @@ def test_named_intrinsic_restricts_the_search(registry):
     assert [b.intrinsic for b in result.tensorized] == ["wmma_m32n8k16_s8_s32"]
 
 
-def test_trace_replays_the_rewrite(registry):
+def test_trace_replays_the_rewrite(registry, machine):
     import ir
 
     func = suite()["conv2d_nhwc_int8"]
-    result = auto_tensorize(func, "npu", registry=registry)
+    result = auto_tensorize(func, "npu", registry=registry, config=machine)
     replayed = Schedule.replay(func, result.schedule.replay_trace(), registry)
     assert ir.structural_equal(replayed.func, result.func)
+
+
+@pytest.mark.parametrize("config", [None, "intrinsics/npu.yaml"])
+def test_the_npu_requires_the_machine_from_the_edge(config, registry):
+    # No default machine below the edge: the caller passes the MachineConfig it loaded.
+    with pytest.raises(TypeError, match="auto_tensorize requires config, the machine"):
+        auto_tensorize(suite()["gemm_int8"], "npu", registry=registry, config=config)

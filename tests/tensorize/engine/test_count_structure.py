@@ -132,6 +132,7 @@ def test_the_structural_count_equals_walking_every_iteration(body: Stmt) -> None
 
 @pytest.mark.parametrize("name, target", [("gemm_int8_odd", "npu"), ("conv2d_nhwc_int8", "arm"),
                                           ("conv2d_nchw_int8", "cuda")])
-def test_tensorized_kernels_count_as_walked(name: str, target: str, registry) -> None:
-    func = auto_tensorize(suite()[name], target, registry=registry).func
+def test_tensorized_kernels_count_as_walked(name: str, target: str, registry, context) -> None:
+    func = auto_tensorize(suite()[name], target, registry=registry,
+                          config=context(target).machine).func
     assert count_calls_by_block(func) == walk_every_iteration(func)

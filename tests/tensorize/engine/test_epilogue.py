@@ -8,20 +8,22 @@ import numpy as np
 
 from intrinsics import default_registry
 from ir import script as T
+from simulator import load_machine
 from targets import host, npu
 from tensorize.engine import auto_tensorize
 from tests.tensorize.engine.suite import suite
 from tests.tensorize.schedule.kernels import random_inputs
 
+MACHINE = load_machine()  # the built-in NPU
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "script" / "gemm_bias_relu_int8.py"
 
 
 def run_both(func):
-    result = auto_tensorize(func, "npu", registry=default_registry())
+    result = auto_tensorize(func, "npu", registry=default_registry(), config=MACHINE)
     inputs = random_inputs(func, 5)
     want = host.run(func, inputs)
     run = npu.run(result.func, {p.name: a for p, a in zip(func.params, inputs)},
-                  lookup=default_registry().get)
+                  MACHINE, lookup=default_registry().get)
     for name, expected in want.items():
         np.testing.assert_array_equal(run.outputs[name], expected, err_msg=name)
     return result, run

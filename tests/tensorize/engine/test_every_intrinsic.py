@@ -41,9 +41,10 @@ def test_every_dtype_family_is_covered():
 
 
 @pytest.mark.parametrize(("name", "target", "intrinsic"), PARAMS)
-def test_kernel_tensorizes_with_the_intrinsic(name, target, intrinsic, registry):
+def test_kernel_tensorizes_with_the_intrinsic(name, target, intrinsic, registry, context):
     func = suite()[name]
-    result = auto_tensorize(func, target, intrinsic=intrinsic, registry=registry)
+    result = auto_tensorize(func, target, intrinsic=intrinsic, registry=registry,
+                            config=context(target).machine)
     assert [b.intrinsic for b in result.tensorized][:1] == [intrinsic], \
         [b.reason for b in result.blocks]
     assert_computes_the_same(func, result.func)

@@ -10,11 +10,13 @@ import pytest
 import ir
 from intrinsics import default_registry, lowerer
 from ir import te
+from simulator import load_machine
 from targets import host, npu
 from tensorize.engine import auto_tensorize
 
 RNG = np.random.default_rng(11)
 T = 16  # the built-in NPU's array size: one GEMM call is T x T x T
+MACHINE = load_machine()  # the built-in NPU
 
 
 def int8(*shape: int) -> np.ndarray:
@@ -48,14 +50,14 @@ def tensorize_and_run(func: ir.PrimFunc, inputs: dict[str, np.ndarray], output: 
     both exactly against ``expected``; returns the executed intrinsic calls. The block is
     reported with the GEMM its tile calls: the resetting one alone when the reduction is one
     tile deep."""
-    result = auto_tensorize(func, "npu", registry=default_registry())
+    result = auto_tensorize(func, "npu", registry=default_registry(), config=MACHINE)
     one_tile = all(e <= T for e in result.blocks[0].extents[2:])
     reported = "npu_gemm_reset" if one_tile else "npu_gemm"
     assert [(b.block, b.intrinsic, b.reason) for b in result.blocks] == [
         (output, reported, "")]
     validated = host.run(result.func, inputs, lowerer(default_registry().get))
     np.testing.assert_array_equal(validated[output], expected)
-    run = npu.run(result.func, inputs, lookup=default_registry().get)
+    run = npu.run(result.func, inputs, MACHINE, lookup=default_registry().get)
     # Padding K to the tile depth is a packing stage on the host; the GEMM runs on the NPU.
     assert any(stage.on_npu for stage in run.stages)
     np.testing.assert_array_equal(run.outputs[output], expected)

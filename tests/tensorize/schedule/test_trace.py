@@ -62,11 +62,11 @@ def test_a_lookup_of_handles_already_bound_is_printed_once():
     ]
 
 
-def test_the_npu_rewrite_binds_each_handle_once_and_replays(registry):
+def test_the_npu_rewrite_binds_each_handle_once_and_replays(registry, machine):
     from tensorize.engine import auto_tensorize
 
     func = gemm_int8(64, 48, 40)
-    result = auto_tensorize(func, "npu", registry=registry)
+    result = auto_tensorize(func, "npu", registry=registry, config=machine)
     text = result.schedule.trace.as_python()
     lookups = [line for line in text.splitlines() if "sch.get_" in line]
     assert len(lookups) == len(set(lookups))
