@@ -52,6 +52,7 @@ from tensorize.engine.cuda_schedule import (
     choose_family,
     choose_tiling,
     instruction_macs,
+    issued_per_unit,
     search_tilings,
     tensor_pipe,
 )
@@ -137,7 +138,8 @@ def searched(name: str, n: int, measured: int = 4) -> None:
               f"best {measured} estimates compiled):")
         for trial in trials[:measured]:
             print(f"    {trial.describe(shape)}")
-    print(f"  family taken: {choose_family(searches)[1]}")
+    issued = {name: issued_per_unit(registry.get(name)) for name in searches}
+    print(f"  family taken: {choose_family(searches, issued)[1]}")
 
 
 def _measure(name: str, n: int, intrinsic: str):

@@ -112,7 +112,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--target", metavar="NAME", default="host",
                         help="where to run: host (reference executor, default) or any target "
                              "the descriptions declare: npu (tensorize and simulate), arm "
-                             "(AArch64, emulated), x86 (AVX-512 VNNI, native), cuda (WMMA), "
+                             "(AArch64, emulated), x86 (AVX-512 VNNI, native), cuda (tensor cores "
+                             "through WMMA or mma.sync), "
                              "and those of --intrinsics-dir")
     parser.add_argument("--intrinsic", metavar="NAME",
                         help="use only this compute intrinsic of the target, and fail (before "
@@ -126,8 +127,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--explain", action="store_true",
                         help="print, for every block and intrinsic, the mapping or why not")
     parser.add_argument("--emit", choices=("ir", "code", "trace"), action="append", default=[],
-                        help="print the tensorized IR, the target code (NPU or AArch64 "
-                             "assembly, CUDA C++) or the "
+                        help="print the tensorized IR, the target code (NPU assembly, the "
+                             "CPU target's assembly for arm, x86 or a described CPU, CUDA "
+                             "C++) or the "
                              "replayable schedule trace (repeatable)")
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="write what --emit selects to FILE instead of the terminal")

@@ -827,35 +827,56 @@ def _rank(trial: TilingTrial) -> tuple:
             float("inf") if other is None else other)
 
 
-def choose_family(searches: Mapping[str, list[TilingTrial]]) -> tuple[str, str]:
+def choose_family(searches: Mapping[str, list[TilingTrial]], issued: Mapping[str, float]
+                  ) -> tuple[str, str]:
     """Which of the searched intrinsics (name -> its search's trials, best first) to take,
     and why, in one line: the one whose best trial was measured, then models the fewest
-    cycles, then issues the fewest non-MMA instructions per unit of work (where the tensor
-    pipe bounds both, the instructions around it are what the model cannot see: latency
-    and register pressure). ValueError when no search found a trial."""
+    cycles, then (where the tensor pipe bounds both, the instructions around it are what the
+    model cannot see: latency and register pressure) issues the fewest non-MMA instructions
+    per unit of work, read from the SASS. Where the SASS could not be read for every family
+    (no cuobjdump), the last tie-break is ``issued``: each intrinsic's tensor-core machine
+    instructions per unit of work, known without any tool, and the reason says so. Still
+    tied, the first family searched stays, and the reason says that. ValueError when no
+    search found a trial."""
     best = {name: trials[0] for name, trials in searches.items() if trials}
     if not best:
         raise ValueError("choose_family requires at least one search with a trial, got none")
+    sass = all(t.figures.other_per_unit is not None for t in best.values())
 
-    def key(name: str) -> tuple:
-        t = best[name]
-        other = t.figures.other_per_unit
-        return (not t.measured, t.cycles, float("inf") if other is None else other)
+    def last(name: str) -> float:
+        other = best[name].figures.other_per_unit
+        return other if sass and other is not None else issued[name]
 
-    ranked = sorted(best, key=key)
+    ranked = sorted(best, key=lambda name: (not best[name].measured, best[name].cycles,
+                                            last(name)))
     chosen = best[ranked[0]]
     figures = "; ".join(
         f"{name}: {best[name].cycles:.4g} cycles, "
-        + ("non-MMA per m16n8k16 unknown" if best[name].figures.other_per_unit is None
-           else f"{best[name].figures.other_per_unit:.2f} non-MMA per m16n8k16")
+        + (f"{best[name].figures.other_per_unit:.2f} non-MMA per m16n8k16" if sass
+           else f"{issued[name]:.2f} tensor-core instructions per m16n8k16")
         + ("" if best[name].measured else " (estimated)") for name in ranked)
     if len(ranked) == 1:
         return ranked[0], f"{ranked[0]}: the only family that matches ({figures})"
     runner = best[ranked[1]]
-    reason = ("fewer modelled cycles" if chosen.cycles < runner.cycles
-              else "measured, the other only estimated" if chosen.measured != runner.measured
-              else "cycles tie, fewer non-MMA instructions per unit of work")
+    if chosen.cycles < runner.cycles:
+        reason = "fewer modelled cycles"
+    elif chosen.measured != runner.measured:
+        reason = "measured, the other only estimated"
+    elif last(ranked[0]) == last(ranked[1]):
+        reason = ("cycles tie and so do the instructions per unit of work; the first family "
+                  "searched stays")
+    elif sass:
+        reason = "cycles tie, fewer non-MMA instructions per unit of work (from the SASS)"
+    else:
+        reason = ("cycles tie, and without cuobjdump the SASS cannot be read: fewer "
+                  "tensor-core instructions per unit of work")
     return ranked[0], f"{ranked[0]}: {reason} ({figures})"
+
+
+def issued_per_unit(intrinsic: Intrinsic) -> float:
+    """Tensor-core machine instructions ``intrinsic`` issues per unit of work (an
+    m16n8k16): 1 for an HMMA.16816, 0.5 for an IMMA.16832 (:func:`instruction_macs`)."""
+    return UNIT_MACS / instruction_macs(intrinsic)
 
 
 # ---- choosing a family: WMMA or mma.sync ------------------------------------------------------
@@ -881,7 +902,7 @@ def mapping_cycles(func: PrimFunc, match: Match, registry: Registry) -> float:
     needed = intrinsic.feature
     if needed is not None and _sm_number(needed) > oldest:
         return math.inf
-    per_unit = UNIT_MACS / instruction_macs(intrinsic)
+    per_unit = issued_per_unit(intrinsic)
     return float(match.calls * intrinsic.cost.interval) + per_unit / (per_unit + 1)
 
 

@@ -36,6 +36,7 @@ from tensorize.engine.cuda_schedule import (
     TilingTrial,
     choose_family,
     instruction_macs,
+    issued_per_unit,
     mapping_cycles,
     search_tilings,
     tensor_pipe,
@@ -83,7 +84,8 @@ def tune_cuda(func: PrimFunc, registry: Registry, arch: str = "sm_80", measured:
             searches[intrinsic.name] = trials
     if not searches:
         return CudaTuning(first, STAGES)
-    chosen, reason = choose_family(searches)
+    chosen, reason = choose_family(searches, {name: issued_per_unit(registry.get(name))
+                                              for name in searches})
     best = searches[chosen][0]
     if not best.measured:
         return CudaTuning(first, STAGES, searches, None, reason)

@@ -7,9 +7,10 @@ whatever order they finish.
   ``MAX_RESTARTS`` times, after which each becomes a failed row naming the loss.
 - :class:`DaskExecutor`: a Dask cluster through ``dask.distributed.Client(address)``, or a
   local cluster of ``workers`` processes on loopback when no address is given. The scheduler
-  reschedules the tasks of a worker that dies; a task that has killed several workers
-  (Dask's ``allowed-failures``) becomes a failed row. Dask is imported only here, only when
-  this executor is asked for (the ``sweep`` extra).
+  reschedules the tasks of a worker that dies; a task whose future still fails (it has
+  killed several workers, Dask's ``allowed-failures``, or the client lost it) is submitted
+  again, up to ``MAX_RESTARTS`` times, then becomes a failed row. Dask is imported only
+  here, only when this executor is asked for (the ``sweep`` extra).
 """
 
 from __future__ import annotations
@@ -114,12 +115,25 @@ class DaskExecutor:
         try:
             futures = {client.submit(run_point, task, key=f"sweep-point-{task.key}",
                                      pure=False): task for task in tasks}
-            for future in as_completed(futures):
-                task = futures[future]
+            tries = {task.key: 1 for task in tasks}
+            pending = as_completed(futures)
+            for future in pending:
+                task = futures.pop(future)
                 try:
-                    yield task, future.result()
-                except Exception as err:  # noqa: BLE001  (KilledWorker and the like: lost)
-                    yield task, lost_row(task, f"{type(err).__name__}: {err}")
+                    row = future.result()
+                except Exception as err:  # noqa: BLE001  (KilledWorker and the like)
+                    # A point is a pure function of its task: one the cluster lost (a worker
+                    # died with it, the client's connection broke) is submitted again.
+                    if tries[task.key] <= MAX_RESTARTS:
+                        tries[task.key] += 1
+                        retry = client.submit(run_point, task, pure=False,
+                                              key=f"sweep-point-{task.key}-{tries[task.key]}")
+                        futures[retry] = task
+                        pending.add(retry)
+                        continue
+                    row = lost_row(task, f"{type(err).__name__}: {err} (tried "
+                                         f"{tries[task.key]} times)")
+                yield task, row
         finally:
             client.close()
             if cluster is not None:

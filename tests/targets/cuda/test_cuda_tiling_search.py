@@ -149,15 +149,33 @@ def _trial(cycles: float, other: float | None, measured: bool = True) -> TilingT
 
 
 def test_the_family_choice_goes_by_cycles_then_instructions_per_unit():
-    assert choose_family({"a": [_trial(100, 1.1)], "b": [_trial(90, 2.0)]})[0] == "b"
-    name, reason = choose_family({"a": [_trial(100, 1.14)], "b": [_trial(100, 1.08)]})
+    issued = {"a": 1.0, "b": 1.0}
+    assert choose_family({"a": [_trial(100, 1.1)], "b": [_trial(90, 2.0)]}, issued)[0] == "b"
+    name, reason = choose_family({"a": [_trial(100, 1.14)], "b": [_trial(100, 1.08)]}, issued)
     assert name == "b" and "cycles tie, fewer non-MMA instructions" in reason
     assert "a: 100 cycles, 1.14 non-MMA per m16n8k16" in reason
-    name, reason = choose_family({"a": [_trial(50, None, False)], "b": [_trial(100, 1.0)]})
+    name, reason = choose_family({"a": [_trial(50, None, False)], "b": [_trial(100, 1.0)]},
+                                 issued)
     assert name == "b" and "measured, the other only estimated" in reason
-    assert choose_family({"a": [], "b": [_trial(1, 1.0)]})[1].startswith("b: the only family")
+    assert choose_family({"a": [], "b": [_trial(1, 1.0)]}, issued)[1].startswith(
+        "b: the only family")
     with pytest.raises(ValueError, match="at least one search"):
-        choose_family({"a": []})
+        choose_family({"a": []}, issued)
+
+
+def test_without_the_sass_a_tie_goes_to_fewer_tensor_instructions_and_says_so():
+    # No cuobjdump: no non-MMA figure for either family. The choice is the same whichever
+    # order the families were searched in, and the reason names what decided it.
+    searches = {"wmma": [_trial(100, None)], "mma": [_trial(100, None)]}
+    issued = {"wmma": 1.0, "mma": 0.5}
+    for order in (searches, dict(reversed(searches.items()))):
+        name, reason = choose_family(order, issued)
+        assert name == "mma"
+        assert "without cuobjdump the SASS cannot be read: fewer tensor-core instructions" \
+            in reason
+        assert "unknown" not in reason
+    name, reason = choose_family(searches, {"wmma": 1.0, "mma": 1.0})
+    assert name == "wmma" and "the first family searched stays" in reason
 
 
 @pytest.mark.skipif(cuda.nvcc_path() is None, reason="nvcc is needed to tune")
