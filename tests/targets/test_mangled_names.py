@@ -168,6 +168,7 @@ def _cuda_kernel(name: str) -> tuple[cuda.CudaKernel, ir.PrimFunc, dict, str, np
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
                     reason="no host C++ compiler to build the emulation")
+@pytest.mark.slow
 @pytest.mark.parametrize("name", KERNELS)
 def test_cuda_emulated(name):
     kernel, func, inputs, output, expected = _cuda_kernel(name)
@@ -175,6 +176,7 @@ def test_cuda_emulated(name):
 
 
 @pytest.mark.skipif(cuda.nvcc_path() is None, reason="no nvcc")
+@pytest.mark.slow
 @pytest.mark.parametrize("name", KERNELS)
 def test_cuda_nvcc(name):
     kernel = _cuda_kernel(name)[0]

@@ -1,4 +1,5 @@
 # corpus: a grouped NHWC convolution (4 groups folded into 64 channels) runs exactly on arm
+# slow: yes
 # args: run {file} --target arm
 # expect: ok   tensorize   conv: arm_sdot_lane
 # expect: ok   run         O on unicorn

@@ -1,4 +1,5 @@
 # corpus: a sum of 2000 terms, the most the docs allow (docs/trust.md), runs exactly on host
+# slow: yes
 # args: run {file}
 # expect: ok   reference   C against numpy reference(...): all 256 elements equal (exact)
 # exit: 0

@@ -16,6 +16,8 @@ from tests.tensorize.engine.suite import suite
 from tests.tensorize.schedule.kernels import gemm_int8
 
 I8MM = "+neon,+dotprod,+i8mm"
+# Each case starts qemu-user on a static executable: CI runs them in its slow pass.
+pytestmark = pytest.mark.slow
 needs_qemu = pytest.mark.skipif(qemu_binary() is None, reason="qemu-user "
                                 "(qemu-aarch64-static) is not installed: apt-get install "
                                 "qemu-user-static")

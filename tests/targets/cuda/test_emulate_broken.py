@@ -17,8 +17,10 @@ from tests.targets.cuda.helpers import WMMA_INT8, emitted, random_inputs, sized
 from tests.targets.cuda.test_emulate import THREAD, WARP, WRITE_AFTER_READ, _race_kernel
 from tests.tensorize.engine.suite import suite
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
-                                reason="no host C++ compiler to build the emulation")
+# Each case builds an emulation with g++: the injected-bug suite runs in CI's slow pass.
+pytestmark = [pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                                 reason="no host C++ compiler to build the emulation"),
+              pytest.mark.slow]
 
 WAIT_AND_BARRIER = "tz_cp_async_wait_group<1>();\n    __syncthreads();"
 # The step's compute starts after the prefetch is committed.
