@@ -812,7 +812,7 @@ class _CpuEmitter(StmtEmitter):
         for extent in extents:
             count *= extent
         strides = buffer.effective_strides
-        if count != wanted or not _contiguous(extents, strides):
+        if count != wanted or not contiguous_tile(extents, strides):
             raise EmitError(
                 f"block {self.block_name}: operand {name} of {intrinsic.name} requires "
                 f"{wanted} contiguous {operand.buffer.dtype} elements (one register's "
@@ -1080,7 +1080,7 @@ def _concat(b: ll.IRBuilder, x: ll.Value, nx: int, y: ll.Value, ny: int
     return b.shuffle_vector(x, y, ll.Constant(ll.VectorType(_I32, nx + ny), mask)), nx + ny
 
 
-def _contiguous(extents: list[int], strides: tuple[int, ...]) -> bool:
+def contiguous_tile(extents: list[int], strides: tuple[int, ...]) -> bool:
     """True when a tile of ``extents`` at ``strides`` covers consecutive elements."""
     expected = 1
     for extent, stride in zip(reversed(extents), reversed(strides)):

@@ -775,6 +775,8 @@ def _check_runs(sch: Schedule, blocks: set[str], intrinsic: Intrinsic) -> None:
     whose dimensions interleave with another's in the register stage or the packed buffer
     (one row's k steps a panel apart) is refused here, so the next load is tried, rather
     than by the code generator."""
+    from targets.cpu.emit import contiguous_tile  # the code generator's own rule
+
     for name in blocks:
         call = sch.get(sch.get_block(name)).block.body
         if not isinstance(call, IntrinsicCall):
@@ -784,22 +786,10 @@ def _check_runs(sch: Schedule, blocks: set[str], intrinsic: Intrinsic) -> None:
                 continue
             extents = [r.extent.value if isinstance(r.extent, IntImm) else None
                        for r in region.ranges]
-            if None in extents or not _one_run(extents, region.buffer.effective_strides):
+            if None in extents or not contiguous_tile(extents, region.buffer.effective_strides):
                 raise ScheduleError("cpu schedule", f"{intrinsic.name}: its operand "
                                     f"{operand.name}, a {'x'.join(map(str, extents))} tile "
                                     f"of {region.buffer.name}, is not one contiguous run")
-
-
-def _one_run(extents: list[Any], strides: tuple[int, ...]) -> bool:
-    """True when a tile of ``extents`` at element ``strides`` covers consecutive elements."""
-    expected = 1
-    for extent, stride in zip(reversed(extents), reversed(strides)):
-        if extent == 1:
-            continue
-        if stride != expected:
-            return False
-        expected *= extent
-    return True
 
 
 def _own_loops(sch: Schedule, stage: Any, loops: list[Any]) -> list[Any]:
