@@ -70,8 +70,14 @@ def _drain(pool: ProcessPoolExecutor, tasks: Sequence[Task]
            ) -> Generator[tuple[Task, dict[str, Any]], None, list[Task]]:
     """Run ``tasks`` on ``pool``, yielding each finished one with its row; returns the tasks
     a dead worker process took down with the pool."""
-    futures = {pool.submit(run_point, task): task for task in tasks}
-    lost = []
+    futures = {}
+    lost: list[Task] = []
+    for position, task in enumerate(tasks):
+        try:
+            futures[pool.submit(run_point, task)] = task
+        except BrokenProcessPool:  # a worker died while the points were still handed out
+            lost.extend(tasks[position:])
+            break
     while futures:
         finished, _ = wait(futures, return_when=FIRST_COMPLETED)
         for future in finished:
