@@ -16,8 +16,11 @@ from tensorize.engine import auto_tensorize
 from tests.targets.cuda.helpers import TENSORIZED, WMMA_INT8, emitted, random_inputs, sized
 from tests.tensorize.engine.suite import suite
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
-                                reason="no host C++ compiler to build the emulation")
+# Every suite kernel built and emulated with g++: CI's slow pass (the default run emulates
+# through test_mma, test_stages, test_implicit_gemm and the run command's tests).
+pytestmark = [pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                                 reason="no host C++ compiler to build the emulation"),
+              pytest.mark.slow]
 
 
 def _check(name: str, reverse: bool = False) -> None:
