@@ -46,9 +46,9 @@ def _is_console_command() -> bool:
     """Whether this process is the ``tensorize`` command (its console script, or
     ``python -m tensorize``), not a Python program that imports the CLI."""
     main_file = getattr(sys.modules.get("__main__"), "__file__", None) or ""
-    return os.path.basename(main_file) in ("tensorize", "tensorize.exe", "__main__.py") and \
-        (os.path.basename(main_file) != "__main__.py"
-         or os.path.basename(os.path.dirname(main_file)) == "tensorize")
+    name, folder = os.path.basename(main_file), os.path.basename(os.path.dirname(main_file))
+    return name in ("tensorize", "tensorize.exe") or (name, folder) == ("__main__.py",
+                                                                          "tensorize")
 
 
 # First, before the imports below: the console command's interrupts are handled from here on

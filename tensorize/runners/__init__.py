@@ -1,5 +1,6 @@
-"""Runners: one per target kind (host, npu, cpu, cuda), each with the same typed steps,
-and the run context they all take. See :mod:`tensorize.runners.runner` for the route a
+"""Runners: one per target kind with intrinsics (npu, cpu, cuda), each with the same typed
+steps, the host's one step (the untouched kernel on the reference executor), and the run
+context they all take. See :mod:`tensorize.runners.runner` for the route a
 kernel takes, :mod:`tensorize.runners.context` for the settings made at the edge."""
 
 from tensorize.runners.context import (

@@ -15,11 +15,11 @@ from typing import Any
 
 import yaml
 
+from simulator.config import ELEMENT_BYTES
+
 # The descriptions refuse an intrinsic of more than 2^20 iteration points
 # (intrinsics/limits.py); a generated GEMM of i x C x R stays within it by its row count i.
 _MAX_POINTS = 1 << 20
-# Bytes per element of each memory: inp and wgt hold int8, acc int32.
-_ELEMENT_BYTES = {"inp": 1, "wgt": 1, "acc": 4}
 
 
 def field_paths(machine: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -50,13 +50,13 @@ def with_fields(machine: Mapping[str, Any], values: Mapping[str, Any]) -> dict[s
 def memory_bytes(machine: Mapping[str, Any], memory: str) -> int:
     """The bytes of scratchpad ``memory`` (inp, wgt or acc): rows x row width x element."""
     width = machine["array"]["rows"] if memory == "inp" else machine["array"]["cols"]
-    return int(machine[memory]["rows"]) * int(width) * _ELEMENT_BYTES[memory]
+    return int(machine[memory]["rows"]) * int(width) * ELEMENT_BYTES[memory]
 
 
 def area(machine: Mapping[str, Any]) -> dict[str, int]:
     """The area proxy: processing elements and on-chip SRAM bytes (inp + wgt + acc)."""
     return {"pes": int(machine["array"]["rows"]) * int(machine["array"]["cols"]),
-            "sram_bytes": sum(memory_bytes(machine, m) for m in _ELEMENT_BYTES)}
+            "sram_bytes": sum(memory_bytes(machine, m) for m in ELEMENT_BYTES)}
 
 
 def quantities(machine: Mapping[str, Any]) -> dict[str, float]:
@@ -67,7 +67,7 @@ def quantities(machine: Mapping[str, Any]) -> dict[str, float]:
     sizes = area(machine)
     values["pes"] = sizes["pes"]
     values["sram.bytes"] = sizes["sram_bytes"]
-    for memory in _ELEMENT_BYTES:
+    for memory in ELEMENT_BYTES:
         values[f"{memory}.bytes"] = memory_bytes(machine, memory)
     return values
 
@@ -90,7 +90,7 @@ def family_text(machine: Mapping[str, Any]) -> str:
     scopes = "\n".join(
         f"  npu.{m}: {{capacity: {memory_bytes(machine, m)}, dtype: "
         f"{'int32' if m == 'acc' else 'int8'}, banks: {machine[m]['banks']}}}"
-        for m in _ELEMENT_BYTES)
+        for m in ELEMENT_BYTES)
     load = "load {mem}[{dst}], dram[{src}], rows={rows}, cols={cols}, stride={src.ld_bytes}"
     return f"""
 target: npu
