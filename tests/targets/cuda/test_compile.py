@@ -11,7 +11,10 @@ from targets import cuda
 from targets.cuda.pipeline import software_pipeline
 from tests.targets.cuda.helpers import TENSORIZED, WMMA, emitted, tensorized
 
-pytestmark = pytest.mark.skipif(cuda.nvcc_path() is None, reason="nvcc not installed")
+# nvcc builds of every suite kernel: CI's slow pass (the default run still compiles through
+# the run command's tests, tests/tensorize/cli/test_run_cuda.py).
+pytestmark = [pytest.mark.skipif(cuda.nvcc_path() is None, reason="nvcc not installed"),
+              pytest.mark.slow]
 
 
 @pytest.mark.slow
