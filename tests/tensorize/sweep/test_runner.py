@@ -103,10 +103,14 @@ workloads:
 """))
     killed: list[int] = []
 
+    rows = tmp_path / "out" / "results.jsonl"
+
     def kill_a_worker() -> None:
-        for _ in range(2000):
+        # Once a point has finished the pool is running (a worker killed while the pool is
+        # still starting can leave concurrent.futures waiting forever).
+        for _ in range(6000):
             workers = multiprocessing.active_children()
-            if workers:
+            if workers and rows.exists() and rows.read_text().strip():
                 os.kill(workers[0].pid, signal.SIGKILL)
                 killed.append(workers[0].pid)
                 return
