@@ -15,26 +15,43 @@ GEMMs (and u8 x s8, which only it multiplies) through the mma.sync family
 also per m16n8k16's worth of work (an int8 m16n8k32 does two); then ResNet-50's first 3x3
 convolution.
 
-Without ``--static``, on a GPU through CuPy: our kernel (the cubin loaded with
-``cupy.RawModule``) and cuBLAS (``cublasGemmEx`` through CuPy's bindings: fp16 x fp16 ->
-fp32 and int8 x int8 -> int32, computed in fp32 and int32, as ours), both timed with CUDA
-events (best of ``--repeat``), both results checked against a numpy reference on a sample
-of rows, and TFLOP/s (TOP/s for int8) with the ratio side by side. Without CuPy or a device
-it says so and exits 0. Figures, not assertions.
+``--gpu-suite`` (the default), on a GPU through CuPy: the GEMMs of ``cuda_suite.py`` (fp16
+with fp32 accumulation and int8 with int32, square, skinny (M = 1, 8, 64 rows of a 4096 x
+4096 weight) and 1000^3), each through the engine's default kernel and the tiling search's
+best of each tensor-core family (WMMA, mma.sync; ``search_tilings`` on the device's
+architecture, its best estimates compiled and measured by ptxas and the SASS), all prepared
+and compiled in parallel processes first; then each kernel and cuBLAS (``cublasGemmEx``:
+fp16 in its NN layout, int8 in TN, its fast path) timed between CUDA events after a warm-up
+(best and median of ``--repeat``), every element of every output checked against a float64
+reference computed on the GPU (int8 exactly; fp16 within the rule of ``cuda_suite.py``),
+with the device, its SM count, the driver, runtime and nvcc versions and its clocks before
+and after. It prints a table (T(FL)OP/s, and the ratio to cuBLAS) and writes the JSON
+(``--json``) and a plot (``--plot``, where matplotlib is importable). Without a device it
+prepares and compiles every kernel (for ``--arch``), says so and exits 0; so does
+``--compile-only`` anywhere. Figures, not assertions.
 
     .venv/bin/python bench/bench_cuda.py --static [--size N]
-    .venv/bin/python bench/bench_cuda.py [--size N] [--repeat R]
+    PYTHONPATH=. python3 bench/bench_cuda.py --gpu-suite --json OUT.json [--plot OUT.png]
+    .venv/bin/python bench/bench_cuda.py --compile-only [--arch sm_90] [--case 'fp16 1x4096x4096']
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import functools
+import multiprocessing
+import os
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
 
 import numpy as np
 import suite_kernels  # bench/ is on the path: the benchmarks run as scripts
+from cuda_suite import (CUBLAS_LAYOUT, FAMILIES, KERNELS, GemmCase, GemmExCall, KernelPlan,
+                        check_fp16, check_int8, gemm_ex_call, plan_suite, require_exact_int8,
+                        suite_cases, summary, write_json)
 
 from intrinsics import default_registry
 from targets import cuda
@@ -42,7 +59,8 @@ from targets.cuda.banks import bank_conflicts
 from targets.cuda.compile import cuobjdump_path, resource_usage, sass_mix
 from targets.cuda.occupancy import architecture, architectures, occupancy
 from targets.cuda.pipeline import STAGES
-from targets.cuda.run import gpu_unavailable, load
+from targets.cuda.run import (device_summary, event_times, gpu_unavailable, launch, load,
+                              sm_clocks)
 from tensorize.engine import auto_tensorize
 from tensorize.engine.cuda_schedule import (
     UNIT_MACS,
@@ -58,9 +76,6 @@ from tensorize.engine.cuda_schedule import (
 )
 
 GEMMS = ("gemm_fp16", "gemm_int8")
-# The intrinsic of each tensor-core family that the tiling search tries per GEMM.
-FAMILIES = {"gemm_fp16": ("wmma_m16n16k16_f16_f32", "mma_m16n8k16_f16f16_f32"),
-            "gemm_int8": ("wmma_m16n16k16_s8_s32", "mma_m16n8k32_s8s8_s32")}
 # The mma.sync family's GEMMs: (suite kernel, intrinsic).
 MMA_GEMMS = (("gemm_fp16", "mma_m16n8k16_f16f16_f32"), ("gemm_int8", "mma_m16n8k32_s8s8_s32"),
              ("gemm_u8s8", "mma_m16n8k32_u8s8_s32"))
@@ -127,7 +142,7 @@ def searched(name: str, n: int, measured: int = 4) -> None:
     registry = default_registry()
     sm_80 = architecture("sm_80", registry)
     searches: dict[str, list[TilingTrial]] = {}
-    for intrinsic in (registry.get(i) for i in FAMILIES[name]):
+    for intrinsic in (registry.get(i) for i in FAMILIES[name.removeprefix("gemm_")]):
         shape = tuple(intrinsic.extents)
         elem = max(intrinsic.operands[0].dtype.bits // 8, 1)
         searches[intrinsic.name] = search_tilings(
@@ -260,116 +275,359 @@ def resnet_conv() -> None:
         print(line)
 
 
-def _cublas(a, b, c, name: str) -> None:
-    """``c = a @ b`` (row-major) through cublasGemmEx: computed as the column-major
-    ``c^T = b^T a^T``, fp16 -> fp32 or int8 -> int32."""
+# ---- the GPU suite ----------------------------------------------------------------------------
+
+# Candidates of the tiling search compiled and measured per family (the rest estimated).
+MEASURED = 4
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One planned kernel built and compiled for ``arch``: the kernel and its cubin (None
+    where it could not be made, ``note`` says why), the intrinsic, the tiling search's
+    choice for a tuned kernel, and the seconds it took."""
+
+    plan: KernelPlan
+    arch: str
+    kernel: cuda.CudaKernel | None
+    cubin: bytes | None
+    intrinsic: str | None
+    note: str
+    seconds: float
+
+    def describe(self) -> str:
+        """The kernel's launches (grid x block, stages) and the note, on one line."""
+        if self.kernel is None:
+            return self.note
+        launches = ", ".join(f"{l.kernel.rsplit('_', 1)[-1]} {l.grid}x{l.block}"
+                             + (f" {l.stages} stages" if l.tiled else "")
+                             for l in self.kernel.launches)
+        return f"{self.intrinsic}: {launches}" + (f"; {self.note}" if self.note else "")
+
+
+def _figures(kernel: cuda.CudaKernel, arch: str, macs: int) -> TilingFigures | None:
+    """ptxas's registers, shared memory and spills of ``kernel``'s tiled launch on ``arch``
+    and, where cuobjdump is found, its non-MMA instructions per m16n8k16 of work; None when
+    it does not compile. No bank-conflict model: the GPU measures what they cost."""
+    (launch,) = [l for l in kernel.launches if l.tiled]
+    try:
+        (r,) = [r for r in resource_usage(kernel, arch) if r.kernel == launch.kernel]
+    except cuda.CompileError:
+        return None
+    other = None
+    if cuobjdump_path() is not None:
+        (mix,) = [m for m in sass_mix(kernel, arch) if m.kernel == launch.kernel]
+        other = mix.other_per_mma * UNIT_MACS / macs
+    return TilingFigures(r.registers, r.shared_bytes + launch.dynamic_shared,
+                         r.spill_stores + r.spill_loads, other)
+
+
+def prepare(plan: KernelPlan, arch: str) -> Prepared:
+    """Tensorize, emit and compile (a cubin for ``arch``) the kernel ``plan`` names: the
+    engine's default, or the best of the tiling search (:func:`search_tilings`, the best
+    :data:`MEASURED` estimates compiled) through ``plan.intrinsic``. Runs in a worker
+    process; any failure is returned in the note, never raised."""
+    start = time.perf_counter()
+    registry = default_registry()
+    case = plan.case
+    func = suite_kernels.builders()[KERNELS[case.dtype]](case.m, case.n, case.k)
+
+    def done(kernel, intrinsic, note: str) -> Prepared:
+        cubin = None
+        if kernel is not None:
+            try:
+                cubin = cuda.compile(kernel, arch, "cubin")
+            except cuda.CompileError as err:
+                kernel, note = None, f"nvcc failed: {str(err).splitlines()[0]}"
+        return Prepared(plan, arch, kernel, cubin, intrinsic, note,
+                        time.perf_counter() - start)
+
+    try:
+        first = auto_tensorize(func, "cuda", registry=registry, intrinsic=plan.intrinsic)
+        if not first.tensorized:
+            return done(None, plan.intrinsic, "not tensorized: " + first.blocks[0].reason)
+        (outcome,) = first.tensorized
+        if plan.intrinsic is None:
+            return done(cuda.emit(first.func, registry), outcome.intrinsic, "")
+        intrinsic = registry.get(plan.intrinsic)
+        shape = tuple(intrinsic.extents)
+        elem = max(intrinsic.operands[0].dtype.bits // 8, 1)
+        limits = architecture(arch, registry)
+        macs = instruction_macs(intrinsic)
+
+        def measure(tiling: CudaTiling, stages: int) -> TilingFigures | None:
+            tiled = auto_tensorize(func, "cuda", registry=registry, intrinsic=intrinsic.name,
+                                   tiling=tiling)
+            return _figures(cuda.emit(tiled.func, registry, stages=stages), arch, macs)
+
+        trials = search_tilings(tuple(outcome.extents[-3:]), shape, elem, 1, limits,
+                                lambda r, s, t: occupancy(limits, r, s, t),
+                                tensor_pipe(intrinsic, arch), measure, MEASURED)
+        if not trials or not trials[0].blocks_per_sm:
+            return done(None, intrinsic.name, "the tiling search found no candidate that "
+                        f"fits (padded extents {outcome.extents[-3:]})")
+        best = trials[0]
+        tuned = auto_tensorize(func, "cuda", registry=registry, intrinsic=intrinsic.name,
+                               tiling=best.tiling)
+        return done(cuda.emit(tuned.func, registry, stages=best.stages), intrinsic.name,
+                    f"search's best of {len(trials)}: {best.describe(shape)}")
+    except Exception as err:  # noqa: BLE001  one kernel's failure must not stop the suite
+        return done(None, plan.intrinsic, f"{type(err).__name__}: {err}")
+
+
+def prepare_all(plans: list[KernelPlan], arch: str, workers: int) -> list[Prepared]:
+    """:func:`prepare` every plan in ``workers`` processes (spawned: the parent may hold a
+    CUDA context, which a forked child must not inherit), printing each as it finishes;
+    the result in plan order."""
+    print(f"preparing {len(plans)} kernels for {arch} in {workers} processes", flush=True)
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = {pool.submit(prepare, plan, arch): n for n, plan in enumerate(plans)}
+        found: dict[int, Prepared] = {}
+        for future in concurrent.futures.as_completed(futures):
+            item = future.result()
+            found[futures[future]] = item
+            print(f"  [{len(found)}/{len(plans)}] {item.plan.case.label} {item.plan.label} "
+                  f"({item.seconds:.1f} s): {item.describe()}", flush=True)
+    return [found[n] for n in range(len(plans))]
+
+
+def _inputs(case: GemmCase, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random A and B: fp16 standard normal, or int8 over its whole range."""
+    rng = np.random.default_rng(seed)
+    if case.dtype == "fp16":
+        return (rng.standard_normal((case.m, case.k), np.float32).astype(np.float16),
+                rng.standard_normal((case.k, case.n), np.float32).astype(np.float16))
+    return (rng.integers(-128, 128, (case.m, case.k), dtype=np.int8),
+            rng.integers(-128, 128, (case.k, case.n), dtype=np.int8))
+
+
+# cudaDataType_t values (CUDA's library_types.h): CuPy 14's runtime module no longer
+# exports CUDA_R_32I, so the enum is spelled out here.
+CUDA_R_32F, CUDA_R_16F, CUDA_R_8I, CUDA_R_32I = 0, 2, 3, 10
+
+
+def _cublas(call: GemmExCall, buffers: dict, out, dtype: str) -> None:
+    """``out = A @ B`` through cublasGemmEx with ``call``'s arguments (fp16 -> fp32 or
+    int8 -> int32, computed in fp32 and int32, as ours); ``buffers`` by the names ``call``
+    uses."""
     import cupy
     from cupy.cuda import cublas, device
 
-    n_rows, k = a.shape
-    n_cols = b.shape[1]
-    if name == "gemm_fp16":
-        types = (cupy.cuda.runtime.CUDA_R_16F, cupy.cuda.runtime.CUDA_R_32F,
-                 cublas.CUBLAS_COMPUTE_32F)
+    if dtype == "fp16":
+        types = (CUDA_R_16F, CUDA_R_32F, cublas.CUBLAS_COMPUTE_32F)
         one, zero = np.array(1, np.float32), np.array(0, np.float32)
     else:
-        types = (cupy.cuda.runtime.CUDA_R_8I, cupy.cuda.runtime.CUDA_R_32I,
-                 cublas.CUBLAS_COMPUTE_32I)
+        types = (CUDA_R_8I, CUDA_R_32I, cublas.CUBLAS_COMPUTE_32I)
         one, zero = np.array(1, np.int32), np.array(0, np.int32)
+    operation = {"N": cublas.CUBLAS_OP_N, "T": cublas.CUBLAS_OP_T}
     handle = device.get_cublas_handle()
     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
-    cublas.gemmEx(handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n_cols, n_rows, k,
-                  one.ctypes.data, b.data.ptr, types[0], n_cols, a.data.ptr, types[0], k,
-                  zero.ctypes.data, c.data.ptr, types[1], n_cols, types[2],
-                  cublas.CUBLAS_GEMM_DEFAULT)
+    cublas.gemmEx(handle, operation[call.transa], operation[call.transb], call.rows,
+                  call.cols, call.depth, one.ctypes.data, buffers[call.x].data.ptr, types[0],
+                  call.lda, buffers[call.y].data.ptr, types[0], call.ldb, zero.ctypes.data,
+                  out.data.ptr, types[1], call.ldc, types[2], cublas.CUBLAS_GEMM_DEFAULT)
 
 
-def _launch(functions: list, args: tuple) -> None:
-    """Every launch of the kernel, in order, with its dynamic shared memory."""
-    for function, launch in functions:
-        function(launch.grid, launch.block, args, shared_mem=launch.dynamic_shared)
-
-
-def _timed(launch, repeat: int) -> float:
-    """The best time of ``launch()`` over ``repeat`` runs, in ms, between CUDA events."""
+def _measured(case: GemmCase, name: str, call, out, reference, repeat: int) -> dict:
+    """Run ``call`` once on an output filled with a value no kernel computes (NaN, or
+    int32's least), check the whole output against ``reference`` (a (values, magnitude)
+    pair), then time it: one row of the record."""
     import cupy
 
-    launch()
-    start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    best = float("inf")
-    for _ in range(repeat):
-        start.record()
-        launch()
-        end.record()
-        end.synchronize()
-        best = min(best, cupy.cuda.get_elapsed_time(start, end))
-    return best
+    row = _row(case, name)
+    out.fill(np.nan if case.dtype == "fp16" else np.iinfo(np.int32).min)
+    try:
+        call()
+        cupy.cuda.get_current_stream().synchronize()
+    except Exception as err:  # noqa: BLE001  a refused launch or cuBLAS call is a result
+        row.update(error=f"{type(err).__name__}: {err}", ok=False)
+        return row
+    values, magnitude = reference
+    check = (check_fp16(out, values, magnitude, case.k) if case.dtype == "fp16"
+             else check_int8(out, values))
+    times = summary(event_times(call, repeat))
+    row.update(times, ok=check.ok, wrong=check.wrong, worst=check.worst,
+               check=check.describe(),
+               tera_ops_per_s=case.operations / (times["best_ms"] * 1e-3) / 1e12)
+    return row
 
 
-def _checked(result, a: np.ndarray, b: np.ndarray) -> str:
-    """How ``result`` (on the device) agrees with numpy on 64 sampled rows."""
+def _row(case: GemmCase, kernel: str) -> dict:
+    """The start of a row of the record: the case and the kernel's name."""
+    return {"case": case.label, "dtype": case.dtype, "m": case.m, "n": case.n, "k": case.k,
+            "kernel": kernel}
+
+
+def run_case(case: GemmCase, kernels: list[Prepared], repeat: int, seed: int) -> list[dict]:
+    """Time and check each of ``kernels`` (the case's) and cuBLAS on the device: one row
+    each, the ratio to cuBLAS's best time added (above 1: faster than cuBLAS)."""
     import cupy
 
-    rows = np.random.default_rng(1).choice(a.shape[0], 64, replace=False)
-    got = cupy.asnumpy(result[cupy.asarray(rows)])
-    if a.dtype == np.int8:
-        want = a[rows].astype(np.int64) @ b.astype(np.int64)
-        return "exact" if np.array_equal(got, want) else "WRONG (not exact)"
-    want = a[rows].astype(np.float32) @ b.astype(np.float32)
-    error = float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
-    return f"max rel. error {error:.1e}" + ("" if error < 1e-2 else " WRONG")
-
-
-def on_gpu(n: int, repeat: int) -> None:
-    """Time each GEMM and cuBLAS on the device and print them side by side."""
-    reason = gpu_unavailable()
-    if reason is not None:
-        print(f"bench_cuda needs a CUDA device through CuPy ({reason}); nothing to measure "
-              "here. `--static` prints the figures this machine can give.")
-        return
-    import cupy
-
-    rng = np.random.default_rng(0)
-    for name in GEMMS:
-        built = build(name, n)
-        if name == "gemm_fp16":
-            a = rng.standard_normal((n, n)).astype(np.float16)
-            b = rng.standard_normal((n, n)).astype(np.float16)
-        else:
-            a = rng.integers(-128, 128, (n, n)).astype(np.int8)
-            b = rng.integers(-128, 128, (n, n)).astype(np.int8)
-        out = np.float32 if name == "gemm_fp16" else np.int32
-        x, y = cupy.asarray(a), cupy.asarray(b)
-        ours, theirs = cupy.zeros((n, n), out), cupy.zeros((n, n), out)
-        functions = load(built.kernel)
-        args = {"A": x, "B": y, "C": ours}
-        for buffer in built.kernel.buffers:  # intermediates: the int8 B transposed
+    a, b = _inputs(case, seed)
+    x, y = cupy.asarray(a), cupy.asarray(b)
+    wide_a, wide_b = x.astype(cupy.float64), y.astype(cupy.float64)
+    if case.dtype == "int8":
+        require_exact_int8(case.k)
+        reference = (wide_a @ wide_b, None)
+    else:
+        reference = (wide_a @ wide_b, cupy.abs(wide_a) @ cupy.abs(wide_b))
+    del wide_a, wide_b
+    out_type = cupy.float32 if case.dtype == "fp16" else cupy.int32
+    rows = []
+    for item in kernels:
+        if item.kernel is None:
+            rows.append(_row(case, item.plan.label) | {"error": item.note, "ok": False})
+            print(f"  {case.label} {item.plan.label}: skipped ({item.note})", flush=True)
+            continue
+        kernel = item.kernel
+        functions = load(kernel, cubin=item.cubin)
+        out = cupy.empty((case.m, case.n), out_type)
+        args = {"A": x, "B": y, "C": out}
+        for buffer in kernel.buffers:  # intermediates: padded copies, a transposed B
             args.setdefault(buffer.name, cupy.zeros(buffer.shape, buffer.dtype.numpy))
+        ordered = tuple(args[p] for p in kernel.params)
+        row = _measured(case, item.plan.label, functools.partial(launch, functions, ordered),
+                        out, reference, repeat)
+        row.update(intrinsic=item.intrinsic, launches=item.describe())
+        rows.append(row)
+        print(f"  {_line(row)}", flush=True)
+    layout = CUBLAS_LAYOUT[case.dtype]
+    call = gemm_ex_call(case.m, case.n, case.k, layout)
+    buffers = {"A": x, "B": y, "B^T": cupy.ascontiguousarray(y.T) if call.x == "B^T" else y}
+    out = cupy.empty((case.m, case.n), out_type)
+    theirs = _measured(case, f"cuBLAS {layout}",
+                       functools.partial(_cublas, call, buffers, out, case.dtype), out,
+                       reference, repeat)
+    print(f"  {_line(theirs)}", flush=True)
+    for row in rows:
+        if "best_ms" in row and "best_ms" in theirs:
+            row["vs_cublas"] = theirs["best_ms"] / row["best_ms"]
+    return [*rows, theirs]
 
-        ordered = tuple(args[p] for p in built.kernel.params)
-        ours_ms = _timed(lambda: _launch(functions, ordered), repeat)  # noqa: B023
-        cublas_ms = _timed(lambda: _cublas(x, y, theirs, name), repeat)  # noqa: B023
-        ops = 2 * n ** 3 / 1e12
-        print(f"{name} {n}^3 on {cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}: "
-              f"ours {ours_ms:.3f} ms {ops / ours_ms * 1e3:.1f} T(FL)OP/s "
-              f"[{_checked(ours, a, b)}]; cuBLAS {cublas_ms:.3f} ms "
-              f"{ops / cublas_ms * 1e3:.1f} T(FL)OP/s [{_checked(theirs, a, b)}]; "
-              f"ours/cuBLAS {cublas_ms / ours_ms:.2f}")
+
+def _line(row: dict) -> str:
+    """One row of the table: case, kernel, best and median ms, T(FL)OP/s, ratio, check."""
+    if "best_ms" not in row:
+        return f"{row['case']:<22} {row['kernel']:<32} {row.get('error', '')}"
+    ratio = f"{row['vs_cublas']:.2f}" if "vs_cublas" in row else "-"
+    return (f"{row['case']:<22} {row['kernel']:<32} {row['best_ms']:9.4f} "
+            f"{row['median_ms']:9.4f} {row['tera_ops_per_s']:8.1f} {ratio:>6}  "
+            f"{row['check']}")
+
+
+def _plot(rows: list[dict], path: str) -> None:
+    """Bars of T(FL)OP/s per case and kernel, where matplotlib is importable."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"--plot {path}: matplotlib is not importable here; the JSON has the figures")
+        return
+    timed = [r for r in rows if "tera_ops_per_s" in r]
+    cases = list(dict.fromkeys(r["case"] for r in timed))
+    kernels = list(dict.fromkeys(r["kernel"] for r in timed))
+    width = 0.8 / max(len(kernels), 1)
+    figure, axes = plt.subplots(figsize=(max(8, len(cases) * 1.2), 5))
+    for n, name in enumerate(kernels):
+        values = {r["case"]: r["tera_ops_per_s"] for r in timed if r["kernel"] == name}
+        axes.bar([c + n * width for c in range(len(cases))],
+                 [values.get(c, 0) for c in cases], width, label=name)
+    axes.set_xticks([c + 0.4 - width / 2 for c in range(len(cases))], cases, rotation=45,
+                    ha="right")
+    axes.set_ylabel("TFLOP/s (fp16) or TOP/s (int8), best of the runs")
+    axes.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path)
+    print(f"plot written to {path}")
+
+
+def gpu_suite(args: argparse.Namespace) -> None:
+    """Prepare every planned kernel (module docs), then, on a device, time and check them
+    beside cuBLAS, print the table and write the JSON (and the plot)."""
+    if cuda.nvcc_path() is None:
+        print("bench_cuda --gpu-suite needs nvcc (install the CUDA toolkit or set NVCC)")
+        return
+    cases = [c for c in suite_cases() if not args.case or c.label in args.case]
+    reason = gpu_unavailable()
+    arch = args.arch
+    if reason is None:
+        import cupy
+
+        arch = f"sm_{cupy.cuda.Device().compute_capability}"
+    start = time.perf_counter()
+    prepared = prepare_all(plan_suite(cases), arch, args.workers)
+    failed = [p for p in prepared if p.kernel is None]
+    print(f"prepared {len(prepared) - len(failed)} of {len(prepared)} kernels for {arch} in "
+          f"{time.perf_counter() - start:.0f} s", flush=True)
+    if args.compile_only:
+        return
+    if reason is not None:
+        print(f"no GPU to time them on ({reason}): the kernels compile; nothing to measure "
+              "here", flush=True)
+        return
+    record: dict = {"command": " ".join(["python3", *sys.argv]), "arch": arch,
+                    "device": device_summary(), "clocks_before": sm_clocks(),
+                    "nvcc": _nvcc_version(), "repeat": args.repeat,
+                    "fp16_tolerance": "|C - R| <= 4 K 2^-24 (|A| @ |B|) per element",
+                    "vs_cublas": "cuBLAS's best time over the kernel's: above 1 is faster"}
+    print(f"{record['device']['name']}: {record['device']['sm_count']} SMs, clocks "
+          f"{record['clocks_before']}", flush=True)
+    print(f"{'case':<22} {'kernel':<32} {'best ms':>9} {'median':>9} {'T(FL)OP/s':>8} "
+          f"{'vs cuBLAS':>6}  check", flush=True)
+    rows = []
+    for case in cases:
+        rows += run_case(case, [p for p in prepared if p.plan.case == case], args.repeat,
+                         args.seed)
+        # The case's inputs, reference and outputs are gone: give their memory back.
+        cupy.get_default_memory_pool().free_all_blocks()
+    record.update(clocks_after=sm_clocks(), rows=rows,
+                  seconds=time.perf_counter() - start)
+    print(f"\nclocks after: {record['clocks_after']}; {record['seconds']:.0f} s in all")
+    print("\n".join(_line(row) for row in rows))
+    if args.json:
+        write_json(args.json, record)
+        print(f"JSON written to {args.json}")
+    if args.plot:
+        _plot(rows, args.plot)
+
+
+def _nvcc_version() -> str:
+    """nvcc's release line (``Cuda compilation tools, release 13.0, V13.0.48``)."""
+    done = subprocess.run([cuda.nvcc_path(), "--version"], capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if "release" in line]
+    return lines[0].strip() if lines else done.stdout.strip()
 
 
 def main() -> None:
-    """Static figures with ``--static``, else timings on the GPU."""
+    """Static figures with ``--static``, else the GPU suite."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--static", action="store_true",
                         help="registers, shared memory, occupancy, SASS mix, bank conflicts")
-    parser.add_argument("--size", type=int, default=4096)
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--size", type=int, default=4096, help="--static's N")
+    parser.add_argument("--gpu-suite", action="store_true",
+                        help="the GPU suite (the default without --static)")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="prepare and compile the suite's kernels, time nothing")
+    parser.add_argument("--arch", default="sm_90",
+                        help="the architecture to compile for where no GPU says (sm_90)")
+    parser.add_argument("--case", action="append",
+                        help="only this case, as the table names it ('fp16 1x4096x4096'); "
+                             "repeatable")
+    parser.add_argument("--repeat", type=int, default=20, help="timed runs per kernel")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="processes that prepare the kernels")
+    parser.add_argument("--json", help="write the record here")
+    parser.add_argument("--plot", help="draw T(FL)OP/s here (needs matplotlib)")
     args = parser.parse_args()
-    print("command:", " ".join([".venv/bin/python", *sys.argv]))
+    print("command:", " ".join(["python3", *sys.argv]), flush=True)
     if args.static:
         static(args.size)
     else:
-        on_gpu(args.size, args.repeat)
+        gpu_suite(args)
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def bench(name: str, target: str, folder: Path, small: bool, profile: int) -> No
     elif totals["instructions"] is not None:
         detail = f"instructions {totals['instructions']:,}"
     elif target == "x86":
-        kernels = sum(r["seconds"] or 0 for r in run.records if r["placement"] == "tensorized")
+        kernels = sum(r["run_s"] or 0 for r in run.records if r["placement"] == "tensorized")
         detail = (f"tensorized kernels {kernels * 1e3:.1f} ms (native); onnxruntime "
                   f"{onnxruntime_seconds(path, graph) * 1e3:.1f} ms (1 thread)")
     print(f"{name:<12} {target:<4} import {import_s:5.2f} s  run {run.timings['run']:6.2f} s  "

@@ -16,7 +16,8 @@ from typing import Any
 import ir
 from intrinsics import checks, limits
 from intrinsics.cpu_target import BACKEND as CPU_BACKEND
-from intrinsics.model import Cost, Intrinsic, Operand, Scope, StrideRule, frozen_mapping
+from intrinsics.model import (Accepted, Cost, Intrinsic, Operand, Scope, StrideRule,
+                             frozen_mapping)
 from intrinsics.source import Findings, YNode
 from intrinsics.templates import ATTRIBUTES, Placeholder, TemplateError, parse
 from ir import IterKind
@@ -166,10 +167,33 @@ def _operand(item: YNode, ctx: Context, findings: Findings, where: str) -> Opera
         value_range = (low, high)
     operand = Operand(fields["name"].value, fields["role"].value, buffer, layout, strides,
                       alignment, scopes, value_range, _optional(item, "description", ""),
-                      item.loc)
+                      item.loc, _accepted(item, fields["role"].value, dtype, findings, where))
     for scope_name, loc in zip(scopes, _scope_locs(scope_node)):
         _check_scope(operand, scope_name, loc, ctx, findings, where)
     return operand
+
+
+def _accepted(item: YNode, role: str, dtype: ir.DType, findings: Findings, where: str
+              ) -> Accepted | None:
+    """The operand's ``accepts`` declaration, or None (absent, or wrong: recorded why)."""
+    node = item.get("accepts")
+    if node is None:
+        return None
+    accepted = Accepted(ir.dtype(node.value["dtype"].value), node.value["bias"].value)
+    source, bias = accepted.dtype, accepted.bias
+    where = f"{where}: accepts"
+    if role != "input":
+        findings.add(item.at("accepts"), f"{where} requires an input operand, got role {role}")
+    elif not (source.is_int and dtype.is_int) or source == dtype:
+        findings.add(node.value["dtype"].loc, f"{where} requires an integer dtype other than "
+                     f"the operand's {dtype}, got {source}")
+    elif source.min + bias < dtype.min or source.max + bias > dtype.max:
+        findings.add(node.value["bias"].loc, f"{where} requires {source} + bias within "
+                     f"{dtype} [{dtype.min}, {dtype.max}], got [{source.min + bias}, "
+                     f"{source.max + bias}] for bias {bias}")
+    else:
+        return accepted
+    return None
 
 
 def _scope_locs(node: YNode) -> list[ir.SourceLoc]:

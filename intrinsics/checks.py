@@ -32,7 +32,8 @@ class Parts:
 
 def check_all(parts: Parts, findings: Findings) -> None:
     """Run every check on ``parts``."""
-    for check in (_check_roles, _check_iterators, _check_extents, _check_dtypes, _check_kind):
+    for check in (_check_roles, _check_iterators, _check_extents, _check_dtypes, _check_kind,
+                  _check_accepts):
         check(parts, findings)
 
 
@@ -218,6 +219,25 @@ def _check_dtypes(parts: Parts, findings: Findings) -> None:
                          f"{parts.where}: accumulator {store.buffer.name} requires a dtype "
                          f"at least as wide as its input {load.buffer.name} ({source}), "
                          f"got {acc}")
+
+
+def _check_accepts(parts: Parts, findings: Findings) -> None:
+    """An operand that accepts another dtype (shifted) is one factor of an accumulated
+    product of two converted loads, ``C += acc(X) * acc(Y)``: the only form whose shift the
+    engine knows how to compensate (``bias * sum Y``)."""
+    for operand in parts.operands:
+        if operand.accepts is None:
+            continue
+        term = accumulated_term(parts.store)
+        factors = (term.a, term.b) if isinstance(term, ir.BinOp) and term.op == "mul" else ()
+        loads = [f.value for f in factors if isinstance(f, ir.Cast)
+                 and isinstance(f.value, ir.BufferLoad) and f.dtype == parts.store.buffer.dtype]
+        if len(loads) != 2 or operand.buffer not in {load.buffer for load in loads} \
+                or not parts.store.buffer.dtype.is_int:
+            findings.add(operand.loc or parts.semantics_loc,
+                         f"{parts.where}, operand {operand.name}: accepts requires semantics "
+                         f"C[..] += acc({operand.name}[..]) * acc(Y[..]) with an integer "
+                         f"accumulator, got {ir.print_node(parts.store.value)}")
 
 
 def _check_kind(parts: Parts, findings: Findings) -> None:

@@ -52,7 +52,7 @@ CUDA_ENUMERATORS = ("nvcuda::wmma::mem_row_major", "nvcuda::wmma::mem_col_major"
 # Functions the CUDA backend's own index and value expressions call (its prelude's helpers
 # and the math library), the only calls a value filled into a cuda template may hold.
 CUDA_VALUE_CALLS = ("tz_floordiv", "tz_floormod", "tz_min", "tz_max", "expf", "logf",
-                    "sqrtf", "tanhf", "erff", "fabsf")
+                    "sqrtf", "tanhf", "erff", "fabsf", "rintf")
 
 # The architectures whose LLVM intrinsics (``@llvm.<arch>.*``) an LLVM IR template may call.
 LLVM_ARCHES = ("aarch64", "arm", "x86")

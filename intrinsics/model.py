@@ -61,6 +61,17 @@ class StrideRule:
 
 
 @dataclass(frozen=True, slots=True)
+class Accepted:
+    """A kernel input of ``dtype`` runs through an operand of another dtype as ``x + bias``
+    (int8 + 128 is uint8). Where the semantics sums products ``C += acc(X) * acc(Y)``, the
+    engine then subtracts ``bias * sum Y`` from the output (``shift_operand``): with a
+    wrapping integer accumulator that is exact."""
+
+    dtype: ir.DType
+    bias: int
+
+
+@dataclass(frozen=True, slots=True)
 class Operand:
     """One tensor an intrinsic reads or writes.
 
@@ -69,6 +80,8 @@ class Operand:
     or ``accumulator`` (read and written). ``layout`` is ``row_major`` (last dimension
     contiguous) or ``col_major`` (first dimension contiguous); ``alignment`` is in bytes.
     ``value_range`` bounds the values it may hold (None: any value of its dtype).
+    ``accepts`` is the :class:`Accepted` dtype a kernel input may have and still run through
+    this operand, shifted; None: only the operand's own dtype.
     """
 
     name: str
@@ -81,6 +94,7 @@ class Operand:
     value_range: tuple[float, float] | None = None
     description: str = ""
     loc: ir.SourceLoc | None = field(default=None, compare=False)
+    accepts: Accepted | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -191,6 +191,18 @@ def _check_family_cached(path: str, mtime_ns: int, size: int) -> tuple[Family | 
     return check_family(path)
 
 
+def _scope_differences(there: Scope, here: Scope) -> str:
+    """``capacity 65536 there, 131072 here; banks 2 there, 4 here``: each field two
+    declarations of one scope disagree on."""
+    def dtypes(scope: Scope) -> str:
+        return ",".join(d.name for d in scope.dtypes) or "any"
+
+    fields = (("capacity", lambda s: s.capacity), ("dtype", dtypes),
+              ("alignment", lambda s: s.alignment), ("banks", lambda s: s.banks))
+    return "; ".join(f"{name} {value(there)} there, {value(here)} here"
+                     for name, value in fields if value(there) != value(here))
+
+
 def check_across(families: Sequence[Family], findings: Findings) -> None:
     """Family, intrinsic and scope names must not clash between files, one file at most
     describes each CPU target, and a family adding intrinsics to an NPU another file
@@ -227,8 +239,9 @@ def check_across(families: Sequence[Family], findings: Findings) -> None:
             known = scope_at.setdefault(scope.name, scope)
             if known is not scope and not known.same_memory(scope):
                 findings.add(scope.loc, f"scope {scope.name} is declared differently at "
-                             f"{known.loc}; every declaration of a scope requires the same "
-                             "capacity, dtype, alignment and banks")
+                             f"{known.loc} ({_scope_differences(known, scope)}); every "
+                             "declaration of a scope requires the same capacity, dtype, "
+                             "alignment and banks")
     # What a file adds to a CPU target another file describes must compile for that target.
     for family in families:
         described = cpu_at.get(family.target)

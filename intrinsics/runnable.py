@@ -4,7 +4,9 @@ A family that describes an NPU (its file has a ``machine:`` section) is runnable
 scopes are the machine's memories, each on-chip tile fits one bank of its memory, and each
 GEMM the engine may try (a compute intrinsic that reduces and accumulates) is one the array
 executes, reads its tiles with declared loads, writes them with a declared store, and starts
-its accumulator tile at zero (a resetting variant or a fill). The loader calls
+its accumulator tile at zero (a resetting variant or a fill), and each instruction its
+intrinsics emit is one the machine has (:func:`unit_problem`: ``vec.requant`` needs
+``machine.requant``). The loader calls
 :func:`check_npu_family` on every such family, so ``tensorize intrinsics validate`` and the
 registry that ``tensorize run`` loads refuse the same files at the same lines; the NPU schedule
 (``tensorize.engine.npu_schedule``) asks the same questions of the machine a run uses
@@ -35,6 +37,9 @@ SCOPE_MEMORY = {"npu.inp": Mem.INP, "npu.wgt": Mem.WGT, "npu.acc": Mem.ACC}
 _ROLE = {Mem.INP: "input scratchpad", Mem.WGT: "weight scratchpad",
          Mem.ACC: "accumulator memory"}
 _DTYPE = {"inp": ir.dtype("int8"), "wgt": ir.dtype("int8"), "acc": ir.dtype("int32")}
+# What else a memory's elements may hold: an acc word holds the float32 bits of a
+# requantisation scale as well (vec.requant reads a row of them).
+_ALSO = {"inp": (), "wgt": (), "acc": (ir.dtype("float32"),)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +180,22 @@ def scope_problem(intrinsic: Intrinsic, operand: Operand, mem: Mem) -> str | Non
             f"docs/intrinsics.md), got {operand.scope}")
 
 
+# Instructions only some machines have, by mnemonic: the machine section each one needs.
+OPTIONAL_UNITS = {"vec.requant": "requant"}
+
+
+def unit_problem(intrinsic: Intrinsic, config: MachineConfig) -> str | None:
+    """Why the machine ``config`` lacks the instruction ``intrinsic`` emits (None: it has
+    it): ``vec.requant`` runs on the vector unit's requantisation stage, which a machine
+    has only when its description declares ``machine.requant``."""
+    mnemonic = intrinsic.emit.get("npu", "").split(None, 1)[:1]
+    unit = OPTIONAL_UNITS.get(mnemonic[0]) if mnemonic else None
+    if unit is None or getattr(config, unit) is not None:
+        return None
+    return (f"intrinsic {intrinsic.name} emits {mnemonic[0]}, which requires a machine with "
+            f"machine.{unit}, and {config.name} has none")
+
+
 def check_npu_family(intrinsics: Iterable[Intrinsic], scopes: Mapping[str, Scope],
                      config: MachineConfig | None, findings: Findings) -> None:
     """Record, at its YAML line, everything that keeps an NPU family from running (module
@@ -192,6 +213,10 @@ def check_npu_family(intrinsics: Iterable[Intrinsic], scopes: Mapping[str, Scope
                 tiles.setdefault((operand.scope, operand.shape), (intrinsic, operand))
         for intrinsic, operand in tiles.values():
             _check_tile(intrinsic, operand, config, findings)
+        for intrinsic in intrinsics:
+            problem = unit_problem(intrinsic, config)
+            if problem is not None:
+                findings.add(intrinsic.loc, problem)
     for intrinsic in intrinsics:
         if tried(intrinsic):
             _check_gemm(intrinsic, intrinsics, config, findings)
@@ -215,10 +240,13 @@ def _check_scope(scope: Scope, config: MachineConfig, findings: Findings) -> Non
     if scope.banks is not None and scope.banks != memory.banks:
         findings.add(scope.loc, f"scope {scope.name} requires banks: {memory.banks}, the banks "
                      f"of {what}, got {scope.banks}")
-    if scope.dtypes and scope.dtypes != (dtype,):
+    allowed = (dtype, *_ALSO[name])
+    if scope.dtypes and (dtype not in scope.dtypes or
+                         any(d not in allowed for d in scope.dtypes)):
         held = ", ".join(d.name for d in scope.dtypes)
-        findings.add(scope.loc, f"scope {scope.name} requires dtype {dtype}, what {what} "
-                     f"holds, got {held}")
+        also = "".join(f" (and {d})" for d in _ALSO[name])
+        findings.add(scope.loc, f"scope {scope.name} requires dtype {dtype}{also}, what "
+                     f"{what} holds, got {held}")
 
 
 def _check_tile(intrinsic: Intrinsic, operand: Operand, config: MachineConfig,

@@ -416,6 +416,12 @@ ITERATOR = Record("an iterator", (
     Field("kind", Choice(ITER_KINDS), False, "spatial (default) or reduce"),
 ))
 
+ACCEPTS = Record("an accepted dtype", (
+    Field("dtype", DTypeName(), True, "the kernel input's dtype"),
+    Field("bias", Int(-(2 ** 31), 2 ** 31 - 1), True, "added to each of its values to give "
+          "one of the operand's dtype (int8 + 128 is uint8)"),
+))
+
 OPERAND = Record("an operand", (
     Field("name", Name(), True, "the name the semantics and the templates use"),
     Field("role", Choice(ROLES), True, "input, output or accumulator"),
@@ -428,6 +434,8 @@ OPERAND = Record("an operand", (
     Field("alignment", Int(1), False, "required address alignment in bytes"),
     Field("range", Interval(), False, "[low, high]: the values it may hold (the self-check "
           "draws its random inputs from them)"),
+    Field("accepts", ACCEPTS, False, "{dtype, bias}: a kernel input of that dtype runs "
+          "through this operand shifted by bias, the sum compensated"),
     Field("description", Text(), False, "what it holds"),
 ))
 

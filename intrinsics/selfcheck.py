@@ -118,7 +118,7 @@ def _random_array(operand: Operand, rng: np.random.Generator) -> np.ndarray:
     # Interpolate rather than rng.uniform(low, high), whose high - low overflows for a range
     # spanning most of float64.
     weight = rng.random(size=operand.shape)
-    return (float(low) * (1.0 - weight) + float(high) * weight).astype(dtype.numpy)
+    return np.asarray(float(low) * (1.0 - weight) + float(high) * weight, dtype.numpy)
 
 
 def compare(intrinsic: Intrinsic, got: np.ndarray, want: np.ndarray,

@@ -23,7 +23,9 @@ LOGIC_OPS = ("and", "or")
 BINARY_OPS = ARITH_OPS + COMPARE_OPS + LOGIC_OPS
 
 # Pure math functions a kernel may call; the executor and backends know each one.
-MATH_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "sigmoid", "abs", "erf")
+# ``rint`` rounds to the nearest integer, ties to even (IEEE 754 roundTiesToEven), and keeps
+# the float type: what requantisation needs, where a cast to an integer truncates.
+MATH_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "sigmoid", "abs", "erf", "rint")
 
 
 class Expr(Node):

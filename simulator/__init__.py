@@ -16,7 +16,7 @@ docs/simulator.md is the reference: ISA, assembly, timing formulas, config field
 """
 
 from simulator.assembler import assemble, disassemble, format_instruction
-from simulator.config import MachineConfig, default_machine_path, load_machine
+from simulator.config import MachineConfig, RequantConfig, default_machine_path, load_machine
 from simulator.engine import simulate
 from simulator.isa import (
     Deps,
@@ -29,6 +29,7 @@ from simulator.isa import (
     Nop,
     Operand,
     Queue,
+    Requant,
     Step,
     Store,
     Vec,
@@ -53,6 +54,8 @@ __all__ = [
     "Nop",
     "Operand",
     "Queue",
+    "Requant",
+    "RequantConfig",
     "Roofline",
     "SimResult",
     "Step",

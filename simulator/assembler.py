@@ -8,6 +8,7 @@ destination first, then ``key=value`` fields in any order, then bare words (``re
     load inp[0], dram[0x0], rows=256, cols=16, stride=1024 | pop_next, push_next
     gemm acc[0], inp[0], wgt[0], rows=256, k=16, reset | pop_prev
     vec.mulshift acc[0], rows=256, mult=1073741824, shift=38
+    vec.requant acc[0], rows=256, scale=0x3c23d70a, zp=3, lo=-128, hi=127
     store dram[0x40000], acc[0], rows=256, cols=16, stride=1024, int8 | push_prev
     finish
 
@@ -47,6 +48,7 @@ from simulator.isa import (
     Nop,
     Operand,
     Queue,
+    Requant,
     Step,
     Store,
     Vec,
@@ -207,6 +209,26 @@ def _parse_vec(op: VecOp) -> Callable[[_Operands, Deps], Vec]:
     return parse
 
 
+def _format_requant(insn: Requant) -> str:
+    """Per tensor, the float32 scale's bits in hex; per channel, the acc row of scales."""
+    text = f"vec.requant acc[{insn.dst}]"
+    if insn.per_channel:
+        text += f", acc[{insn.src}], rows={insn.rows}"
+    else:
+        text += f", rows={insn.rows}, scale={insn.scale:#010x}"
+    return text + f", zp={insn.zp}, lo={insn.lo}, hi={insn.hi}"
+
+
+def _parse_requant(ops: _Operands, deps: Deps) -> Requant:
+    _, dst = ops.ref(("acc",))
+    per_channel = ops.has_ref()
+    src = ops.ref(("acc",))[1] if per_channel else 0
+    rows = ops.field("rows")
+    scale = 0 if per_channel else ops.field("scale")
+    return Requant(dst, rows, ops.field("zp"), ops.field("lo"), ops.field("hi"), scale, src,
+                   per_channel, deps)
+
+
 def _parse_nop(queue: Queue) -> Callable[[_Operands, Deps], Nop]:
     return lambda ops, deps: Nop(queue, deps)
 
@@ -251,6 +273,7 @@ _FORMATTERS: dict[type, Callable[..., str]] = {
     Store: _format_store,
     Gemm: _format_gemm,
     Vec: _format_vec,
+    Requant: _format_requant,
     Nop: lambda insn: f"nop.{insn.queue.name.lower()}",
     Finish: lambda insn: "finish",
     Loop: _format_loop,
@@ -261,6 +284,7 @@ _PARSERS: dict[str, Callable[[_Operands, Deps], Instruction]] = {
     "store": _parse_store,
     "gemm": _parse_gemm,
     **{f"vec.{op.name.lower()}": _parse_vec(op) for op in VecOp},
+    "vec.requant": _parse_requant,
     **{f"nop.{queue.name.lower()}": _parse_nop(queue) for queue in Queue},
     "finish": lambda ops, deps: Finish(deps),
     "loop": _parse_loop,

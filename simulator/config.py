@@ -78,6 +78,15 @@ class VectorConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RequantConfig:
+    """The vector unit's float32 requantisation stage (``vec.requant``): ``lanes`` elements
+    per cycle and ``latency`` pipeline stages. A machine without it has no ``vec.requant``."""
+
+    lanes: int
+    latency: int
+
+
+@dataclass(frozen=True, slots=True)
 class DramConfig:
     """The DRAM port shared by both DMA engines: bandwidth and request-to-data latency."""
 
@@ -121,6 +130,7 @@ class MachineConfig:
     dram: DramConfig
     dma: DmaConfig
     queues: QueueConfig
+    requant: RequantConfig | None = None
     source: str = field(default="<dict>", compare=False)
 
     @classmethod
@@ -132,7 +142,7 @@ class MachineConfig:
         """The `machine:` section as plain data; ``from_dict(to_dict())`` gives an equal config."""
         out: dict[str, Any] = {}
         for f in fields(self):
-            if f.name == "source":
+            if f.name == "source" or (f.name in _OPTIONAL and getattr(self, f.name) is None):
                 continue
             value = getattr(self, f.name)
             if hasattr(value, "__dataclass_fields__"):
@@ -283,6 +293,11 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Check]]] = {
         "instruction_depth": _integer(1, MAX_DEPTH), "token_depth": _integer(1, MAX_DEPTH),
         "fetch_cycles": _integer(0, MAX_CYCLES)}),
 }
+# Sections a machine may leave out, and so lack the unit: the field is None then.
+_OPTIONAL: dict[str, tuple[type, dict[str, _Check]]] = {
+    "requant": (RequantConfig, {"lanes": _integer(1, MAX_ROWS - 1),
+                                "latency": _integer(0, MAX_CYCLES)}),
+}
 _SCALARS: dict[str, _Check] = {"name": _text(), "clock_mhz": _number(MIN_RATE, MAX_RATE)}
 # Bytes per element of each on-chip memory: int8 scratchpads, an int32 accumulator.
 ELEMENT_BYTES = {"inp": 1, "wgt": 1, "acc": 4}
@@ -330,14 +345,16 @@ def _build(data: Any, marks: Mapping[tuple[str, ...], SourceLoc], source: str,
         findings.raise_if_any()
     values: dict[str, Any] = {}
     for key in data:
-        if key not in _SECTIONS and key not in _SCALARS:
-            known = ", ".join([*_SCALARS, *_SECTIONS])
+        if key not in _SECTIONS and key not in _SCALARS and key not in _OPTIONAL:
+            known = ", ".join([*_SCALARS, *_SECTIONS, *_OPTIONAL])
             findings.add((str(key),), f"{name} has no field '{key}' (fields: {known})",
                          at_key=True)
     for key, check in _SCALARS.items():
         values[key] = _field(data, (key,), check, findings)
-    for key, (kind, checks) in _SECTIONS.items():
+    for key, (kind, checks) in (_SECTIONS | _OPTIONAL).items():
         section = data.get(key)
+        if section is None and key in _OPTIONAL:
+            continue
         if not isinstance(section, Mapping):
             got = "nothing" if section is None else type(section).__name__
             findings.add((key,), f"{name}.{key} requires a mapping, got {got}")
@@ -371,13 +388,16 @@ def memory_bytes(config: MachineConfig, memory: str) -> int:
 
 
 def _check_across(values: Mapping[str, Any], findings: _Findings, name: str) -> None:
-    """What no one field shows: the vector unit's lanes fit the accumulator's rows, and the
-    on-chip memories fit :data:`MAX_SRAM_BYTES` together."""
-    array, vector = values.get("array"), values.get("vector")
-    if array is not None and vector is not None and None not in (array.cols, vector.lanes):
-        cols, lanes = array.cols, vector.lanes
+    """What no one field shows: the vector unit's lanes (and its requantisation stage's) fit
+    the accumulator's rows, and the on-chip memories fit :data:`MAX_SRAM_BYTES` together."""
+    array = values.get("array")
+    for unit in ("vector", "requant"):
+        section = values.get(unit)
+        if array is None or section is None or None in (array.cols, section.lanes):
+            continue
+        cols, lanes = array.cols, section.lanes
         if cols % lanes and lanes % cols:
-            findings.add(("vector", "lanes"), f"{name}.vector.lanes requires a divisor of "
+            findings.add((unit, "lanes"), f"{name}.{unit}.lanes requires a divisor of "
                          f"{name}.array.cols ({cols}), the int32 elements of an accumulator "
                          f"row (or a multiple of it, for a unit wider than a row), got {lanes}")
     sizes = {}

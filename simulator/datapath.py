@@ -63,6 +63,36 @@ def requantise(x: np.ndarray, mult: int, shift: int) -> np.ndarray:
     return np.clip(product, INT32_MIN, INT32_MAX).astype(np.int32)
 
 
+# REQUANT clamps the scaled value to +-2**22 before rounding: float32 holds every integer
+# there, so rounding is exact, and MLAS's own rounding (adding 1.5 * 2**23) is valid there too.
+REQUANT_CLAMP = np.float32(1 << 22)
+
+
+def requantise_float(x: np.ndarray, scale: np.ndarray | np.float32, zp: int, lo: int,
+                     hi: int) -> np.ndarray:
+    """``clip(round_half_even(clamp(f32(x) * scale, -2**22, 2**22)) + zp, lo, hi)`` as int32.
+
+    ``scale`` is float32: one value, or one per column (broadcast over the rows). The
+    conversion of x and the product each round once to nearest even in float32, as
+    onnxruntime's ``MlasRequantizeOutput`` does; for bounds within 2**22 of the zero point
+    the result equals its clamp-round-add order exactly.
+    """
+    value = x.astype(np.float32) * np.asarray(scale, np.float32)
+    value = np.clip(value, -REQUANT_CLAMP, REQUANT_CLAMP)
+    rounded = np.rint(value).astype(np.int32)
+    return np.clip(rounded + np.int32(zp), lo, hi).astype(np.int32)
+
+
+def float_bits(value: float) -> int:
+    """The IEEE-754 bits of ``value`` rounded to float32 (an unsigned 32-bit integer)."""
+    return int(np.float32(value).view(np.uint32))
+
+
+def bits_float(bits: int) -> np.float32:
+    """The float32 whose IEEE-754 bits are ``bits``."""
+    return np.uint32(bits).view(np.float32)
+
+
 def narrow(x: np.ndarray) -> np.ndarray:
     """int32 -> int8, saturating to [-128, 127]."""
     return np.clip(x, INT8_MIN, INT8_MAX).astype(np.int8)

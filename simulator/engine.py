@@ -35,6 +35,7 @@ from simulator.isa import (
     Nop,
     Operand,
     Queue,
+    Requant,
     Store,
     Vec,
     VecOp,
@@ -167,7 +168,7 @@ def unit_name(insn: Instruction) -> str:
     """The unit that executes ``insn``, as fault messages name it."""
     if isinstance(insn, Gemm):
         return "gemm"
-    if isinstance(insn, Vec):
+    if isinstance(insn, Vec | Requant):
         return "vector"
     return QUEUE_NAMES[insn.queue]
 
@@ -244,7 +245,7 @@ class _Machine:
         # row's last compute write lands (any unit), and when its last vector-unit write
         # lands (the GEMM waits only for those; GEMMs into the same rows are ordered by the
         # array's pipeline).
-        self.vector_used = any(isinstance(insn, Vec) for insn in program)
+        self.vector_used = any(isinstance(insn, Vec | Requant) for insn in program)
         self.acc_done = np.zeros(config.acc.rows, np.int64)
         self.vec_done = np.zeros(config.acc.rows, np.int64)
         self.port_free = 0
@@ -269,7 +270,7 @@ class _Machine:
         # -> (begin, done).
         self.handlers: dict[type, Callable[..., tuple[int, int]]] = {
             Load: self._load, Store: self._store, Gemm: self._gemm, Vec: self._vec,
-            Nop: self._sync, Finish: self._sync,
+            Requant: self._requant, Nop: self._sync, Finish: self._sync,
         }
 
     def _connect_tokens(self) -> None:
@@ -646,6 +647,42 @@ class _Machine:
             acc.write(lo, hi, q.kind, q.clock, number)
             other = datapath.second_operand(insn.mode, acc.data, src, insn.rows, insn.imm)
             datapath.vector(insn.op, acc.data[lo:hi], other, insn.imm2)
+        self._account(VECTOR_UNIT, number, avail, start, done)
+        return start, done
+
+    def _requant(self, insn: Requant, fields: tuple[int, ...], number: int, t: int, q: _Queue,
+                 avail: int) -> tuple[int, int]:
+        """VEC.REQUANT: check the machine has the stage, time it on the vector unit, apply it
+        to the acc rows (with the scale row, when per channel)."""
+        stage = self.config.requant
+        if stage is None:
+            raise _Fault(f"vec.requant requires a machine with a requantisation stage "
+                         f"(machine.requant), and {self.config.name} has none", "vector")
+        dst, src = fields
+        acc = self.memories[Mem.ACC]
+        acc.check_bounds(dst, insn.rows, "writes")
+        lo, hi = dst, dst + insn.rows
+        start = max(t, self.vec_free, int(self.acc_done[lo:hi].max()))
+        if insn.per_channel:
+            acc.check_bounds(src, 1, "reads")
+            start = max(start, int(self.acc_done[src]))
+        self.vec_free = start + timing.requant_issue_cycles(insn.rows, self.config, stage)
+        done = self.vec_free + stage.latency
+        self.acc_done[lo:hi] = done
+        self.vec_done[lo:hi] = done
+        q.issue_free = start
+        row_bytes = acc.width * 4
+        self.traffic[ACC_READ] += (insn.rows + insn.per_channel) * row_bytes
+        self.traffic[ACC_WRITE] += insn.rows * row_bytes
+        if self.functional:
+            if insn.per_channel:
+                acc.read(src, src + 1, q.kind, q.clock, number)
+            acc.read(lo, hi, q.kind, q.clock, number)
+            acc.write(lo, hi, q.kind, q.clock, number)
+            scale = (acc.data[src].view(np.float32) if insn.per_channel
+                     else datapath.bits_float(insn.scale))
+            acc.data[lo:hi] = datapath.requantise_float(acc.data[lo:hi], scale, insn.zp,
+                                                        insn.lo, insn.hi)
         self._account(VECTOR_UNIT, number, avail, start, done)
         return start, done
 

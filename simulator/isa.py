@@ -1,15 +1,16 @@
 """The NPU's instruction set: instructions as values, and their 128-bit binary encoding.
 
-Six instructions, each a frozen dataclass: :class:`Load`, :class:`Store`, :class:`Gemm`,
-:class:`Vec`, :class:`Nop` and :class:`Finish`. Each carries :class:`Deps`, the four
-dependency-token flags of the queue it runs in. Two more words drive the fetch unit's loop
-sequencer rather than a queue: :class:`Loop` repeats the words after it, and :class:`Step`
-advances the address fields of the instruction it follows on every iteration of an enclosing
-loop (affine addressing per loop level, as VTA's GEMM and ALU micro-op loops have). A word is 128 bits, little-endian: bits 0-3
-the opcode, bits 4-7 the flags (pop_prev, pop_next, push_prev, push_next), then the fields in
-the order of :data:`LAYOUTS`, packed from bit 8 upwards; every bit above them is reserved and
-zero. Building an instruction checks every field against its width and meaning, so a value
-that exists always encodes; decoding checks the same, so a malformed word faults.
+Seven instructions, each a frozen dataclass: :class:`Load`, :class:`Store`, :class:`Gemm`,
+:class:`Vec`, :class:`Requant`, :class:`Nop` and :class:`Finish`. Each carries :class:`Deps`,
+the four dependency-token flags of the queue it runs in. Two more words drive the fetch unit's
+loop sequencer rather than a queue: :class:`Loop` repeats the words after it, and
+:class:`Step` advances the address fields of the instruction it follows on every iteration of
+an enclosing loop (affine addressing per loop level, as VTA's GEMM and ALU micro-op loops
+have). A word is 128 bits, little-endian: bits 0-3 the opcode, bits 4-7 the flags (pop_prev,
+pop_next, push_prev, push_next), then the fields in the order of :data:`LAYOUTS`, packed from
+bit 8 upwards; every bit above them is reserved and zero. Building an instruction checks
+every field against its width and meaning, so a value that exists always encodes; decoding
+checks the same, so a malformed word faults.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ ADDRESS_BITS = 16
 DRAM_BITS = 32
 IMM_BITS = 32
 MAX_SHIFT = 62  # (x * mult) fits int64 with room for the rounding term up to this shift
+# REQUANT's zero point and bounds: 13-bit signed fields, room for 8- to 12-bit outputs.
+REQUANT_BITS = 13
 
 
 class Opcode(enum.IntEnum):
@@ -41,6 +44,7 @@ class Opcode(enum.IntEnum):
     FINISH = 6
     LOOP = 7
     STEP = 8
+    REQUANT = 9
 
 
 class Queue(enum.IntEnum):
@@ -294,6 +298,56 @@ class Vec:
             raise _fault(f"vec.clip requires lo <= hi, got lo={self.imm} hi={self.imm2}")
 
 
+_REQUANT_BOUND = (-(1 << (REQUANT_BITS - 1)), (1 << (REQUANT_BITS - 1)) - 1)
+_REQUANT_RANGES = (("dst", *_ADDR), ("src", *_ADDR), ("rows", *_COUNT), ("scale", *_DRAM),
+                   ("zp", *_REQUANT_BOUND), ("lo", *_REQUANT_BOUND), ("hi", *_REQUANT_BOUND))
+_F32_EXPONENT = 0x7F800000  # all exponent bits set: an infinity or a NaN
+
+
+@dataclass(frozen=True, slots=True)
+class Requant:
+    """Requantise acc rows [dst, dst + rows) in place, as onnxruntime's integer kernels do:
+    ``clip(round_half_even(clamp(f32(x) * scale, -2**22, 2**22)) + zp, lo, hi)``.
+
+    The scale is float32: the immediate ``scale`` (its IEEE-754 bits) for the whole tile, or,
+    with ``per_channel``, the acc row ``src`` read as float32 bits, one scale per column and
+    broadcast over the rows (``scale`` is then 0, as ``src`` is without it). The product is
+    one float32 rounding; the clamp to +-2**22 keeps it where float32 holds every integer, and
+    changes nothing for bounds within 2**22 of the zero point, which 13-bit fields are.
+    """
+
+    dst: int
+    rows: int
+    zp: int
+    lo: int
+    hi: int
+    scale: int = 0
+    src: int = 0
+    per_channel: bool = False
+    deps: Deps = NO_DEPS
+
+    queue = Queue.COMPUTE
+    opcode = Opcode.REQUANT
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "vec.requant", _REQUANT_RANGES)
+        _check_deps("vec.requant", self.deps, self.queue)
+        if type(self.per_channel) is not bool:
+            raise _fault(f"vec.requant requires per_channel true or false, got "
+                         f"{self.per_channel!r}")
+        if self.lo > self.hi:
+            raise _fault(f"vec.requant requires lo <= hi, got lo={self.lo} hi={self.hi}")
+        if self.per_channel and self.scale:
+            raise _fault(f"vec.requant with a scale row requires scale = 0, got "
+                         f"{self.scale:#x}")
+        if not self.per_channel and self.src:
+            raise _fault(f"vec.requant with an immediate scale requires src = 0, got "
+                         f"{self.src}")
+        if self.scale & _F32_EXPONENT == _F32_EXPONENT:
+            raise _fault(f"vec.requant requires a finite float32 scale, got bits "
+                         f"{self.scale:#010x}")
+
+
 @dataclass(frozen=True, slots=True)
 class Nop:
     """Does nothing in ``queue`` but pop and push its tokens: a pure synchronisation."""
@@ -375,12 +429,12 @@ class Step:
         return (self.d0, self.d1, self.d2)
 
 
-Instruction = Load | Store | Gemm | Vec | Nop | Finish | Loop | Step
+Instruction = Load | Store | Gemm | Vec | Requant | Nop | Finish | Loop | Step
 
 # The address fields a Step advances, per instruction class, in delta order.
 STEP_FIELDS: dict[type, tuple[str, ...]] = {
     Load: ("sram", "dram"), Store: ("sram", "dram"), Gemm: ("acc", "inp", "wgt"),
-    Vec: ("dst", "src"),
+    Vec: ("dst", "src"), Requant: ("dst", "src"),
 }
 
 # Per instruction class: (field, bit width, signed), packed from bit 8 upwards in this order.
@@ -393,13 +447,16 @@ LAYOUTS: dict[type, tuple[tuple[str, int, bool], ...]] = {
            ("rows", 16, False), ("k", 16, False)),
     Vec: (("op", 3, False), ("mode", 2, False), ("dst", 16, False), ("src", 16, False),
           ("rows", 16, False), ("imm", 32, True), ("imm2", 32, True)),
+    Requant: (("per_channel", 1, False), ("dst", 16, False), ("src", 16, False),
+              ("rows", 16, False), ("scale", 32, False), ("zp", REQUANT_BITS, True),
+              ("lo", REQUANT_BITS, True), ("hi", REQUANT_BITS, True)),
     Nop: (("queue", 2, False),),
     Finish: (),
     Loop: (("count", 32, False), ("body", 16, False)),
     Step: (("loop", 3, False), ("d0", 32, True), ("d1", 32, True), ("d2", 32, True)),
 }
 _CLASSES = {cls.opcode: cls for cls in LAYOUTS}
-_BOOL_FIELDS = {"narrow", "reset"}
+_BOOL_FIELDS = {"narrow", "reset", "per_channel"}
 
 
 def encode_word(insn: Instruction) -> int:

@@ -27,6 +27,7 @@ from simulator.isa import (
     Loop,
     Nop,
     Operand,
+    Requant,
     Step,
     Vec,
 )
@@ -176,6 +177,9 @@ def _add_step(current: _Open, step: Step, j: int, last_word: int, depth: int) ->
     if isinstance(insn, Vec) and insn.mode is Operand.IMM and step.d1:
         raise SimulatorFault("a step of a vec with an immediate operand cannot advance src",
                              index=j, unit="fetch")
+    if isinstance(insn, Requant) and not insn.per_channel and step.d1:
+        raise SimulatorFault("a step of a vec.requant with an immediate scale cannot advance "
+                             "src", index=j, unit="fetch")
     steps = list(node.steps) + [(0,) * len(names)] * (step.loop + 1 - len(node.steps))
     if any(steps[step.loop]):
         raise SimulatorFault(f"a second step of the instruction at word {node.index} for loop "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from simulator.config import MachineConfig
+from simulator.config import MachineConfig, RequantConfig
 
 
 def dma_transfer_cycles(nbytes: int, config: MachineConfig) -> int:
@@ -59,3 +59,10 @@ def weight_release_cycles(config: MachineConfig) -> int:
 def vector_issue_cycles(rows: int, config: MachineConfig) -> int:
     """Cycles the vector unit takes to accept ``rows`` acc rows: rows * ceil(C / lanes)."""
     return rows * math.ceil(config.array.cols / config.vector.lanes)
+
+
+
+def requant_issue_cycles(rows: int, config: MachineConfig, stage: RequantConfig) -> int:
+    """Cycles the requantisation stage ``stage`` (the machine's ``requant``) takes to accept
+    ``rows`` acc rows: rows * ceil(C / requant.lanes)."""
+    return rows * math.ceil(config.array.cols / stage.lanes)

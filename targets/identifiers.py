@@ -70,6 +70,7 @@ _CUDA = {
     "half", "half2", "nv_bfloat16", "nv_bfloat162", "dim3", "uint4", "make_uint4",
     "size_t", "ptrdiff_t", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t",
     "uint32_t", "uint64_t", "min", "max", "expf", "logf", "sqrtf", "tanhf", "erff", "fabsf",
+    "rintf",
 }
 _MACROS = {
     # Object-like macros of the C, C++ and CUDA headers the CUDA source includes (on the GPU

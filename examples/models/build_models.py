@@ -5,7 +5,8 @@
 writes OUT_DIR/resnet50.onnx, resnet50_int8.onnx, mobilenetv2.onnx, mobilenetv2_int8.onnx,
 bert_layer.onnx and bert_layer_int8.onnx (ResNet-50 v1 224x224, MobileNet-v2 224x224, one
 BERT-base encoder layer at sequence length 128), printing each file with its size. ``--small``
-builds the small versions the tests use (seconds instead of tens of seconds).
+builds the small versions the tests use (seconds instead of tens of seconds). On a terminal,
+a phase that takes over two seconds (building or quantizing one network) says so on stderr.
 The int8 files are what ``tensorize model`` takes:
 
     tensorize model OUT_DIR/resnet50_int8.onnx --target npu --report report/
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import onnx
 
+from tensorize.cli.progress import phase_printer
 from tensorize.model.networks import NETWORKS, build, quantize
 
 
@@ -38,10 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         print(f"error: cannot create {args.out_dir}: {err.strerror}", file=sys.stderr)
         return 2
+    phase = phase_printer(True)
     for name in NETWORKS:
         start = time.perf_counter()
-        model = build(name, args.seed, small=args.small)
-        quantized = quantize(model, args.seed, args.samples)
+        with phase(f"building {name}"):
+            model = build(name, args.seed, small=args.small)
+        with phase(f"quantizing {name} on {args.samples} random calibration inputs"):
+            quantized = quantize(model, args.seed, args.samples)
         for path, proto in ((args.out_dir / f"{name}.onnx", model),
                             (args.out_dir / f"{name}_int8.onnx", quantized)):
             onnx.save(proto, path)

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ir.function import PrimFunc
+
+if TYPE_CHECKING:
+    from ir.onnx.fused import FusedGemm
 
 Arrays = Sequence[np.ndarray]
 
@@ -38,11 +42,14 @@ class Layer:
     as ``"QDQ Conv"``), ``inputs``/``output`` (tensor names of the model), ``input_shapes``,
     ``output_shape`` and ``output_dtype``, ``macs`` (multiply-accumulates of the layer's
     arithmetic, 0 for data movement), ``detail`` (window and stride, for a reader), and
-    either ``func`` with ``pack``/``unpack`` or ``host``. ``epilogue`` says what ``unpack``
-    does on the host beyond layout (None: nothing); ``fallback`` marks a node run by
+    either ``func`` with ``pack``/``unpack`` or ``host``. ``epilogue`` says what ``pack``
+    and ``unpack`` compute on the host beyond layout (None: nothing); ``fallback`` marks a node run by
     onnxruntime because the importer has no function for its operator. ``variants`` are
     the same layer computed another way (an integer layer's kernel with uint8 activations,
     for intrinsics that take those), which a target tries when ``func`` does not tensorize.
+    ``fused`` is the layer as one GEMM with its epilogue (bias and requantisation) in the
+    kernel (:class:`ir.onnx.fused.FusedGemm`), for a target that can run the epilogue where
+    the sum is (a device's vector unit).
     """
 
     name: str
@@ -61,6 +68,7 @@ class Layer:
     epilogue: str | None = None
     fallback: bool = False
     variants: tuple[Layer, ...] = ()
+    fused: FusedGemm | None = None
 
     @property
     def shape_text(self) -> str:

@@ -81,6 +81,11 @@ def conv2d(shape: ConvShape, dtype: str, weight_dtype: str | None = None) -> Pri
     top, left, bottom, right = s.pads
     X = te.placeholder((s.n, s.h + top + bottom, s.w + left + right, s.c), dtype, "X")
     W = te.placeholder(s.weight_shape, weight_dtype or dtype, "W")
+    return te.create_prim_func([X, W, _convolution(s, X, W, dtype)], "conv2d")
+
+
+def _convolution(s: ConvShape, X: te.Tensor, W: te.Tensor, dtype: str) -> te.Tensor:
+    """The compute ``conv`` of :func:`conv2d` over the placeholders ``X`` and ``W``."""
     oh, ow = s.out_hw
     (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
     rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
@@ -90,21 +95,19 @@ def conv2d(shape: ConvShape, dtype: str, weight_dtype: str | None = None) -> Pri
         return a * b if dtype == "float32" else ir.cast(acc, a) * ir.cast(acc, b)
 
     if s.depthwise:
-        Y = te.compute((s.n, oh, ow, s.c), lambda n, h, w, c: te.sum(
+        return te.compute((s.n, oh, ow, s.c), lambda n, h, w, c: te.sum(
             product(X[n, h * sh + rh * dh, w * sw + rw * dw, c], W[rh, rw, c]),
             axis=[rh, rw]), "conv")
-    elif s.groups == 1:
+    if s.groups == 1:
         rc = te.reduce_axis(s.c, "rc")
-        Y = te.compute((s.n, oh, ow, s.out_channels), lambda n, h, w, o: te.sum(
+        return te.compute((s.n, oh, ow, s.out_channels), lambda n, h, w, o: te.sum(
             product(X[n, h * sh + rh * dh, w * sw + rw * dw, rc], W[rh, rw, rc, o]),
             axis=[rh, rw, rc]), "conv")
-    else:
-        cg, og = s.c // s.groups, s.out_channels // s.groups
-        rc = te.reduce_axis(cg, "rc")
-        Y = te.compute((s.n, oh, ow, s.out_channels), lambda n, h, w, o: te.sum(
-            product(X[n, h * sh + rh * dh, w * sw + rw * dw, o // og * cg + rc],
-                    W[rh, rw, rc, o]), axis=[rh, rw, rc]), "conv")
-    return te.create_prim_func([X, W, Y], "conv2d")
+    cg, og = s.c // s.groups, s.out_channels // s.groups
+    rc = te.reduce_axis(cg, "rc")
+    return te.compute((s.n, oh, ow, s.out_channels), lambda n, h, w, o: te.sum(
+        product(X[n, h * sh + rh * dh, w * sw + rw * dw, o // og * cg + rc],
+                W[rh, rw, rc, o]), axis=[rh, rw, rc]), "conv")
 
 
 @functools.cache
@@ -131,3 +134,63 @@ def matmul(batch: int, m: int, k: int, n: int, dtype: str, batched_b: bool,
     else:
         raise ValueError("a batched matmul with constant weights is flattened to a GEMM")
     return te.create_prim_func([A, B, Y], "matmul")
+
+
+@dataclass(frozen=True, slots=True)
+class Requantisation:
+    """An integer layer's epilogue as a kernel computes it on the device: to each int32 sum
+    add the output channel's ``Bias``, convert to float32, multiply by the channel's float32
+    ``Scale``, round half to even, add ``zero_point`` and saturate to ``[low, high]``, then
+    narrow to int8. The integers equal ``MlasRequantizeOutput``'s (:func:`ir.onnx.quant.
+    requantize`), which clamps to ``[low - zero_point, high - zero_point]`` before rounding:
+    both clamps are at integers, so clamping before or after the rounding agrees.
+
+    The language's float-to-int cast truncates, so the kernel rounds as MLAS does: the value
+    clamped to +-2**22 (far beyond any int8 result), plus and minus 1.5 * 2**23, at which
+    float32's spacing is 1 and the sum rounds to the nearest even integer. That is the form
+    the NPU's ``vec.requant`` intrinsic states, so the engine puts the block on it."""
+
+    zero_point: int
+    low: int = -128
+    high: int = 127
+
+
+_LIMIT = float(1 << 22)  # |value| beyond which no int8 result changes; 2**22 + 1.5 * 2**23 < 2**24
+_ROUNDER = 1.5 * (1 << 23)
+
+
+def _requantised(acc: te.Tensor, q: Requantisation) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
+    """``acc``'s epilogue blocks (channel last): the bias add, the requantisation (int32)
+    and the narrowing to int8; returns the ``Bias`` and ``Scale`` placeholders and the
+    int8 output."""
+    channels = acc.shape[-1]
+    bias = te.placeholder((channels,), "int32", "Bias")
+    scale = te.placeholder((channels,), "float32", "Scale")
+    biased = te.compute(acc.shape, lambda *i: acc[i] + bias[i[-1]], "biased")
+    low, high = ir.const(-_LIMIT, "float32"), ir.const(_LIMIT, "float32")
+    rounder = ir.const(_ROUNDER, "float32")
+
+    def requantise(*i: ir.Expr) -> ir.Expr:
+        value = ir.cast("float32", biased[i]) * scale[i[-1]]
+        clamped = ir.min_(ir.max_(value, low), high)
+        rounded = ir.cast("int32", clamped + rounder - rounder)
+        return ir.min_(ir.max_(rounded + q.zero_point, q.low), q.high)
+
+    requantised = te.compute(acc.shape, requantise, "requantised")
+    narrowed = te.compute(acc.shape, lambda *i: ir.cast(
+        "int8", ir.min_(ir.max_(requantised[i], -128), 127)), "narrowed")
+    return bias, scale, narrowed
+
+
+@functools.cache
+def matmul_requantised(m: int, k: int, n: int, q: Requantisation) -> PrimFunc:
+    """:func:`matmul` of int8 operands with the epilogue of :class:`Requantisation` after
+    the sum: parameters ``A`` (m x k), ``B`` (k x n), ``Bias`` and ``Scale`` (one per
+    column) and the int8 output; cached like :func:`matmul`."""
+    r = te.reduce_axis(k, "k")
+    A = te.placeholder((m, k), "int8", "A")
+    B = te.placeholder((k, n), "int8", "B")
+    acc = te.compute((m, n), lambda i, j: te.sum(
+        ir.cast("int32", A[i, r]) * ir.cast("int32", B[r, j]), axis=r), "matmul")
+    bias, scale, out = _requantised(acc, q)
+    return te.create_prim_func([A, B, bias, scale, out], "matmul_requantised")

@@ -21,10 +21,12 @@ import numpy as np
 
 from ir.onnx import kernels
 from ir.onnx.errors import OnnxImportError
+from ir.onnx.fused import FusedGemm
 from ir.onnx.graph import Arrays, Layer
 from ir.onnx.kernels import ConvShape
 from ir.onnx.quant import QParams, requantize
 
+_IM2COL = "host: the input's windows gathered as GEMM rows (im2col) in the pack"
 _EPILOGUE = ("host: int32 bias and zero-point corrections, then requantisation (float32 "
              "scale, round half to even, zero point, saturate) as onnxruntime's kernels do")
 
@@ -205,9 +207,63 @@ def integer_conv(name: str, op: str, x: str, x_shape: Sequence[int], xq: QParams
         return Layer(name, op, (x,), output, (tuple(x_shape),),
                      (shape.n, shape.out_channels, oh, ow), dtype, shape.macs, _detail(shape),
                      kernels.conv2d(computed, kind, "int8"), pack, unpack, epilogue=_EPILOGUE,
-                     variants=variants)
+                     variants=variants, fused=fused(correction) if kind == "int8" else None)
+
+    def fused(correction: np.ndarray) -> FusedGemm | None:
+        if yq is None or shape.groups != 1:
+            return None
+        out_q = _DeviceOutput(yq)
+        x_zp = _zero_point(xq, "int8")
+        rows = shape.n * oh * ow
+
+        def gathered(arrays: Arrays) -> np.ndarray:
+            return _im2col(_nhwc_padded(_activation(arrays[0], "int8"), shape, x_zp), shape)
+
+        def output(out: np.ndarray) -> np.ndarray:
+            nhwc = out.reshape(shape.n, oh, ow, shape.out_channels)
+            return out_q.output(np.ascontiguousarray(nhwc.transpose(0, 3, 1, 2)))
+
+        return FusedGemm(gathered, rows, w.reshape(-1, shape.out_channels),
+                         correction.reshape(-1), _per_channel(scale, shape.out_channels),
+                         out_q.requantisation, output,
+                         None if shape.kernel == (1, 1) and shape.strides == (1, 1)
+                         else _IM2COL)
 
     return layer("int8", (layer("uint8", ()),))
+
+
+class _DeviceOutput:
+    """The output side of a layer whose kernel requantises (:class:`FusedGemm`). The kernel
+    writes int8; a uint8 output is computed as int8 around a zero point 128 lower and
+    shifted back here, the same arithmetic: ``clamp(rint(v), 0 - zp, 255 - zp) + zp - 128``
+    is the uint8 value less 128."""
+
+    def __init__(self, yq: QParams) -> None:
+        self.unsigned = yq.dtype == np.dtype(np.uint8)
+        self.requantisation = kernels.Requantisation(_zero_point(yq, "int8"))
+
+    def output(self, out: np.ndarray) -> np.ndarray:
+        """The kernel's int8 output as the layer's dtype."""
+        return _activation(out, "uint8") if self.unsigned else out
+
+
+def _im2col(padded: np.ndarray, shape: ConvShape) -> np.ndarray:
+    """The NHWC ``padded`` input's windows as GEMM rows: one row per output pixel, its
+    window in ``(kh, kw, c)`` order, the order of the HWIO weights flattened to
+    ``(kh * kw * c, o)``."""
+    (kh, kw), (sh, sw), (dh, dw) = shape.kernel, shape.strides, shape.dilations
+    oh, ow = shape.out_hw
+    n, _, _, c = padded.shape
+    s = padded.strides
+    windows = np.lib.stride_tricks.as_strided(
+        padded, (n, oh, ow, kh, kw, c), (s[0], s[1] * sh, s[2] * sw, s[1] * dh, s[2] * dw, s[3]),
+        writeable=False)
+    return windows.reshape(n * oh * ow, kh * kw * c)
+
+
+def _per_channel(scale: np.ndarray, channels: int) -> np.ndarray:
+    """A per-tensor or per-channel float32 scale as one value per output channel."""
+    return np.broadcast_to(scale.reshape(-1).astype(np.float32), (channels,)).copy()
 
 
 def _output_scale(aq: QParams, bq: QParams, yq: QParams) -> np.ndarray:
@@ -277,7 +333,22 @@ def integer_matmul(name: str, op: str, a: str, a_shape: Sequence[int], aq: QPara
 
         func = kernels.matmul(plan.batch, plan.rows, plan.k, plan.n, kind, w is None, "int8")
         return Layer(name, op, inputs, output, shapes, plan.out_shape, dtype, plan.macs,
-                     plan.detail, func, pack, unpack, epilogue=_EPILOGUE, variants=variants)
+                     plan.detail, func, pack, unpack, epilogue=_EPILOGUE, variants=variants,
+                     fused=fused(correction) if kind == "int8" else None)
+
+    def fused(correction: np.ndarray) -> FusedGemm | None:
+        if yq is None or w is None:
+            return None
+        out_q = _DeviceOutput(yq)
+
+        def rows(arrays: Arrays) -> np.ndarray:
+            return _activation(arrays[0], "int8").reshape(plan.m, plan.k)
+
+        def output(out: np.ndarray) -> np.ndarray:
+            return out_q.output(out).reshape(plan.out_shape)
+
+        return FusedGemm(rows, plan.m, w, correction, _per_channel(scale, plan.n),
+                         out_q.requantisation, output)
 
     return layer("int8", (layer("uint8", ()),))
 

@@ -12,13 +12,15 @@ lacks). ``docs/cpu_targets.md`` explains how to describe a target.
 - :func:`compile` gives the -O3 assembly (``"asm"``) or the object (``"obj"``).
 - :func:`engine_for` says which engine would run it here, or why none can; :func:`run` runs
   it on numpy arrays; :func:`count_executed` counts the instructions it executes, where an
-  engine here can.
+  engine here can; :func:`run_parts` runs kernels of parts of the output rows at once, one
+  thread each (natively only; :func:`native_refusal` says why not here).
 """
 
 from targets.cpu.emit import CpuKernel, emit
 from targets.cpu.errors import CpuRunError, EmitError
 from targets.cpu.machine import compile
-from targets.cpu.run import CpuRun, count_executed, engine_for, run
+from targets.cpu.parallel import Part, run_parts
+from targets.cpu.run import CpuRun, count_executed, engine_for, native_refusal, run
 
-__all__ = ["CpuKernel", "CpuRun", "CpuRunError", "EmitError", "compile", "count_executed", "emit",
-           "engine_for", "run"]
+__all__ = ["CpuKernel", "CpuRun", "CpuRunError", "EmitError", "Part", "compile", "count_executed",
+           "emit", "engine_for", "native_refusal", "run", "run_parts"]

@@ -39,13 +39,17 @@ __all__ = ["CpuRun", "aligned_zeros", "engine_for", "run"]
 class CpuRun:
     """Outputs by parameter name and the ``engine`` that ran; under an emulator the
     instructions it executed and, by mnemonic, those of the target's ``macs`` table
-    (``counted``); natively the wall time of each run (``seconds``)."""
+    (``counted``); natively the wall time of each run (``seconds``) and the process's CPU
+    time over it (``cpu_seconds``)."""
 
     outputs: dict[str, np.ndarray]
     engine: str
     instructions: int | None = None
     counted: Mapping[str, int] | None = None
     seconds: tuple[float, ...] = ()
+    # The process's CPU time over each native run (several threads add theirs: twice the
+    # wall time on two busy cores).
+    cpu_seconds: tuple[float, ...] = ()
 
     @property
     def best(self) -> float:
@@ -114,7 +118,9 @@ def _needed(kernel: CpuKernel) -> frozenset[str]:
     return feature_names(kernel.features)
 
 
-def _native_refusal(kernel: CpuKernel) -> str | None:
+def native_refusal(kernel: CpuKernel) -> str | None:
+    """Why ``kernel`` cannot run natively here (another architecture, a missing feature),
+    or None."""
     cpu = kernel.cpu
     if host_arch() != cpu.arch:
         return f"this host is {host_arch()}, the code is {cpu.arch}"
@@ -165,7 +171,9 @@ def _arrays(kernel: CpuKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.nd
     return arrays
 
 
-def _run_native(kernel: CpuKernel, arrays: list[np.ndarray], runs: int) -> CpuRun:
+def jit(kernel: CpuKernel) -> tuple[object, Callable[..., None]]:
+    """The kernel compiled here by LLVM's JIT: the engine (kept alive while the function is
+    called) and the function, taking one pointer per buffer and the status pointer."""
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
@@ -173,23 +181,29 @@ def _run_native(kernel: CpuKernel, arrays: list[np.ndarray], runs: int) -> CpuRu
     module, machine = optimize(kernel, jit=True)
     engine = llvm.create_mcjit_compiler(module, machine)
     engine.finalize_object()
-    function = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(arrays) + 1))(
+    function = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(kernel.buffers) + 1))(
         engine.get_function_address(kernel.symbol))
+    return engine, function
+
+
+def _run_native(kernel: CpuKernel, arrays: list[np.ndarray], runs: int) -> CpuRun:
+    _engine, function = jit(kernel)
     pristine = [a.copy() for a in arrays]
     status = np.zeros(3, np.int64)
     pointers = [ctypes.c_void_p(a.ctypes.data) for a in [*arrays, status]]
-    seconds = []
+    seconds, cpu_seconds = [], []
     outputs: dict[str, np.ndarray] = {}
     for index in range(runs):
         for array, start in zip(arrays, pristine):
             np.copyto(array, start)
-        start_time = time.perf_counter()
+        start_time, start_cpu = time.perf_counter(), time.process_time()
         function(*pointers)
         seconds.append(time.perf_counter() - start_time)
+        cpu_seconds.append(time.process_time() - start_cpu)
         if index == 0:
-            _check_status(kernel, status.tobytes())
+            check_status(kernel, status.tobytes())
             outputs = {name: a.copy() for name, a in _outputs(kernel, arrays).items()}
-    return CpuRun(outputs, "native", seconds=tuple(seconds))
+    return CpuRun(outputs, "native", seconds=tuple(seconds), cpu_seconds=tuple(cpu_seconds))
 
 
 def _run_unicorn(kernel: CpuKernel, arrays: list[np.ndarray], runs: int) -> CpuRun:
@@ -197,7 +211,7 @@ def _run_unicorn(kernel: CpuKernel, arrays: list[np.ndarray], runs: int) -> CpuR
 
     result = emulate(compile(kernel, "obj"), kernel.symbol, arrays,  # type: ignore[arg-type]
                      kernel.cpu.alignment)
-    _check_status(kernel, result.status)
+    check_status(kernel, result.status)
     counted = {m: n for m, n in result.counted.items() if m in kernel.cpu.macs}
     return CpuRun(_outputs(kernel, result.arrays), "unicorn", result.instructions, counted)
 
@@ -207,7 +221,7 @@ def _run_qemu(kernel: CpuKernel, arrays: list[np.ndarray], runs: int) -> CpuRun:
 
     results, status = run_qemu(compile(kernel, "obj"), kernel.symbol,  # type: ignore[arg-type]
                                arrays, kernel.cpu.alignment)
-    _check_status(kernel, status)
+    check_status(kernel, status)
     return CpuRun(_outputs(kernel, results), "qemu-user")
 
 
@@ -216,7 +230,9 @@ def _outputs(kernel: CpuKernel, arrays: list[np.ndarray]) -> dict[str, np.ndarra
     return {b.name: a for b, a in zip(kernel.buffers, arrays) if b.name in kernel.outputs}
 
 
-def _check_status(kernel: CpuKernel, raw: bytes) -> None:
+def check_status(kernel: CpuKernel, raw: bytes) -> None:
+    """CpuRunError naming the access when the kernel's bounds-check status (``raw``, three
+    int64s: site, dimension, index) records one out of bounds."""
     site, dim, index = struct.unpack("<qqq", raw)
     if site:
         where = kernel.sites[site - 1]
@@ -225,6 +241,6 @@ def _check_status(kernel: CpuKernel, raw: bytes) -> None:
 
 
 _REFUSALS: dict[str, Callable[[CpuKernel], str | None]] = {
-    "native": _native_refusal, "unicorn": _unicorn_refusal, "qemu-user": _qemu_refusal}
+    "native": native_refusal, "unicorn": _unicorn_refusal, "qemu-user": _qemu_refusal}
 _RUNNERS: dict[str, Callable[[CpuKernel, list[np.ndarray], int], CpuRun]] = {
     "native": _run_native, "unicorn": _run_unicorn, "qemu-user": _run_qemu}

@@ -93,7 +93,9 @@ template <int N> __device__ inline void tz_cp_async_wait_group() {
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _LOGIC = {"and": "&&", "or": "||"}
-_MATH = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "erf": "erff"}
+# rintf rounds ties to even in CUDA's (only) rounding mode.
+_MATH = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "erf": "erff",
+         "rint": "rintf"}
 
 
 def ctype(dtype: DType) -> str:

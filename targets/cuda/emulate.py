@@ -28,7 +28,8 @@ import shutil
 import string
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +109,10 @@ def _library(kernel: CudaKernel) -> ctypes.CDLL:
     return _COMPILED[key]
 
 
+def _no_phase(what: str) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
 def _aligned(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """A zeroed array whose data starts at a multiple of ALIGNMENT bytes (as cudaMalloc's)."""
     nbytes = max(int(np.prod(shape)) * dtype.itemsize, 1)
@@ -133,7 +138,9 @@ def _bank_records(library: ctypes.CDLL) -> np.ndarray:
 
 def emulate(kernel: CudaKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray], *,
             reverse: bool = False, copies: str = "at_wait",
-            banks: list[tuple[str, np.ndarray]] | None = None) -> dict[str, np.ndarray]:
+            banks: list[tuple[str, np.ndarray]] | None = None,
+            phase: Callable[[str], AbstractContextManager[object]] | None = None
+            ) -> dict[str, np.ndarray]:
     """Run ``kernel`` under the host emulation and return the parameters it writes, by name.
 
     ``inputs`` maps parameter names to arrays (or lists them in parameter order); others
@@ -143,8 +150,11 @@ def emulate(kernel: CudaKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.n
     when the build or a run fails, naming the race or the uninitialised read for a missing
     barrier, and the buffer, element and thread of an out-of-bounds access. With a list
     as ``banks``, each launch appends (kernel name, the shared accesses of its first block as
-    rows of BANK_FIELDS) for the bank model of :mod:`.banks`.
+    rows of BANK_FIELDS) for the bank model of :mod:`.banks`. ``phase`` (a progress hook, as
+    :mod:`tensorize.cli.progress` makes) wraps the host build and each launch: a large GEMM's
+    emulation takes seconds to minutes with nothing else to show.
     """
+    phase = phase or _no_phase
     if copies not in COPY_MODES:
         raise ValueError(f"emulate: argument 'copies': expected one of "
                          f"{', '.join(COPY_MODES)}, got {copies!r}")
@@ -160,13 +170,17 @@ def emulate(kernel: CudaKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.n
                                  f"got {given.dtype} {given.shape}")
             array[...] = given
         arrays.append(array)
-    library = _library(kernel)
+    with phase(f"building the host emulation of {kernel.name}"):
+        library = _library(kernel)
     library.tz_error.restype = ctypes.c_char_p
     args = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
     for launch in kernel.launches:
         entry = getattr(library, f"tz_launch_{launch.kernel}")
         library.tz_bank_trace(int(banks is not None))
-        if entry(args, int(reverse), int(copies == "at_issue")) != 0:
+        with phase(f"emulating {launch.kernel}, asynchronous copies landing "
+                   f"{copies.replace('_', ' ')}"):
+            failed = entry(args, int(reverse), int(copies == "at_issue")) != 0
+        if failed:
             raise EmulationError(f"{launch.kernel}: {library.tz_error().decode()}")
         if banks is not None:
             banks.append((launch.kernel, _bank_records(library)))

@@ -7,8 +7,10 @@ cuBLAS bindings the benchmark compares against; the cubin nvcc makes here is loa
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +19,8 @@ import numpy as np
 from targets.cuda.compile import compile
 from targets.cuda.emit import CudaKernel
 
-__all__ = ["GpuRun", "gpu_unavailable", "load", "run"]
+__all__ = ["GpuRun", "device_summary", "event_times", "gpu_unavailable", "launch", "load",
+           "run", "sm_clocks"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,16 +42,18 @@ def gpu_unavailable() -> str | None:
     return None if count else "no CUDA device"
 
 
-def load(kernel: CudaKernel, arch: str | None = None) -> list:
-    """The kernel's launches as (CuPy function, Launch) pairs, compiled for the current
-    device (or ``arch``); a function needing over 48 KB of dynamic shared memory is allowed
-    it (``cudaFuncAttributeMaxDynamicSharedMemorySize``)."""
+def load(kernel: CudaKernel, arch: str | None = None, cubin: bytes | None = None) -> list:
+    """The kernel's launches as (CuPy function, Launch) pairs, from ``cubin`` when given
+    (compiled elsewhere, e.g. in a worker process), else compiled for the current device (or
+    ``arch``); a function needing over 48 KB of dynamic shared memory is allowed it
+    (``cudaFuncAttributeMaxDynamicSharedMemorySize``)."""
     import cupy
 
-    arch = arch or f"sm_{cupy.cuda.Device().compute_capability}"
+    if cubin is None:
+        cubin = compile(kernel, arch or f"sm_{cupy.cuda.Device().compute_capability}", "cubin")
     with tempfile.TemporaryDirectory(prefix="tz_cuda_run_") as folder:
         path = Path(folder) / f"{kernel.name}.cubin"
-        path.write_bytes(compile(kernel, arch, "cubin"))
+        path.write_bytes(cubin)
         module = cupy.RawModule(path=str(path))
         functions = [(module.get_function(l.kernel), l) for l in kernel.launches]
     for function, launch in functions:
@@ -78,11 +83,91 @@ def run(kernel: CudaKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarr
     best = float("inf")
     for _ in range(max(repeat, 1)):
         start.record()
-        for function, launch in functions:
-            function(launch.grid, launch.block, tuple(allocations),
-                     shared_mem=launch.dynamic_shared)
+        launch(functions, tuple(allocations))
         end.record()
         end.synchronize()
         best = min(best, cupy.cuda.get_elapsed_time(start, end))
     by_name = {b.name: a for b, a in zip(kernel.buffers, allocations)}
     return GpuRun({name: cupy.asnumpy(by_name[name]) for name in kernel.outputs}, best)
+
+
+def launch(functions: Sequence, args: tuple) -> None:
+    """Every launch of ``functions`` (from :func:`load`), in order, on ``args`` (device
+    arrays in the kernel's parameter order), each with its dynamic shared memory."""
+    for function, step in functions:
+        function(step.grid, step.block, args, shared_mem=step.dynamic_shared)
+
+
+def event_times(call: Callable[[], object], repeat: int, warmup: int = 3) -> list[float]:
+    """Milliseconds of each of ``repeat`` calls of ``call()`` (which enqueues GPU work on
+    the current stream), each between two CUDA events, after ``warmup`` untimed calls."""
+    import cupy
+
+    for _ in range(warmup):
+        call()
+    cupy.cuda.get_current_stream().synchronize()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    times = []
+    for _ in range(max(repeat, 1)):
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end))
+    return times
+
+
+def device_summary() -> dict[str, object]:
+    """The current device as plain values: name, compute capability, SM count, memory, and
+    the driver, runtime and CuPy versions (CUDA's integer form, 13000 for 13.0)."""
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    properties = runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = properties.get("name", b"?")
+    return {"name": name.decode() if isinstance(name, bytes) else str(name),
+            "compute_capability": cupy.cuda.Device().compute_capability,
+            "sm_count": properties.get("multiProcessorCount"),
+            "memory_bytes": properties.get("totalGlobalMem"),
+            "driver_version": runtime.driverGetVersion(),
+            "runtime_version": runtime.runtimeGetVersion(),
+            "cupy_version": cupy.__version__}
+
+
+# nvidia-smi's names for the clocks recorded beside each timing: the current SM and memory
+# clocks (MHz) and the SM's maximum; "[N/A]" where a field is not supported.
+SMI_CLOCKS = ("clocks.sm", "clocks.mem", "clocks.max.sm")
+
+
+def sm_clocks() -> dict[str, object]:
+    """The GPU's clocks now, in MHz, read by ``nvidia-smi --query-gpu`` (:data:`SMI_CLOCKS`)
+    where it runs; else the device's reported maximum SM and memory clocks through CuPy
+    (``source`` says which); fields neither gives are absent."""
+    smi = shutil.which("nvidia-smi")
+    if smi is not None:
+        done = subprocess.run([smi, f"--query-gpu={','.join(SMI_CLOCKS)}",
+                               "--format=csv,noheader,nounits", "-i", "0"],
+                              capture_output=True, text=True, timeout=30)
+        values = [v.strip() for v in done.stdout.strip().splitlines()[0].split(",")] \
+            if done.returncode == 0 and done.stdout.strip() else []
+        if len(values) == len(SMI_CLOCKS):
+            found: dict[str, object] = {"source": "nvidia-smi"}
+            found.update({k: float(v) for k, v in zip(SMI_CLOCKS, values) if _number(v)})
+            return found
+    import cupy
+
+    attributes = cupy.cuda.Device().attributes
+    found = {"source": "cupy device attributes (maximum clocks, not current)"}
+    # Attributes are in kHz.
+    for key, name in (("ClockRate", "clocks.max.sm"), ("MemoryClockRate", "clocks.max.mem")):
+        if key in attributes:
+            found[name] = attributes[key] / 1000
+    return found
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

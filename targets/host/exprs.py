@@ -44,7 +44,8 @@ _FLOAT_COMPARE = {"eq": ("o", "=="), "ne": ("u", "!="), "lt": ("o", "<"), "le": 
                   "gt": ("o", ">"), "ge": ("o", ">=")}
 # libm names of the math functions LLVM has no intrinsic for, by float width.
 _LIBM = {("tanh", 32): "tanhf", ("tanh", 64): "tanh", ("erf", 32): "erff", ("erf", 64): "erf"}
-_LLVM_MATH = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "abs": "llvm.fabs"}
+_LLVM_MATH = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "abs": "llvm.fabs",
+              "rint": "llvm.roundeven"}
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from simulator.config import MachineConfig
-from simulator.isa import Gemm, Instruction, Load, Operand, Store, Vec
+from simulator.isa import Gemm, Instruction, Load, Operand, Requant, Store, Vec
 
 MAX_ROWS = (1 << 16) - 1
-_MERGEABLE = (Gemm, Load, Store, Vec)
+_MERGEABLE = (Gemm, Load, Store, Vec, Requant)
+_Mergeable = Gemm | Load | Store | Vec | Requant
 T = TypeVar("T")
 
 
@@ -57,7 +58,7 @@ def _one_bank(start: int, rows: int, bank: int) -> bool:
     return start // bank == (start + rows - 1) // bank
 
 
-def continues(a: Gemm | Load | Store | Vec, rows: int, b: Instruction,
+def continues(a: _Mergeable, rows: int, b: Instruction,
               banks: dict[str, int]) -> bool:
     """True when ``b`` continues ``a`` grown to ``rows`` rows, within one bank."""
     if type(a) is not type(b) or a.deps != b.deps:
@@ -71,6 +72,10 @@ def continues(a: Gemm | Load | Store | Vec, rows: int, b: Instruction,
     elif isinstance(a, Store):
         follows = (b.cols, b.stride, b.narrow, b.sram, b.dram) == (
             a.cols, a.stride, a.narrow, a.sram + rows, a.dram + rows * a.stride)
+    elif isinstance(a, Requant):
+        # The scale row (or immediate) is the same for every row of the tile.
+        follows = (b.per_channel, b.scale, b.src, b.zp, b.lo, b.hi, b.dst) == (
+            a.per_channel, a.scale, a.src, a.zp, a.lo, a.hi, a.dst + rows)
     else:
         src_next = a.src + rows if a.mode is Operand.TILE else a.src
         follows = (b.op, b.mode, b.imm, b.imm2, b.dst, b.src) == (
@@ -78,7 +83,7 @@ def continues(a: Gemm | Load | Store | Vec, rows: int, b: Instruction,
     return follows and _fits(a, rows + b.rows, banks)  # type: ignore[union-attr]
 
 
-def _fits(a: Gemm | Load | Store | Vec, total: int, banks: dict[str, int]) -> bool:
+def _fits(a: _Mergeable, total: int, banks: dict[str, int]) -> bool:
     """True when ``a`` grown to ``total`` rows stays within the instruction's row limit and
     one bank of each memory whose rows it walks."""
     if total > MAX_ROWS:

@@ -44,12 +44,13 @@ from ir.arith import Interval, linearize, simplify
 from ir.buffer import Buffer
 from ir.errors import ExecutionError, SimulatorFault
 from ir.evaluate import compile_index, evaluate
-from ir.expr import Expr, IntImm, Var, and_, eq
+from ir.expr import Expr, FloatImm, IntImm, Var, and_, eq
 from ir.stmt import (Block, BlockRealize, BufferRegion, BufferStore, For, IfThenElse, IntrinsicCall,
                      IterKind, SeqStmt, Stmt)
 from ir.visitor import post_order_visit, substitute, vars_of
 from simulator.assembler import assemble
 from simulator.config import MachineConfig
+from simulator.datapath import float_bits
 from simulator.isa import STEP_FIELDS, Instruction, Queue, Store
 from simulator.loops import placed, span, structure
 from targets.npu.coalesce import bank_rows, coalesce, merged
@@ -633,7 +634,19 @@ class _Arg:
     def make(operand: Operand, node: BufferRegion | Expr, kind: str, ld: int = 0) -> _Arg:
         if isinstance(node, BufferRegion):
             return _Arg(operand, node, kind, ld, compile_index(_flat_offset(node)))
+        if operand.dtype.is_float:
+            bits = _float_bits(operand, node)
+            return _Arg(operand, node, kind, ld, lambda env: bits)
         return _Arg(operand, node, kind, ld, compile_index(node))
+
+
+def _float_bits(operand: Operand, node: Expr) -> int:
+    """A float32 scalar operand's IEEE-754 bits, the form an NPU immediate holds it in (the
+    machine's float fields, such as vec.requant's scale, read them so)."""
+    if operand.dtype.bits != 32 or not isinstance(node, FloatImm):
+        raise ExecutionError(f"scalar operand {operand.name} of {operand.dtype} requires a "
+                             f"float32 constant (an NPU immediate holds its bits), got {node}")
+    return float_bits(node.value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from simulator.isa import (
     Nop,
     Operand,
     Queue,
+    Requant,
     Store,
     Vec,
     VecOp,
@@ -39,7 +40,7 @@ DRAM_CHUNK = 64  # DRAM hazards are tracked per 64-byte chunk (conservative, and
 
 Access = tuple[str, int, int]  # (memory, first row or chunk, end)
 T = TypeVar("T")
-_INSTRUCTIONS = (Load, Store, Gemm, Vec, Nop, Finish)
+_INSTRUCTIONS = (Load, Store, Gemm, Vec, Requant, Nop, Finish)
 
 
 def accesses(insn: Instruction) -> tuple[list[Access], list[Access]]:
@@ -65,6 +66,10 @@ def accesses(insn: Instruction) -> tuple[list[Access], list[Access]]:
         elif insn.mode is Operand.ROW:
             reads.append(("acc", insn.src, insn.src + 1))
         return reads, [dst]
+    if isinstance(insn, Requant):
+        dst = ("acc", insn.dst, insn.dst + insn.rows)
+        scales = [("acc", insn.src, insn.src + 1)] if insn.per_channel else []
+        return [dst, *scales], [dst]
     return [], []
 
 

@@ -11,3 +11,10 @@ def seed(text: str) -> int:
     if not re.fullmatch(r"\d+", text.strip()):
         raise argparse.ArgumentTypeError(f"requires a non-negative integer, got {text!r}")
     return int(text)
+
+
+def threads(text: str) -> int:
+    """``--threads``: a positive integer."""
+    if not re.fullmatch(r"\d+", text.strip()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"requires a positive integer, got {text!r}")
+    return int(text)

@@ -6,7 +6,10 @@ registry, an NPU family against its machine, each CPU template against the CPU c
 and the semantic self-check) and prints each problem at its YAML line; it exits 2
 when a file does not load, 1 when the self-check fails, 0 when all is well. Each accepts
 ``--intrinsics-dir DIR`` (repeatable) to add the user's families, as does the environment
-variable ``TENSORIZE_INTRINSICS_PATH``.
+variable ``TENSORIZE_INTRINSICS_PATH``. ``list`` and ``show`` also accept ``--machine
+FILE.yaml``: an NPU file whose family has its own ``machine:`` then stands in for the built-in
+NPU family, as it does for ``tensorize run --machine``, and ``show`` prints the capacities of
+that machine's memories.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from intrinsics import (
     CPU_BACKEND,
@@ -24,6 +27,7 @@ from intrinsics import (
     Family,
     Intrinsic,
     Registry,
+    Scope,
     check_family,
     check_registry,
     default_registry,
@@ -36,7 +40,7 @@ from ir.errors import IntrinsicSpecError, SourceLoc, render_error
 from targets.cpu import templates as cpu_templates
 from targets.cpu.errors import EmitError
 from targets.host.selfcheck import SemanticsChecker
-from targets.npu import load_machine
+from targets.npu import load_machine, machine_registry
 from targets.npu.selfcheck import SimulatorChecker
 from tensorize.cli.registry_args import add_registry_arguments
 
@@ -59,12 +63,18 @@ def register(subparsers: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
     add_registry_arguments(common)
     common.add_argument("--json", action="store_true", help="print JSON instead of text")
+    viewing = argparse.ArgumentParser(add_help=False)
+    viewing.add_argument(
+        "--machine", metavar="FILE.yaml",
+        help="an NPU file with a machine: section; its family replaces the built-in NPU one")
 
-    listing = actions.add_parser("list", parents=[common], help="a table of the intrinsics")
+    listing = actions.add_parser("list", parents=[common, viewing],
+                                 help="a table of the intrinsics")
     listing.add_argument("--target", help="only this target's intrinsics (cuda, arm, npu...)")
     listing.set_defaults(handler=_list)
 
-    show = actions.add_parser("show", parents=[common], help="everything about one intrinsic")
+    show = actions.add_parser("show", parents=[common, viewing],
+                              help="everything about one intrinsic")
     show.add_argument("name", metavar="NAME")
     show.set_defaults(handler=_show)
 
@@ -80,7 +90,11 @@ def register(subparsers: Any) -> None:
 
 
 def registry_from_args(args: argparse.Namespace) -> Registry:
-    """The default registry plus the directories named on the command line."""
+    """The default registry plus the directories named on the command line; with
+    ``--machine``, the registry a run on that machine uses (its family, when it declares
+    one, in place of the built-in NPU family)."""
+    if getattr(args, "machine", None):
+        return machine_registry(args.machine, args.intrinsics_dir)
     return default_registry(args.intrinsics_dir)
 
 
@@ -150,12 +164,34 @@ def summary(intrinsic: Intrinsic) -> dict[str, Any]:
 # ---- show ------------------------------------------------------------------------------------
 
 def _show(args: argparse.Namespace) -> int:
-    intrinsic = registry_from_args(args).get(args.name)
+    registry = registry_from_args(args)
+    intrinsic = registry.get(args.name)
     if args.json:
-        print(json.dumps(details(intrinsic), indent=2))
+        record = details(intrinsic)
+        record["scope_declarations"] = {
+            name: _scope_record(registry.scope(name)) for name in _scopes_of(intrinsic)}
+        print(json.dumps(record, indent=2))
     else:
-        print(describe(intrinsic))
+        print(describe(intrinsic, registry.scope))
     return EXIT_OK
+
+
+def _scopes_of(intrinsic: Intrinsic) -> list[str]:
+    """Every scope an operand of ``intrinsic`` may live in, each once, in operand order."""
+    return list(dict.fromkeys(s for o in intrinsic.operands for s in o.scopes))
+
+
+def _scope_record(scope: Scope) -> dict[str, Any]:
+    return {"capacity": scope.capacity, "dtypes": [d.name for d in scope.dtypes],
+            "alignment": scope.alignment, "banks": scope.banks,
+            "source": str(scope.loc) if scope.loc is not None else None}
+
+
+def _scope_text(scope: Scope) -> str:
+    """``npu.inp 131072 B, 4 banks``; ``global unbounded``."""
+    size = f"{scope.capacity} B" if scope.capacity is not None else "unbounded"
+    banks = f", {scope.banks} banks" if scope.banks is not None else ""
+    return f"{scope.name} {size}{banks}"
 
 
 def details(intrinsic: Intrinsic) -> dict[str, Any]:
@@ -189,8 +225,10 @@ def _strides_text(operand: Any) -> str | None:
     return f"leading dimension a multiple of {rule.leading_multiple_of}"
 
 
-def describe(intrinsic: Intrinsic) -> str:
-    """The text ``show`` prints."""
+def describe(intrinsic: Intrinsic,
+             scope: Callable[[str], Scope] | None = None) -> str:
+    """The text ``show`` prints; with ``scope`` (a registry's lookup of a scope by name), also
+    the capacity and banks of each memory the operands live in."""
     lines = [f"{intrinsic.name}: {intrinsic.kind} intrinsic of family {intrinsic.family} "
              f"(target {intrinsic.target})"]
     if intrinsic.description:
@@ -215,6 +253,9 @@ def describe(intrinsic: Intrinsic) -> str:
         rows.append(("   ", o.name, o.role, shape, o.dtype.name, "|".join(o.scopes),
                      ", ".join(extras)))
     lines.append(_columns(rows))
+    if scope is not None:
+        lines.append("  scopes: " + "; ".join(_scope_text(scope(name))
+                                             for name in _scopes_of(intrinsic)))
     semantics = intrinsic.semantics_text.replace("\n", "\n" + " " * len("  semantics: "))
     lines.append(f"  semantics: {semantics}")
     if intrinsic.resets:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensorize.cli import argtypes
 from tensorize.cli.errors import UsageError
+from tensorize.cli.progress import phase_printer
 from tensorize.cli.registry_args import add_registry_arguments
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def handle(args: argparse.Namespace) -> int:
         print(f"imported {args.model}: {len(graph.layers)} layers, {graph.macs:,} MACs "
               f"({import_s:.2f} s)", file=sys.stderr)
     progress = None if args.quiet else _progress
-    run = run_model(graph, ctx, progress)
+    run = run_model(graph, ctx, progress, phase_printer(not (args.quiet or args.json)))
     run.timings["import"] = import_s
     failures = [f"layer {r['index']} {r['name']}: {r['check']}" for r in run.records
                 if not _passed(r["check"])]
@@ -103,7 +104,7 @@ def handle(args: argparse.Namespace) -> int:
     files = None
     if args.report:
         files = write_report(args.report, Path(args.model).name, args.target, run.records,
-                             run.totals, run.roofline)
+                             run.totals, run.roofline, run.machine)
     if args.json:
         data = run.to_dict()
         data["ok"] = run.ok and not nothing
@@ -113,7 +114,7 @@ def handle(args: argparse.Namespace) -> int:
             data["report"] = {"files": [str(f) for f in files], "notes": list(files.notes)}
         print(json.dumps(data, indent=2))
     else:
-        print(format_table(run.records, run.totals))
+        print(format_table(run.records, run.totals, run.machine))
         _print_summary(run, files)
     for failure in failures:
         print(f"error: {failure}", file=sys.stderr)
@@ -156,7 +157,8 @@ def _progress(index: int, total: int, layer: Any, record: dict[str, Any]) -> Non
 def _print_summary(run: Any, files: Any) -> None:
     timings = ", ".join(f"{k} {v:.2f} s" for k, v in run.timings.items())
     print(f"\n{run.tensorized} of {len(run.records)} layers tensorized on {run.target}; "
-          f"every layer against onnxruntime: {'ok' if run.ok else 'MISMATCH'}; {timings}")
+          f"every layer against onnxruntime: {'ok' if run.ok else 'MISMATCH'}; the tool's "
+          f"own time: {timings}")
     if files is not None:
         print(f"report: {len(files)} files written, open {files[-1]}")
         for note in files.notes:

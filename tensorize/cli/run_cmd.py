@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -69,6 +70,7 @@ from tensorize.cli import argtypes
 from tensorize.cli.errors import UsageError
 from tensorize.atomic import write_atomically, write_text_atomically
 from tensorize.cli.outputs import check_output_path
+from tensorize.cli.progress import phase_printer
 from tensorize.cli.registry_args import add_registry_arguments
 from tensorize.engine import named_intrinsic
 from tensorize.kernel_file import (KernelFile, call_reference, check_reference_arguments,
@@ -153,6 +155,12 @@ def register(subparsers: Any) -> None:
                              "description's cpu.features; arm: +neon,+dotprod), -x removes it "
                              "(write --features=-x); e.g. --target arm --features +i8mm adds "
                              "smmla/usdot")
+    parser.add_argument("--threads", type=argtypes.threads, default=None,
+                        metavar="N",
+                        help="a CPU target run natively: split the kernel's output rows over "
+                             "at most N threads, each a whole number of register tiles, none "
+                             "for small kernels (default: all cores, here "
+                             f"{os.cpu_count() or 1}); emulated runs use one")
     parser.add_argument("--seed", type=argtypes.seed, default=0,
                         help="random seed for the inputs, a non-negative integer (0)")
     parser.add_argument("--max-bytes", type=_byte_size, default=MAX_BYTES, metavar="SIZE",
@@ -193,7 +201,8 @@ def handle(args: argparse.Namespace) -> int:
     kernel = read_kernel_file(path, args.func)
     func = kernel.func
     _check_size(func, args.max_bytes, path)
-    report = RunReport(listener=_printer(args.json, args.explain))
+    report = RunReport(listener=_printer(args.json, args.explain),
+                       phase=phase_printer(not args.json))
     report.data.update({"kernel": str(path), "func": func.name, "target": args.target})
     if not (args.quiet or args.json):
         print(print_node(func))
@@ -251,7 +260,7 @@ def _context(args: argparse.Namespace) -> RunContext:
         registry = default_registry(args.intrinsics_dir)
     try:
         return make_context(registry, args.target, features=args.features, machine=machine,
-                            seed=args.seed, max_bytes=args.max_bytes)
+                            seed=args.seed, max_bytes=args.max_bytes, threads=args.threads)
     except TensorizeError as err:
         raise UsageError(str(err)) from None
 

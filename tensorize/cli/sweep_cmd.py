@@ -6,9 +6,10 @@ checks its workload as an independent task: on a local process pool (the default
 --executor dask on a Dask cluster (--address HOST:PORT; without it, a local cluster of -j
 worker processes). Rows stream to OUT/results.jsonl and OUT/results.csv as points finish;
 a rerun skips the points already done. A progress line (done, failed, ETA) goes to stderr;
-then a summary (the best machine per workload, the Pareto front of cycles against the area
-proxy, the failed points), and the plots OUT/pareto.png and OUT/heatmap.png (with
-matplotlib; otherwise a skip line says why).
+then a summary (the best machine per workload, the Pareto front over total cycles, PEs and
+SRAM bytes, the failed points), and the plots OUT/pareto.png and OUT/heatmap.png (with
+matplotlib; otherwise a skip line says why). Each point's machine is named after the fields
+it varies (npu-16x64-os).
 
 Exit status 0 when every point ran, 1 when some point failed (its row holds the error), 2
 for a bad sweep file or bad usage.

@@ -66,11 +66,13 @@ MACHINE_KINDS = frozenset({"npu"})
 RESHAPES: Mapping[str, Callable[..., bool]] = {
     "npu": npu_schedule.reshape,
     "cuda": cuda_grouped.reshape,
+    "cpu": cpu_schedule.reshape,
 }
-# Kinds whose reshape wastes nothing (cuda: a grouped convolution as a batched GEMM), so it
+# Kinds whose reshape wastes nothing (cuda: a grouped convolution as a batched GEMM; cpu: an
+# int8 operand shifted to VPDPBUSD's uint8, one pass over it and one sum of the other), so it
 # is tried for every block no intrinsic matches, not only when the caller names one. A
 # reshape may refuse a block it recognises with a ScheduleError: its message is the reason.
-RESHAPED_BY_DEFAULT = frozenset({"cuda"})
+RESHAPED_BY_DEFAULT = frozenset({"cuda", "cpu"})
 
 # What a mapping costs once a kind's schedule has run, where the intrinsic call count alone
 # misleads (``estimate(func, match, registry)``, lower is better): a CPU's register blocking

@@ -40,14 +40,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from intrinsics import CpuTarget, Intrinsic, Registry
-from ir import (BufferLoad, BufferRegion, BufferStore, IntImm, IntrinsicCall, IterKind, PrimFunc,
-                ScheduleError, Select, Var)
+from ir import (BinOp, BufferLoad, BufferRegion, BufferStore, Cast, IntImm, IntrinsicCall,
+                IterKind, PrimFunc, ScheduleError, Select, Var)
 from ir.visitor import post_order_visit
+from tensorize.engine import operand_shift
 from tensorize.match.result import Match
 from tensorize.schedule import Schedule, tree
 
-__all__ = ["CpuTiling", "TileChoice", "choose_tiling", "estimate", "fitting_tilings", "schedule",
-           "tile_cost"]
+__all__ = ["CpuTiling", "TileChoice", "choose_tiling", "estimate", "fitting_tilings", "reshape",
+           "schedule", "tile_cost"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +217,15 @@ def _output_repack(block: Any, match: Match) -> int:
     if not match.needs_pack.get(match.intrinsic.output.name):
         return 0
     return REPACK_PER_ELEMENT * math.prod(block.writes[0].buffer.shape)
+
+
+def reshape(sch: Schedule, block_name: str, candidates: list[Intrinsic],
+            options: Mapping[str, Any]) -> bool:
+    """The engine's hook for a block no intrinsic matches (``tensorize.engine.RESHAPES``):
+    an input of a dtype an intrinsic accepts only shifted (int8 for VPDPBUSD's uint8) is
+    shifted, the output compensated (:mod:`.operand_shift`), the cheapest shift by
+    :func:`estimate`. True when the block was rewritten."""
+    return operand_shift.reshape(sch, block_name, candidates, options, estimate)
 
 
 def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Registry,
@@ -546,9 +556,7 @@ def _source_contiguous(sch: Schedule, block_name: str) -> tuple[str | None, int]
     """The iterator of copy ``block_name`` that indexes its source's last (contiguous)
     dimension, and the source's element size in bytes; (None, 1) when that index is not
     a plain iterator."""
-    value = sch.get(sch.get_block(block_name)).block.body.value
-    while isinstance(value, Select):
-        value = value.true_value
+    value = _moved_load(sch.get(sch.get_block(block_name)).block.body.value)
     last = value.indices[-1] if isinstance(value, BufferLoad) and value.indices else None
     size = max(value.buffer.dtype.bits // 8, 1) if isinstance(value, BufferLoad) else 1
     return (last.name if isinstance(last, Var) else None), size
@@ -659,14 +667,26 @@ def _fuses(sch: Schedule, block_name: str) -> bool:
 
 def _is_copy(sch: Schedule, block_name: str) -> bool:
     """True for a block that only moves elements (a reindex, or a padding copy: an element
-    where it is in bounds, else a constant), not one that computes."""
+    where it is in bounds, else a constant), each converted on its own at most (an operand
+    shifted by a constant: ``shift_operand``), not one that combines elements."""
     block = sch.get(sch.get_block(block_name)).block
     if not isinstance(block.body, BufferStore) or block.init is not None:
         return False
-    value = block.body.value
-    while isinstance(value, Select) and isinstance(value.false_value, IntImm):
-        value = value.true_value
-    return isinstance(value, BufferLoad)
+    return isinstance(_moved_load(block.body.value), BufferLoad)
+
+
+def _moved_load(value: Any) -> Any:
+    """The load a copy's stored ``value`` moves, past the padding selects, conversions and
+    constant shifts around it; ``value`` itself when something else is in the way."""
+    while True:
+        if isinstance(value, Select) and isinstance(value.false_value, IntImm):
+            value = value.true_value
+        elif isinstance(value, Cast):
+            value = value.value
+        elif isinstance(value, BinOp) and value.op == "add" and isinstance(value.b, IntImm):
+            value = value.a
+        else:
+            return value
 
 
 def _index_vars(sch: Schedule, block_name: str, buffer: str) -> list[str] | None:

@@ -637,6 +637,10 @@ GLOBAL_BYTES_PER_CYCLE = 32
 SHARED_BYTES_PER_CYCLE = 128
 WARP_GRIDS = ((2, 2), (2, 4), (4, 2))
 FRAGMENT_GRIDS = ((2, 2), (4, 2), (2, 4), (4, 4))
+# Tried only where none of the grids above divides the extents (a skinny GEMM's one padded
+# row tile, an odd tile count): narrower blocks, down to one warp of one fragment.
+NARROW_WARP_GRIDS = ((1, 4), (1, 2), (4, 1), (2, 1), (1, 1))
+NARROW_FRAGMENT_GRIDS = ((1, 4), (1, 2), (4, 1), (2, 1), (1, 1))
 STAGE_CHOICES = (2, 3, 4)
 
 
@@ -726,16 +730,27 @@ def tiling_candidates(extents: tuple[int, int, int], shape: tuple[int, int, int]
     """Every (tiling, stages) whose block tile divides the padded extents (m, n, k): warps
     2x2, 2x4 or 4x2, fragments 2x2 to 4x4 a warp (n fragments scaled to keep the warp
     tile's width for fragments narrower than 16), 2 or 4 fragment steps per stage (1 or 2
-    for 1-byte inputs), 2 to 4 stages (at most the k loop's steps)."""
+    for 1-byte inputs), 2 to 4 stages (at most the k loop's steps). Where none of those
+    divides, the narrow ones too: 1 to 4 warps along a dimension, 1 to 4 fragments (not
+    widened), 1 fragment step per stage."""
+    usual = (2, 4) if elem_bytes >= 2 else (1, 2)
+    return (_candidates(extents, shape, usual, WARP_GRIDS, FRAGMENT_GRIDS, max(16 // shape[1], 1))
+            or _candidates(extents, shape, (1, *usual), WARP_GRIDS + NARROW_WARP_GRIDS,
+                           FRAGMENT_GRIDS + NARROW_FRAGMENT_GRIDS, 1))
+
+
+def _candidates(extents: tuple[int, int, int], shape: tuple[int, int, int],
+                k_steps: tuple[int, ...], warp_grids: tuple[tuple[int, int], ...],
+                fragment_grids: tuple[tuple[int, int], ...], widen: int
+                ) -> list[tuple[CudaTiling, int]]:
     m_tiles, n_tiles, k_tiles = (e // s for e, s in zip(extents, shape))
-    widen = max(16 // shape[1], 1)
     found = []
-    for wy, wx in WARP_GRIDS:
-        for fm, fn in FRAGMENT_GRIDS:
+    for wy, wx in warp_grids:
+        for fm, fn in fragment_grids:
             fn *= widen
             if m_tiles % (wy * fm) or n_tiles % (wx * fn):
                 continue
-            for kt in ((2, 4) if elem_bytes >= 2 else (1, 2)):
+            for kt in sorted(set(k_steps)):
                 if k_tiles % kt:
                     continue
                 for stages in STAGE_CHOICES:

@@ -5,15 +5,21 @@ The block arrives in the intrinsic's shape (``gemm_view``): iterators ``(outer..
 per intrinsic iterator, padded to its extents. The intrinsic computes ``C[i, j] += A[i, k] *
 B[k, j]`` on tiles of ``ti x tj x tk`` (any iterator order; :func:`gemm_axes` finds them),
 which the machine executes when ``tk <= R`` and ``tj <= C`` (the array's rows and columns).
-The loops become::
+With a tiling of ``tm x tn`` accumulator tiles reduced ``kb`` deep (:mod:`.npu_traffic`
+chooses it), the loops become (order ``mn``; ``nm`` swaps ``mo`` and ``no``)::
 
-    for outer..., mo, no:               # one accumulator tile: tm rows x tj columns
+    for outer..., mo, no:               # one accumulator tile: tm rows x tn columns
         [zero the tile: fill intrinsic]     (only when the family has no resetting GEMM)
-        for ko:                         # one tk-deep step of the reduction
-            load A[mo*tm : +tm, ko*tk : +tk] into npu.inp   (load intrinsic's tiles)
-            load B[ko*tk : +tk, no*tj : +tj] into npu.wgt
-            for mt: gemm                (the resetting variant at ko == 0, if declared)
+        for ko:                         # one kb-deep step of the reduction
+            load A[mo*tm : +tm, ko*kb : +kb] into npu.inp   (load intrinsic's tiles)
+            load B[ko*kb : +kb, no*tn : +tn] into npu.wgt
+            for kt, nt, mt: gemm        (the resetting variant at the first step, if declared)
         store the accumulator tile to C (store intrinsic's tiles)
+
+When ``kb`` is the whole reduction, the operand the outer loop alone indexes (A in order
+``mn``, B in ``nm``) is loaded above the inner loop and stays on chip while it runs. A staged
+tile wider than one call is stored in call-wide column blocks, so each call's operand is a
+run of whole memory rows.
 
 A depthwise reduction (the channel indexes input, weight and output alike) matches no GEMM;
 when the caller names the GEMM, :func:`reshape` first writes it as grouped GEMMs with
@@ -26,15 +32,14 @@ zeroes the tile before the reduction (``decompose_reduction``). A family with ne
 refused with that reason.
 
 Each staged buffer is compacted to one tile, so the NPU backend can place two copies of it
-and overlap the next tile's transfers with the current tile's GEMMs. ``tm`` is the tallest
-multiple of ti dividing m whose tiles fit a bank of the input and accumulator memories (tall
-GEMMs preload their weights once per tm rows), unless given.
+and overlap the next tile's transfers with the current tile's GEMMs. The tiling is the one
+moving the least DRAM traffic among those whose tiles fit (:func:`choose_tiling`), unless
+given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from intrinsics import Intrinsic, Operand, Registry, runnable
@@ -42,17 +47,12 @@ from intrinsics.runnable import GemmAxes
 from ir import Buffer, BufferLoad, BufferStore, IterKind, ScheduleError, Var
 from ir.visitor import post_order_visit
 from simulator import MachineConfig
+from tensorize.engine import npu_traffic
+from tensorize.engine.npu_traffic import GemmShape, NpuTiling
 from tensorize.match.result import Match
 from tensorize.schedule import Schedule, tree
 
 _PRIMITIVE = "npu schedule"
-
-
-@dataclass(frozen=True, slots=True)
-class NpuTiling:
-    """The tile of one accumulator pass: ``rows`` (tm) output rows by one call's columns."""
-
-    rows: int
 
 
 def gemm_axes(intrinsic: Intrinsic) -> GemmAxes:
@@ -76,16 +76,21 @@ def check_executable(intrinsic: Intrinsic, config: MachineConfig) -> GemmAxes:
     return axes
 
 
-def tile_candidates(m: int, ti: int, config: MachineConfig) -> list[int]:
-    """Every tm (multiple of ti dividing m) whose tiles fit one bank of inp and acc."""
-    limit = min(config.inp.bank_rows, config.acc.bank_rows)
-    return [tm for tm in range(ti, m + 1, ti) if m % tm == 0 and tm <= limit]
+def gemm_shape(intrinsic: Intrinsic, extents: tuple[int, ...]) -> GemmShape:
+    """The GEMM a block in ``intrinsic``'s shape computes, for the traffic model: its padded
+    extents (the block's last iterators, ``extents``), the call's tile, and the bytes per
+    element of A, B and C (the intrinsic's operands: the tensors staged through them)."""
+    axes = gemm_axes(intrinsic)
+    operands = _gemm_operands(intrinsic, axes)
+    m, n, k = axes.of(extents[-3:])
+    ti, tj, tk = axes.extents
+    return GemmShape(m, n, k, ti, tj, tk, *(max(o.dtype.bits // 8, 1) for o in operands))
 
 
-def choose_tiling(m: int, ti: int, config: MachineConfig) -> NpuTiling:
-    """The tallest tile that fits (fewest weight preloads, fewest instructions)."""
-    candidates = tile_candidates(m, ti, config)
-    return NpuTiling(max(candidates) if candidates else ti)
+def choose_tiling(shape: GemmShape, config: MachineConfig) -> NpuTiling:
+    """The tiling that moves the least DRAM traffic among those that fit
+    (:func:`npu_traffic.best`)."""
+    return npu_traffic.best(shape, config)
 
 
 def machine(options: Mapping[str, Any]) -> MachineConfig:
@@ -103,9 +108,10 @@ def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Re
     """The engine's entry (see ``tensorize.engine``): tile by ``options["tiling"]`` or by
     :func:`choose_tiling` on ``options["config"]``, the machine (required)."""
     config = machine(options)
-    axes = check_executable(match.intrinsic, config)
-    tiling = options.get("tiling") or choose_tiling(axes.of(extents)[0], axes.extents[0], config)
-    schedule_npu(sch, match.block, match.intrinsic, registry, tiling)
+    check_executable(match.intrinsic, config)
+    tiling = options.get("tiling") or choose_tiling(gemm_shape(match.intrinsic, extents),
+                                                    config)
+    schedule_npu(sch, match.block, match.intrinsic, registry, tiling, config)
 
 
 def reshape(sch: Schedule, block_name: str, candidates: list[Intrinsic],
@@ -133,40 +139,49 @@ def reshape(sch: Schedule, block_name: str, candidates: list[Intrinsic],
 
 
 def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry: Registry,
-                 tiling: NpuTiling, fuse_epilogues: bool = True) -> None:
+                 tiling: NpuTiling, config: MachineConfig, fuse_epilogues: bool = True) -> None:
     """Tile, stage and tensorize the GEMM-shaped block (module docs); with
-    ``fuse_epilogues``, also the elementwise blocks after it that the vector unit can do."""
+    ``fuse_epilogues``, also the elementwise blocks after it that the vector unit of the
+    machine ``config`` can do."""
     axes = gemm_axes(intrinsic)
     ti, tj, tk = axes.extents
     zero = _zeroing(intrinsic, registry)
     block = sch.get_block(block_name)
     loops = sch.get_loops(block)
     lm, ln, lk = axes.of(tuple(loops[-3:]))
-    m = sch.get(lm).extent
-    tm = tiling.rows if tiling.rows % ti == 0 and m % tiling.rows == 0 else ti
+    m, n, k = (sch.get(loop).extent for loop in (lm, ln, lk))
+    tm = _tile(tiling.rows, ti, m)
+    tn = _tile(tiling.cols, tj, n)
+    kb = _tile(tiling.depth, tk, k)
     mo, mt, mi = sch.split(lm, [None, tm // ti, ti])
-    no, ni = sch.split(ln, [None, tj])
-    ko, ki = sch.split(lk, [None, tk])
-    sch.reorder(mo, no, ko, mt, mi, ni, ki)
+    no, nt, ni = sch.split(ln, [None, tn // tj, tj])
+    ko, kt, ki = sch.split(lk, [None, kb // tk, tk])
+    outer, inner = (no, mo) if tiling.order == "nm" else (mo, no)
+    sch.reorder(outer, inner, ko, kt, nt, mt, mi, ni, ki)
 
     a, b, c = _operand_buffers(sch, block_name, intrinsic, axes)
     names = [o.name for o in _gemm_operands(intrinsic, axes)]
     # Scope values, not names: a vendor family's scopes are in this registry alone.
     scope = {o.name: registry.scope(o.scope) for o in intrinsic.operands}
+    # A panel the outer loop alone indexes stays on chip while the inner loop runs.
+    whole_k = kb == k
     a_stage = sch.cache_read(block, a.name, scope[names[0]])
-    sch.compute_at(a_stage, ko)
+    sch.compute_at(a_stage, outer if whole_k and tiling.order == "mn" else ko)
     b_stage = sch.cache_read(block, b.name, scope[names[1]])
-    sch.compute_at(b_stage, ko)
+    sch.compute_at(b_stage, outer if whole_k and tiling.order == "nm" else ko)
     c_stage = sch.cache_write(block, c.name, scope[names[2]])
-    sch.reverse_compute_at(c_stage, no)
-    for stage in (a_stage, b_stage):
-        sch.compact_buffer(sch.get(stage).block.writes[0].buffer.name)
+    sch.reverse_compute_at(c_stage, inner)
+    for stage, width in ((a_stage, tk), (b_stage, tj)):
+        staged = sch.get(stage).block.writes[0].buffer.name
+        sch.compact_buffer(staged)
+        _column_blocks(sch, stage, staged, width)
     acc = sch.get(c_stage).block.reads[0].buffer.name
     sch.compact_buffer(acc)
+    _column_blocks(sch, c_stage, acc, tj)
     store_stage, store_done = c_stage, False
     if fuse_epilogues:
-        store_stage, store_done = _fuse_epilogues(sch, c_stage, acc, scope[names[2]], no,
-                                                  registry)
+        store_stage, store_done = _fuse_epilogues(sch, c_stage, acc, scope[names[2]], inner,
+                                                  tj, registry, config)
 
     if isinstance(zero, tuple):
         _tensorize_fill(sch, block, ko, zero)
@@ -181,6 +196,24 @@ def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     if not store_done:
         dtype = sch.get(store_stage).block.writes[0].buffer.dtype
         _tensorize_copy(sch, store_stage, stores, registry, dtype)
+
+
+def _tile(size: int, unit: int, extent: int) -> int:
+    """``size`` when it is a multiple of ``unit`` dividing ``extent``, else ``unit``."""
+    return size if size and size % unit == 0 and extent % size == 0 else unit
+
+
+def _column_blocks(sch: Schedule, stage, buffer: str, width: int) -> None:
+    """Store a staged tile wider than one call (``width`` columns) as column blocks, one
+    block row per memory row: ``T[..., r, c]`` moves to ``T'[..., c // width, r, c %
+    width]``, so that every call's operand is a run of whole rows."""
+    shape = next(b for b in sch.func.allocs if b.name == buffer).shape
+    if len(shape) < 2 or not _divides(width, shape[-1]):
+        return
+    outer = ", ".join(f"d{n}" for n in range(len(shape) - 2))
+    lead = outer + ", " if outer else ""
+    sch.transform_layout(stage, buffer,
+                         f"lambda {lead}r, c: ({lead}c // {width}, r, c % {width})")
 
 
 def _zeroing(intrinsic: Intrinsic, registry: Registry) -> Intrinsic | tuple[Intrinsic, ...]:
@@ -204,13 +237,14 @@ def _gemm_operands(intrinsic: Intrinsic, axes: GemmAxes
     return operands
 
 
-def _fuse_epilogues(sch: Schedule, c_stage, acc: str, acc_scope: str, tile_loop,
-                    registry: Registry) -> tuple[object, bool]:
+def _fuse_epilogues(sch: Schedule, c_stage, acc: str, acc_scope: str, tile_loop, width: int,
+                    registry: Registry, config: MachineConfig) -> tuple[object, bool]:
     """Move the elementwise blocks that consume the GEMM's result onto the accumulator tile,
     while the vector unit or a store intrinsic can do them: each is put under the tile loop,
     reads the tile on chip (the write-back is inlined into it), and then either is itself a
     store (``npu_store_acc_i8`` narrows with saturation) or computes in place on the tile
-    with a vector instruction, its other inputs (a bias row) loaded beside the tile.
+    with a vector instruction, its other inputs (a bias row) loaded beside the tile. The
+    result is stored in ``width``-column blocks, as the accumulator tile is.
 
     Returns the block that now writes the result to DRAM and whether it is already
     tensorized. An epilogue no instruction computes ends the chain; it and what follows run
@@ -218,7 +252,8 @@ def _fuse_epilogues(sch: Schedule, c_stage, acc: str, acc_scope: str, tile_loop,
     """
     # The instruction with the fewest operands first: relu before max-with-an-immediate.
     vectors = sorted((i for i in registry.for_target("npu")
-                      if i.kind == "compute" and not i.reduce_vars()),
+                      if i.kind == "compute" and not i.reduce_vars()
+                      and runnable.unit_problem(i, config) is None),
                      key=lambda i: len(i.operands))
     stores = [i for i in registry.for_target("npu") if i.kind == "store"]
     stage = c_stage
@@ -243,7 +278,9 @@ def _fuse_epilogues(sch: Schedule, c_stage, acc: str, acc_scope: str, tile_loop,
                 loads.append(load)
             write_back = sch.cache_write(epilogue, out.name, acc_scope)
             sch.reverse_compute_at(write_back, tile_loop)
-            sch.compact_buffer(sch.get(epilogue).block.writes[0].buffer.name)
+            written = sch.get(epilogue).block.writes[0].buffer.name
+            sch.compact_buffer(written)
+            _column_blocks(sch, epilogue, written, width)
             sch.write_in_place(epilogue, acc)
             if not _tensorize_any(sch, epilogue, vectors):
                 raise ScheduleError("fuse epilogue", "no vector instruction computes it")
@@ -278,15 +315,19 @@ def _elementwise_consumer(sch: Schedule, stage):
 
 def _tensorize_any(sch: Schedule, block, candidates: list[Intrinsic]) -> bool:
     """Tensorize a two-dimensional block (a copy, an elementwise epilogue) with the first
-    candidate that fits, its rows tiled by the candidate's rows."""
+    candidate that fits, its rows tiled by the candidate's rows and, when wider than the
+    candidate, its columns by the candidate's columns (column tiles outermost, so each
+    column block's rows follow each other)."""
     for intrinsic in candidates:
         before = sch.snapshot()
-        rows = sch.get_loops(block)[-2]
-        tile = intrinsic.output.shape[0] if intrinsic.output.shape else 0
+        rows, cols = sch.get_loops(block)[-2:]
+        shape = intrinsic.output.shape
         try:
-            extent = sch.get(rows).extent
-            if tile and extent > tile and extent % tile == 0:
-                _, rows = sch.split(rows, [None, tile])
+            if len(shape) == 2 and _divides(shape[1], sch.get(cols).extent):
+                col_tiles, cols = sch.split(cols, [None, shape[1]])
+                sch.reorder(col_tiles, rows)
+            if shape and _divides(shape[0], sch.get(rows).extent):
+                _, rows = sch.split(rows, [None, shape[0]])
             sch.tensorize(rows, intrinsic)
             return True
         except ScheduleError:
@@ -294,14 +335,24 @@ def _tensorize_any(sch: Schedule, block, candidates: list[Intrinsic]) -> bool:
     return False
 
 
+def _divides(tile: int, extent: int) -> bool:
+    """True when ``extent`` is several whole tiles."""
+    return extent > tile and extent % tile == 0
+
+
 def _tensorize_row_load(sch: Schedule, load, registry: Registry) -> None:
-    """A one-dimensional staging copy (a bias row) becomes one row load."""
+    """A one-dimensional staging copy (a bias row, a row of scales) becomes one row load,
+    by the first row-load intrinsic of its dtype."""
     loop = sch.get_loops(load)[-1]
+    dtype = sch.get(load).block.writes[0].buffer.dtype
     for intrinsic in registry.for_target("npu"):
-        if intrinsic.kind == "load" and len(intrinsic.output.shape) == 1:
+        if intrinsic.kind == "load" and len(intrinsic.output.shape) == 1 and \
+                intrinsic.output.dtype == dtype:
+            if _divides(intrinsic.output.shape[0], sch.get(loop).extent):
+                _, loop = sch.split(loop, [None, intrinsic.output.shape[0]])
             sch.tensorize(loop, intrinsic)
             return
-    raise ScheduleError("fuse epilogue", "no intrinsic loads one accumulator row")
+    raise ScheduleError("fuse epilogue", f"no intrinsic loads one accumulator row of {dtype}")
 
 
 def _operand_buffers(sch: Schedule, block_name: str, intrinsic: Intrinsic, axes: GemmAxes

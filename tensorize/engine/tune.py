@@ -1,12 +1,14 @@
-"""Tile choice for the NPU: rank every tile height by an analytical cost model, simulate only
-the best few (for time only), keep the fastest simulated.
+"""Tile choice for the NPU: take the tilings that move the least DRAM traffic
+(:mod:`.npu_traffic`), rank them by an analytical cost model, simulate only the best few (for
+time only), keep the fastest simulated.
 
 The model (:func:`model_cycles`) reads what the tensorized function executes (its calls,
 counted from the loop structure, no emission) and the machine's parameters, and follows the
-steady state of the NPU schedule (``npu_schedule``): per accumulator tile, ``S`` reduction
-steps, each loading a ``tm x tk`` input tile and a ``tk x tj`` weight tile into the second
-copy of double-buffered scratchpads while the array streams the current one. With ``c`` the
-array's cycles per step (``timing.stream_cycles`` plus any weight preload it cannot hide),
+steady state of the NPU schedule (``npu_schedule``): per ``tm x tn`` accumulator tile, ``S``
+reduction steps, each loading a ``tm x kb`` input tile and a ``kb x tn`` weight tile into the
+second copy of double-buffered scratchpads while the array streams the current one through
+``(kb / tk) * (tn / tj)`` GEMMs. With ``c`` the array's cycles per step (those GEMMs'
+``timing.stream_cycles``, each plus any weight preload it cannot hide),
 ``x`` the step's load bytes over the DRAM port, ``L`` the DRAM latency, ``d`` the array's
 drain and ``P`` the weight preload (weight-stationary), a buffer goes back to the loads only
 when the GEMM two steps earlier retires, so a step takes ``max(c, (c + d + L + x + P) / 2,
@@ -31,10 +33,14 @@ from simulator import MachineConfig, simulate, timing
 from targets import npu
 from tensorize.engine import Tensorized, auto_tensorize
 from tensorize.engine.count import count_calls
-from tensorize.engine.npu_schedule import NpuTiling, gemm_axes, tile_candidates
+from tensorize.engine import npu_traffic
+from tensorize.engine.npu_schedule import gemm_axes, gemm_shape
+from tensorize.engine.npu_traffic import NpuTiling
 
 # How many of the model's best candidates are simulated.
 SIMULATED = 3
+# How many tilings, least traffic first, the model ranks.
+RANKED = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +54,7 @@ class Trial:
 
     def describe(self) -> str:
         """One line for the run's report."""
-        text = f"tile {self.tiling.rows} rows: model {self.model:,} cycles"
+        text = f"tile {self.tiling.describe()}: model {self.model:,} cycles"
         if self.cycles is None:
             return text + " (not simulated)"
         error = (self.model - self.cycles) / self.cycles if self.cycles else 0.0
@@ -56,51 +62,57 @@ class Trial:
 
     def to_dict(self) -> dict[str, Any]:
         """The trial as plain data (the run's --json)."""
-        return {"rows": self.tiling.rows, "model_cycles": self.model,
-                "simulated_cycles": self.cycles}
+        t = self.tiling
+        return {"rows": t.rows, "cols": t.cols, "depth": t.depth, "order": t.order,
+                "model_cycles": self.model, "simulated_cycles": self.cycles}
 
 
 def tune_npu(func: PrimFunc, config: MachineConfig, registry: Registry,
              intrinsic: str | None = None, simulated: int = SIMULATED
              ) -> tuple[Tensorized, list[Trial]]:
-    """The fastest tensorization of ``func`` on the NPU ``config`` among the tile heights
-    that fit the first tensorized block: each is ranked by :func:`model_cycles`, the best
-    ``simulated`` are simulated, and the fastest simulated wins (ties go to the shorter
-    tile). Returns it and one trial per candidate, in tile order."""
+    """The fastest tensorization of ``func`` on the NPU ``config`` among the ``RANKED``
+    tilings of the first tensorized block that move the least DRAM traffic
+    (:func:`npu_traffic.ranked`): each is ranked by :func:`model_cycles`, the best
+    ``simulated`` are simulated, and the fastest simulated wins (ties go to the earlier in
+    traffic order). Returns it and one trial per candidate, in traffic order."""
     first = auto_tensorize(func, "npu", registry=registry, intrinsic=intrinsic, config=config)
     done = first.tensorized
     if not done:
         return first, []
-    axes = gemm_axes(registry.get(done[0].intrinsic))
-    m = axes.of(done[0].extents)[0]
+    shape = gemm_shape(registry.get(done[0].intrinsic), done[0].extents)
     candidates = []
-    for rows in tile_candidates(m, axes.extents[0], config):
-        tiling = NpuTiling(rows)
+    for tiling in npu_traffic.ranked(shape, config)[:RANKED]:
         result = auto_tensorize(func, "npu", registry=registry, intrinsic=intrinsic,
                                 config=config, tiling=tiling)
-        candidates.append((tiling, result, model_cycles(result.func, rows, config, registry)))
-    ranked = sorted(candidates, key=lambda c: (c[2], c[0].rows))[:simulated]
+        candidates.append((tiling, result,
+                           model_cycles(result.func, tiling, config, registry)))
+    order = {c[0]: n for n, c in enumerate(candidates)}
+    ranked = sorted(candidates, key=lambda c: (c[2], order[c[0]]))[:simulated]
     measured = {c[0]: simulated_cycles(c[1].func, config, registry) for c in ranked}
     trials = [Trial(tiling, model, measured.get(tiling)) for tiling, _, model in candidates]
     if not measured:
         return first, trials
-    best = min(ranked, key=lambda c: (measured[c[0]], c[0].rows))
+    best = min(ranked, key=lambda c: (measured[c[0]], order[c[0]]))
     return best[1], trials
 
 
-def model_cycles(func: PrimFunc, rows: int, config: MachineConfig, registry: Registry) -> int:
-    """The modelled cycles of ``func``'s NPU stages, tensorized with accumulator tiles of
-    ``rows`` rows (module docs). A function calling no NPU GEMM is modelled as 0."""
+def model_cycles(func: PrimFunc, tiling: NpuTiling, config: MachineConfig,
+                 registry: Registry) -> int:
+    """The modelled cycles of ``func``'s NPU stages, tensorized with ``tiling`` (module
+    docs). A function calling no NPU GEMM is modelled as 0."""
     calls = {registry.get(name): n for name, n in count_calls(func).items()}
     calls = {i: n for i, n in calls.items() if i.target == "npu"}
     gemms = [i for i in calls if i.kind == "compute" and i.reduce_vars()]
     if not gemms:
         return 0
     ti, tj, tk = gemm_axes(gemms[0]).extents
+    rows, cols, depth = tiling.rows, tiling.cols or tj, tiling.depth or tk
     array, dram = config.array, config.dram
-    steps = sum(calls[g] for g in gemms) * ti / rows
-    depth = max(1.0, steps / _tiles(calls, rows, tj))
-    tiles = steps / depth
+    # One step loads a rows x depth input tile and a depth x cols weight tile, then runs
+    # ``per_step`` GEMMs of ``rows`` rows each.
+    per_step = depth // tk * (cols // tj)
+    steps = sum(calls[g] for g in gemms) * ti / rows / per_step
+    tiles = _tiles(calls, rows, cols)
     load_bytes = sum(n * _dram_bytes(i) for i, n in calls.items() if i.kind == "load")
     store_bytes = sum(n * _dram_bytes(i) for i, n in calls.items() if i.kind == "store")
     vector = sum(n * i.output.shape[0] * math.ceil(array.cols / config.vector.lanes)
@@ -111,11 +123,12 @@ def model_cycles(func: PrimFunc, rows: int, config: MachineConfig, registry: Reg
     if array.dataflow == "weight_stationary":
         preload = timing.preload_cycles(config)
         stream += max(0, preload - rows) if array.double_buffered_weights else 2 * preload - 1
+    stream *= per_step
     drain = timing.drain_cycles(tk, config)
     load = load_bytes / steps / dram.bytes_per_cycle
     store = store_bytes / tiles / dram.bytes_per_cycle
     step = max(stream, (stream + drain + dram.latency + load + preload) / 2, load)
-    tile = depth * step + vector / tiles + store
+    tile = steps / tiles * step + vector / tiles + store
     fill = dram.latency + load + preload
     return round(tiles * tile + fill + drain + dram.latency)
 

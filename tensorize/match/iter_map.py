@@ -11,7 +11,10 @@ always sound, and is the only choice for an iterator that matches no intrinsic i
 batch iterator, which indexes every operand; the rows of a GEMM under a by-element dot
 product, whose ``A`` operand is one row). A mapping must give every intrinsic iterator at least
 one block iterator; otherwise the operand dimension it spans has nothing to span and the
-match fails with that reason. Unit (extent-1) iterators are ignored: they are 0.
+match fails with that reason. Unit (extent-1) iterators are 0 and otherwise ignored, except
+where an intrinsic iterator has no other block iterator to span it: a unit iterator indexing
+exactly that iterator's operands then spans it, padded from 1 to the intrinsic's extent (the
+one row of a ``1 x N x K`` GEMM becomes the M of a ``16 x 8 x 16`` tile).
 
 Indices are accepted when quasi-affine in the block iterators (``ir.arith.is_affine``): sums
 of constant multiples of iterators, and floordiv / floormod of such by positive constants.
@@ -55,7 +58,8 @@ class _Site:
     ``operand_touched``: in all the kernel's and all the intrinsic's indices.
     ``coefficients``: the coefficient of each variable in the kernel buffer's address;
     ``unstrided``: ids of variables the address holds inside other atoms (floordiv,
-    floormod), where no stride describes them.
+    floormod), where no stride describes them. ``unit_touched`` and ``unit_coefficients``:
+    the same for the unit iterators, read from the indices before they are set to 0.
     """
 
     access: Access
@@ -64,6 +68,8 @@ class _Site:
     operand_touched: frozenset[int]
     coefficients: tuple[tuple[int, int], ...]
     unstrided: frozenset[int]
+    unit_touched: frozenset[int]
+    unit_coefficients: tuple[tuple[int, int], ...]
 
 
 def accepted_layouts(intrinsic: Intrinsic, registry: Registry) -> dict[str, frozenset[str]]:
@@ -103,6 +109,9 @@ def map_iterators(block: ir.Block, found: ExprMatch, intrinsic: Intrinsic,
     candidates = [[t for t in targets
                    if t.kind is iv.kind and theirs[id(t.var)] == mine[id(iv.var)]]
                   for iv in live]
+    spanning = _unit_spans(block, targets, theirs, candidates, sites)
+    live += list(spanning)
+    candidates += [[target] for target in spanning.values()]
     for target in targets:
         if not any(target in options for options in candidates):
             return Mismatch(block.name, intrinsic, _uncovered_reason(
@@ -125,11 +134,34 @@ def map_iterators(block: ir.Block, found: ExprMatch, intrinsic: Intrinsic,
     return matches
 
 
+def _unit_spans(block: ir.Block, targets: Sequence[IterVar],
+                theirs: Mapping[int, frozenset[str]], candidates: Sequence[Sequence[IterVar]],
+                sites: Sequence[_Site]) -> dict[IterVar, IterVar]:
+    """Unit iterator -> the intrinsic iterator it spans: for each intrinsic iterator no
+    live block iterator can span, the first unit iterator of its kind indexing exactly its
+    operands (the module docs), with a stride in every operand it indexes."""
+    covered = {id(t.var) for options in candidates for t in options}
+    units = [iv for iv in block.iter_vars if iv.extent == 1]
+    spans: dict[IterVar, IterVar] = {}
+    for target in targets:
+        if id(target.var) in covered:
+            continue
+        for unit in units:
+            indexed = [s for s in sites if id(unit.var) in s.unit_touched]
+            if (unit not in spans and unit.kind is target.kind
+                    and frozenset(s.access.operand for s in indexed) == theirs[id(target.var)]
+                    and all(id(unit.var) in dict(s.unit_coefficients) for s in indexed)):
+                spans[unit] = target
+                break
+    return spans
+
+
 def _sites(block: ir.Block, found: ExprMatch, intrinsic: Intrinsic,
            ranges: Mapping[Var, Interval]) -> list[_Site] | str:
     """The accesses with unit iterators replaced by 0, or why an index (the kernel's or the
     intrinsic's) is not affine."""
     zeros = {iv.var: ir.IntImm(0, iv.var.dtype) for iv in block.iter_vars if iv.extent == 1}
+    unit_ids = frozenset(id(var) for var in zeros)
     sites = []
     for access in found.accesses:
         indices = tuple(simplify(ir.substitute(i, zeros), ranges) for i in access.indices)
@@ -143,8 +175,22 @@ def _sites(block: ir.Block, found: ExprMatch, intrinsic: Intrinsic,
         coefficients, unstrided = _address(access.buffer, indices, ranges)
         dim_vars = tuple(_var_ids((index,)) for index in indices)
         sites.append(_Site(access, dim_vars, frozenset().union(*dim_vars),
-                           _var_ids(access.operand_indices), coefficients, unstrided))
+                           _var_ids(access.operand_indices), coefficients, unstrided,
+                           _var_ids(access.indices) & unit_ids,
+                           _unit_strides(access.buffer, access.indices, unit_ids)))
     return sites
+
+
+def _unit_strides(buffer: ir.Buffer, indices: tuple[Expr, ...], unit_ids: frozenset[int]
+                  ) -> tuple[tuple[int, int], ...]:
+    """The coefficients of the unit iterators in the address ``sum(stride * index)``: the
+    strides their tile dimensions have where they span an intrinsic iterator. Read without
+    the iterators' ranges, which would fold a unit iterator to its only value, 0."""
+    address: Expr = ir.IntImm(0)
+    for stride, index in zip(buffer.effective_strides, indices):
+        address = address + index * stride
+    return tuple((id(atom), coeff) for atom, coeff in linearize(address).terms
+                 if isinstance(atom, Var) and id(atom) in unit_ids)
 
 
 def _address(buffer: ir.Buffer, indices: tuple[Expr, ...], ranges: Mapping[Var, Interval]
@@ -244,7 +290,7 @@ def _tile_layout(site: _Site, groups: Mapping[int, list[IterVar]],
         return None
     if not site.unstrided <= {id(iv.var) for iv in outer}:
         return None
-    coefficients = dict(site.coefficients)
+    coefficients = dict(site.coefficients) | dict(site.unit_coefficients)
     dim_strides = []
     for dim in dims:
         members = groups[id(dim)]

@@ -18,7 +18,8 @@ class Match:
     ``iter_map``: intrinsic iterator name -> the block iterators fused onto it, outermost
     first (the order in which they index the operands' dimensions).
     ``outer``: block iterators that stay loops around the calls, in declaration order; unit
-    (extent-1) iterators appear nowhere.
+    (extent-1) iterators appear nowhere, except one in ``iter_map`` that spans an intrinsic
+    iterator no other block iterator can (a 1 x N x K GEMM's row, padded to the tile).
     ``extents``: intrinsic iterator -> the product of its block iterators' extents.
     ``padded_extents``: those extents rounded up to a multiple of the intrinsic's extent.
     ``calls``: intrinsic calls needed (outer iterations times tiles).

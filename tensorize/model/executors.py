@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ir import BlockRealize, IterKind
+from intrinsics import runnable
 from ir.onnx import Layer
 from tensorize.schedule import tree
 
@@ -51,6 +52,9 @@ class LayerRun:
     dram_bytes: int | None = None
     bound: str | None = None
     notes: list[str] = field(default_factory=list)
+    # The form of the layer that ran, when not the layer itself (its fused form, whose
+    # epilogue ran on the device): the report names that form's host work.
+    ran: Layer | None = None
 
 
 class Timings(dict):
@@ -139,6 +143,21 @@ class Executor:
         return None
 
 
+def _epilogue_blocks_on_host(planned, func) -> list[str]:
+    """The elementwise blocks of ``func`` (its epilogue) that ``planned`` (an NPU plan of
+    ``func`` tensorized) runs in a host stage rather than on the NPU."""
+    epilogue = {stmt.block.name for stmt, _ in tree.walk_stmts(func)
+                if isinstance(stmt, BlockRealize) and stmt.block.name != "root"
+                and not any(iv.kind is IterKind.REDUCE for iv in stmt.block.iter_vars)}
+    on_host = []
+    for stage in planned.stages:
+        if stage.stage.on_npu:
+            continue
+        on_host += [stmt.block.name for stmt, _ in tree.walk_stmts(stage.stage.stmt)
+                    if isinstance(stmt, BlockRealize) and stmt.block.name in epilogue]
+    return on_host
+
+
 def _compute_block(func) -> str | None:
     for stmt, _ in tree.walk_stmts(func):
         if isinstance(stmt, BlockRealize) and any(
@@ -182,6 +201,8 @@ class NpuExecutor(Executor):
         self.registry = ctx.registry
         self.config = ctx.machine
         self._plans: dict[int, tuple[Any, Any, Any]] = {}
+        self._fused_layers: dict[int, tuple[Layer, Layer]] = {}
+        self._tile = self._gemm_tile()
 
     @property
     def roofline(self) -> dict[str, Any]:
@@ -209,13 +230,55 @@ class NpuExecutor(Executor):
         self._plans[id(func)] = (func, outcome, plan)
         return outcome, plan
 
+    def _gemm_tile(self) -> tuple[int, int, int] | str:
+        """The (rows, depth, columns) of the one GEMM shape the machine's intrinsics
+        multiply, the tile a fused layer is padded to; or why there is none."""
+        shapes = set()
+        for intrinsic in self.registry.for_target("npu"):
+            axes = runnable.gemm_axes(intrinsic)
+            if axes is not None and runnable.unit_problem(intrinsic, self.config) is None:
+                ti, tj, tk = axes.extents
+                shapes.add((ti, tk, tj))
+        if len(shapes) != 1:
+            return (f"the NPU family has {len(shapes)} GEMM shapes for {self.config.name}, "
+                    "not one to pad to")
+        return shapes.pop()
+
+    def _fused(self, layer: Layer) -> tuple[Layer, Any, Any] | str:
+        """``layer`` as one GEMM with its epilogue in the kernel (:attr:`Layer.fused`),
+        padded to the machine's GEMM tile, when the engine tensorizes that GEMM and puts
+        every epilogue block on the vector unit: ``(that layer, its outcome, plan)``; else
+        why not, for the report."""
+        if isinstance(self._tile, str):
+            return self._tile
+        cached = self._fused_layers.get(id(layer))
+        if cached is None or cached[0] is not layer:
+            cached = (layer, layer.fused.layer(layer, self._tile))
+            self._fused_layers[id(layer)] = cached
+        fused = cached[1]
+        outcome, plan = self._plan(fused.func)
+        if plan is None:
+            return _reason(outcome)
+        on_host = _epilogue_blocks_on_host(plan[0], fused.func)
+        if on_host:
+            return (f"no vector instruction of {self.config.name} computes block "
+                    f"{', '.join(on_host)}")
+        return fused, outcome, plan
+
     def run_func(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
-        """The layer's kernel (or its first variant that tensorizes) on the simulated NPU;
-        the host when none does."""
+        """The layer's kernel on the simulated NPU, as one program with its epilogue on
+        the vector unit where the machine can (:meth:`_fused`), else with the epilogue on
+        the host (or its first variant that tensorizes); the host when none tensorizes."""
         from tensorize.runners.npu import run_planned
 
         start = time.perf_counter()
-        layer, outcome, plan = self._first_taken(layer, self._plan)
+        fused = self._fused(layer) if layer.fused is not None else None
+        if isinstance(fused, tuple):
+            layer, outcome, plan = fused
+            epilogue_note = "bias and requantisation on the vector unit, in the program"
+        else:
+            layer, outcome, plan = self._first_taken(layer, self._plan)
+            epilogue_note = None if fused is None else f"epilogue on the host: {fused}"
         if plan is None:
             return self._fallback(layer, arrays, _reason(outcome))
         planned, calls = plan
@@ -230,6 +293,8 @@ class NpuExecutor(Executor):
         peak = self.config.array.rows * self.config.array.cols
         host_stages = measure.host_stages
         notes = [f"host stages: {', '.join(host_stages)}"] if host_stages else []
+        if epilogue_note:
+            notes.append(epilogue_note)
         # The layer's own MACs (padding excluded) over the array's peak: the report's
         # utilisation of the layer, not of the padded tiles the array ran.
         return LayerRun(output, "tensorized", outcome.intrinsic, None, calls, cycles,
@@ -237,7 +302,7 @@ class NpuExecutor(Executor):
                         utilisation=layer.macs / (cycles * peak) if cycles else None,
                         dram_bytes=measure.dram_bytes,
                         bound="compute" if measure.roofline.binds == "compute" else "memory",
-                        notes=notes)
+                        notes=notes, ran=layer)
 
 
 class CpuExecutor(Executor):

@@ -13,7 +13,8 @@ onnxruntime's reason.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -100,20 +101,29 @@ def _refused(path: str, err: Exception) -> OnnxImportError:
                            f"{printable(onnxruntime_reason(err))}")
 
 
-def run_reference(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every layer's output (and the graph's outputs) as onnxruntime computes them."""
+def run_reference(graph: Graph, inputs: Mapping[str, np.ndarray],
+                  phase: Callable[[str], AbstractContextManager[object]] | None = None
+                  ) -> dict[str, np.ndarray]:
+    """Every layer's output (and the graph's outputs) as onnxruntime computes them.
+    ``phase`` (a progress hook, as :mod:`tensorize.cli.progress` makes) wraps onnxruntime's
+    session and run, which take seconds for a whole network and say nothing meanwhile."""
     model, recover = _exposed(graph)
-    session = _session(graph.path, model)
     names = [o.name for o in model.graph.output]
-    try:
-        results = dict(zip(names, session.run(names, dict(inputs))))
-    except Exception as err:  # noqa: BLE001  onnxruntime's own error types
-        raise _refused(graph.path, err) from None
+    with (phase or _no_phase)(f"onnxruntime's reference run of {Path(graph.path).name}"):
+        session = _session(graph.path, model)
+        try:
+            results = dict(zip(names, session.run(names, dict(inputs))))
+        except Exception as err:  # noqa: BLE001  onnxruntime's own error types
+            raise _refused(graph.path, err) from None
     for tensor, (exposed, scale, zero_point) in recover.items():
         quotient = results[exposed] / np.asarray(scale, np.float32)
         results[tensor] = (np.rint(quotient).astype(np.int32)
                            + zero_point.astype(np.int32)).astype(zero_point.dtype)
     return results
+
+
+def _no_phase(what: str) -> AbstractContextManager[object]:
+    return nullcontext()
 
 
 def fused_nodes(graph: Graph) -> dict[str, str]:

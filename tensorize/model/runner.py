@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,12 +25,14 @@ from ir.onnx import Graph, Layer
 from tensorize.model.check import compare
 from tensorize.model.executors import LayerRun, executor_for
 from tensorize.model.reference import fused_nodes, run_reference
-from tensorize.model.report import compute_totals
+from tensorize.model.report import compute_totals, roofline_bound
 
 if TYPE_CHECKING:
     from tensorize.runners.context import RunContext
 
 Progress = Callable[[int, int, Layer, dict[str, Any]], None]
+# Wraps a long phase (a name) in a context manager: :mod:`tensorize.cli.progress`.
+PhaseHook = Callable[[str], AbstractContextManager[object]]
 
 
 @dataclass
@@ -37,7 +40,8 @@ class ModelRun:
     """A model's run: the records (one dict per layer, exactly the report's schema), the
     totals, the roofline parameters (NPU only), whether every check passed, per layer the
     notes a reader needs beside the record (host epilogue, onnxruntime's fusion, host
-    stages), and where the time went (seconds)."""
+    stages), where the tool's time went (seconds), and the machine the figures were
+    measured on (:mod:`tensorize.runners.machine`)."""
 
     model: str
     target: str
@@ -47,6 +51,7 @@ class ModelRun:
     ok: bool
     notes: list[str | None] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    machine: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tensorized(self) -> int:
@@ -55,8 +60,9 @@ class ModelRun:
 
     def to_dict(self) -> dict[str, Any]:
         """The run as plain JSON-serialisable data."""
-        return {"model": self.model, "target": self.target, "ok": self.ok,
-                "layers": self.records, "totals": self.totals, "roofline": self.roofline,
+        return {"model": self.model, "target": self.target, "machine": self.machine,
+                "ok": self.ok, "layers": self.records, "totals": self.totals,
+                "roofline": self.roofline,
                 "notes": {r["name"]: n for r, n in zip(self.records, self.notes) if n},
                 "timings": {k: round(v, 3) for k, v in self.timings.items()}}
 
@@ -76,25 +82,31 @@ def random_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
     return inputs
 
 
-def run_model(graph: Graph, ctx: RunContext, progress: Progress | None = None) -> ModelRun:
+def run_model(graph: Graph, ctx: RunContext, progress: Progress | None = None,
+              phase: PhaseHook | None = None) -> ModelRun:
     """Run ``graph`` on the context's target layer by layer (its registry, machine and
-    seed) and check every layer against onnxruntime on the same random inputs."""
+    seed) and check every layer against onnxruntime on the same random inputs. ``progress``
+    sees each layer as it finishes; ``phase`` wraps onnxruntime's reference run
+    (:func:`tensorize.model.reference.run_reference`)."""
     executor = executor_for(ctx)
     inputs = random_inputs(graph, ctx.seed)
     start = time.perf_counter()
-    expected = run_reference(graph, inputs)
+    expected = run_reference(graph, inputs, phase)
     fused = fused_nodes(graph)
     timings = {"reference": time.perf_counter() - start}
     values: dict[str, np.ndarray] = dict(inputs)
     records, notes, passed = [], [], []
+    measures = Measures.of(ctx, executor.roofline)
     run_start = time.perf_counter()
     for index, layer in enumerate(graph.layers):
+        layer_start = time.perf_counter()
         result = executor.run(layer, [values[name] for name in layer.inputs])
+        tool_s = time.perf_counter() - layer_start
         ok, check = compare(result.output, expected[layer.output])
         # A mismatch would spread to every later layer and hide whether they are right:
         # they read onnxruntime's output of this layer instead, so each check stays its own.
         values[layer.output] = result.output if ok else expected[layer.output]
-        entry = record(index, layer, result, check)
+        entry = record(index, layer, result, check, tool_s, measures)
         records.append(entry)
         note = _notes(layer, result, fused.get(layer.name))
         if not ok:
@@ -108,15 +120,16 @@ def run_model(graph: Graph, ctx: RunContext, progress: Progress | None = None) -
     timings.update((f"run: {kind}", seconds) for kind, seconds in executor.timings.items())
     totals = compute_totals(records)
     return ModelRun(graph.path, ctx.target, records, totals, executor.roofline, all(passed),
-                    notes, timings)
+                    notes, timings, measures.machine)
 
 
 def _notes(layer: Layer, result: LayerRun, fused_by_ort: str | None) -> str | None:
     """What a reader needs beside the record: host stages, the host epilogue, and the
     kernel onnxruntime ran the node with."""
     notes = list(result.notes)
-    if layer.epilogue:
-        notes.append(layer.epilogue)
+    epilogue = (result.ran or layer).epilogue
+    if epilogue:
+        notes.append(epilogue)
     if fused_by_ort:
         notes.append(f"onnxruntime fused this node into {fused_by_ort}")
     elif layer.op.startswith("QDQ "):
@@ -125,15 +138,56 @@ def _notes(layer: Layer, result: LayerRun, fused_by_ort: str | None) -> str | No
     return "; ".join(notes) or None
 
 
-def record(index: int, layer: Layer, result: LayerRun, check: str) -> dict[str, Any]:
-    """One layer's record in the report's schema: index, name, op, shape, macs, placement,
-    intrinsic, why_not, calls, cycles, instructions, seconds, utilisation, dram_bytes,
-    bound, check."""
+@dataclass(frozen=True)
+class Measures:
+    """What turns a layer's run into its record's figures: the MACs one call of each
+    intrinsic performs, the machine's clock (NPU) and roofline, and the machine's data."""
+
+    registry: Any
+    clock_mhz: float | None
+    roofline: dict[str, Any] | None
+    machine: dict[str, Any]
+
+    @classmethod
+    def of(cls, ctx: RunContext, roofline: dict[str, Any] | None) -> Measures:
+        """The measures of the context's target: its machine (NPU), its features (CPU)."""
+        from tensorize.runners.machine import cpu_machine, npu_machine
+
+        if ctx.kind == "npu" and ctx.machine is not None:
+            return cls(ctx.registry, ctx.machine.clock_mhz, roofline, npu_machine(ctx.machine))
+        if ctx.kind == "cpu":
+            return cls(ctx.registry, None, roofline, cpu_machine(ctx.target, ctx.features))
+        return cls(ctx.registry, None, roofline, {"kind": ctx.kind, "name": ctx.target})
+
+
+def record(index: int, layer: Layer, result: LayerRun, check: str, tool_s: float,
+           measures: Measures) -> dict[str, Any]:
+    """One layer's record in the report's schema (:data:`tensorize.model.report.FIELDS`,
+    whose comment gives each figure's meaning). ``tool_s`` is the tool's wall time for the
+    layer. A result with cycles was simulated, so its seconds are the tool's (the simulated
+    time is the cycles at the clock); any other result's seconds are its code's measured run
+    time here."""
+    from tensorize.runners.macs import intrinsic_macs
+
+    executed = None
+    if result.intrinsic is not None and result.calls is not None:
+        executed = result.calls * intrinsic_macs(measures.registry, result.intrinsic)
+    simulated = result.cycles is not None
+    sim_s = result.cycles / (measures.clock_mhz * 1e6) if simulated and measures.clock_mhz \
+        else None
+    dram = result.dram_bytes
+    intensity = layer.macs / dram if layer.macs and dram else None
+    bound = None
+    if measures.roofline is not None:
+        bound = roofline_bound(layer.macs, dram, measures.roofline)
     return {"index": index, "name": layer.name, "op": layer.op, "shape": layer.shape_text,
-            "macs": layer.macs, "placement": result.placement, "intrinsic": result.intrinsic,
+            "macs": layer.macs, "executed_macs": executed,
+            "pad": round(1.0 - layer.macs / executed, 4) if executed else None,
+            "placement": result.placement, "intrinsic": result.intrinsic,
             "why_not": result.why_not, "calls": result.calls, "cycles": result.cycles,
-            "instructions": result.instructions,
-            "seconds": None if result.seconds is None else round(result.seconds, 6),
+            "sim_s": sim_s, "instructions": result.instructions,
+            "run_s": None if simulated or result.seconds is None else result.seconds,
+            "tool_s": tool_s,
             "utilisation": None if result.utilisation is None
             else round(result.utilisation, 4),
-            "dram_bytes": result.dram_bytes, "bound": result.bound, "check": check}
+            "dram_bytes": dram, "intensity": intensity, "bound": bound, "check": check}

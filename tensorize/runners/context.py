@@ -36,7 +36,10 @@ class RunContext:
     ``registry``: the intrinsic descriptions; ``target`` its name, ``kind`` its kind (one of
     :data:`KINDS`); ``features``: a CPU target's features (``+neon,+dotprod``), None for
     other kinds; ``machine``: the NPU the simulator runs (for kind npu always set);
-    ``seed``: the random inputs' seed; ``max_bytes``: the most the kernel's buffers may take.
+    ``seed``: the random inputs' seed; ``max_bytes``: the most the kernel's buffers may take;
+    ``threads``: the most cores a native CPU run uses (split by output rows:
+    ``tensorize.engine.cpu_threads``); None: all cores, unasked (an emulated run then says
+    nothing of threads).
     """
 
     registry: Registry
@@ -46,15 +49,18 @@ class RunContext:
     machine: MachineConfig | None = field(default=None, repr=False)
     seed: int = 0
     max_bytes: int = MAX_BYTES
+    threads: int | None = 1
 
 
 def make_context(registry: Registry, target: str, *, features: str | None = None,
                  machine: MachineConfig | None = None, seed: int = 0,
-                 max_bytes: int = MAX_BYTES) -> RunContext:
+                 max_bytes: int = MAX_BYTES, threads: int | None = 1) -> RunContext:
     """The context for ``target`` in ``registry``. ``features`` (CPU targets) edits the
     target's defaults: ``+x`` adds, ``-x`` removes; ``machine`` is the NPU to run (default
-    for kind npu: the built-in one). Raises ContextError for a target no description
-    declares, or settings that do not apply to its kind."""
+    for kind npu: the built-in one); ``threads`` the most cores a native CPU run uses
+    (None: all of them).
+    Raises ContextError for a target no description declares, or settings that do not apply
+    to its kind."""
     kind = target_kind(registry, target)
     if features is not None and kind != "cpu":
         raise ContextError(f"--features applies to a CPU target ({cpu_targets(registry)}), "
@@ -62,12 +68,15 @@ def make_context(registry: Registry, target: str, *, features: str | None = None
     if machine is not None and kind != "npu":
         raise ContextError(f"--machine applies to an NPU target, got --target {target} of "
                            f"kind {kind}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):
+        raise ContextError(f"--threads requires a positive integer, got {threads!r}")
     chosen = cpu_features(registry, target, features) if kind == "cpu" else None
     if kind == "npu" and machine is None:
         from simulator import load_machine
 
         machine = load_machine()
-    return RunContext(registry, target, kind, chosen, machine, seed, max_bytes)
+    return RunContext(registry, target, kind, chosen, machine, seed, max_bytes, threads)
 
 
 def target_kind(registry: Registry, target: str) -> str:

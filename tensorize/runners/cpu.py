@@ -12,14 +12,17 @@ never reported as checked.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Mapping
+
 import numpy as np
 
 from ir import PrimFunc
 from targets import cpu
 from tensorize.engine import Tensorized
+from tensorize.engine.cpu_threads import MIN_MACS_PER_THREAD, plan_rows, slice_rows
 from tensorize.engine.cpu_tune import TileCache, choose_tune_cpu, tune_cpu
 from tensorize.runners.context import RunContext
 from tensorize.runners.report import RunReport
@@ -31,11 +34,14 @@ RUNS = 10
 
 def run_cpu(ctx: RunContext, func: PrimFunc, reference: dict[str, np.ndarray],
             inputs: dict[str, np.ndarray], report: RunReport, emitted: list[str],
-            emit_code: bool) -> dict[str, np.ndarray]:
+            emit_code: bool, original: PrimFunc | None = None) -> dict[str, np.ndarray]:
     """Emit ``func`` (tensorized for the context's CPU target) for its features and run it
     where this host can; returns the outputs of that run, else ``reference``. Where the
     description lists several scheduling models (``tune_cpus``) and an emulator counts
-    instructions, the kernel is the one tuned for the model that executes fewest."""
+    instructions, the kernel is the one tuned for the model that executes fewest. With
+    ``ctx.threads`` above 1 and ``original`` (the untensorized kernel), a native run is
+    followed by the kernel split over that many threads (:func:`run_threaded`), checked
+    and timed the same way (step ``threads``)."""
     target, features, registry = ctx.target, ctx.features or "", ctx.registry
     kernel, counts = choose_tune_cpu(func, target, features, registry=registry)
     description = kernel.cpu
@@ -79,14 +85,76 @@ def run_cpu(ctx: RunContext, func: PrimFunc, reference: dict[str, np.ndarray],
         executed = dict(run.counted or {})
         macs = sum(description.macs[op] * n for op, n in executed.items())
         shown = ", ".join(f"{n} {op}" for op, n in sorted(executed.items())) or "none counted"
+        # Executed MACs include the padding the schedule adds; useful ones are the kernel's
+        # own (the tensorize step's figure), the rate a reader compares kernels by.
+        useful = report.data.get("macs", {}).get("useful")
+        rate = "" if useful is None else f"{useful / run.instructions:.2f} useful, "
         detail += (f", {run.instructions} instructions executed, {shown} "
-                   f"({macs / run.instructions:.2f} MACs per instruction)")
+                   f"(MACs per instruction: {rate}{macs / run.instructions:.2f} executed)")
         data.update({"instructions": run.instructions, "counted": executed})
     for name, expected in reference.items():
         ok, text = compare(run.outputs[name], expected)
         report.step("run", ok, f"{name} on {run.engine} ({detail}) against the reference "
                                f"executor: {text}")
+    threads = ctx.threads or os.cpu_count() or 1
+    if threads > 1 and original is not None:
+        _run_threads(ctx, threads, original, reference, inputs, report, engine)
     return run.outputs
+
+
+def _run_threads(ctx: RunContext, threads: int, func: PrimFunc,
+                 reference: dict[str, np.ndarray], inputs: dict[str, np.ndarray],
+                 report: RunReport, engine: str) -> None:
+    """The ``threads`` step: ``func`` split over ``threads`` cores, checked and timed, or
+    skipped with the reason (a kernel too small to split; an emulated run, where the user
+    asked for threads)."""
+    if engine != "native":
+        if ctx.threads is not None:
+            report.skip("threads", f"{threads} threads asked; the run on {engine} "
+                                   "(emulated) uses one")
+        return
+    run, how = run_threaded(ctx, func, inputs, threads, RUNS)
+    if run is None:
+        report.skip("threads", f"one thread: {how}")
+        return
+    at = run.seconds.index(run.best)
+    detail = (f"{how}: best {run.best * 1e3:.3f} ms (CPU {run.cpu_seconds[at] * 1e3:.3f} ms), "
+              f"median {run.median * 1e3:.3f} ms of {len(run.seconds)} runs")
+    report.data["threads"] = {"threads": threads, "split": how,
+                              "best_ms": round(run.best * 1e3, 4),
+                              "best_cpu_ms": round(run.cpu_seconds[at] * 1e3, 4),
+                              "median_ms": round(run.median * 1e3, 4)}
+    for name, expected in reference.items():
+        ok, text = compare(run.outputs[name], expected)
+        report.step("threads", ok, f"{name} on {detail} against the reference executor: "
+                                   f"{text}")
+
+
+def run_threaded(ctx: RunContext, func: PrimFunc, inputs: Mapping[str, np.ndarray],
+                 threads: int, runs: int, min_work: int = MIN_MACS_PER_THREAD
+                 ) -> tuple[cpu.CpuRun | None, str]:
+    """``func`` (untensorized) split over at most ``threads`` cores, each part ``min_work``
+    iterations at least (``tensorize.engine.cpu_threads``): each part tensorized with the
+    tile cache's (or the estimate's) tiles, emitted and run natively at once, ``runs``
+    times. Returns the run and how it was split, or None and why it was not (too little
+    work, rows that are not independent, a target this host does not run natively)."""
+    split = plan_rows(func, threads, min_work)
+    if isinstance(split, str):
+        return None, split
+    cache = TileCache(ctx.target, ctx.features or "", ctx.registry)
+    kernels: dict[int, cpu.CpuKernel] = {}
+    for rows in sorted({rows for _, rows in split.parts}):
+        part = cache.tensorize(slice_rows(func, split, rows), None)
+        kernels[rows] = cpu.emit(part.func, ctx.target, ctx.features or "",
+                                 registry=ctx.registry)
+    first = next(iter(kernels.values()))
+    reason = cpu.native_refusal(first)
+    if reason is not None:
+        return None, f"threads run natively only: {reason}"
+    parts = [cpu.Part(kernels[rows], start, rows) for start, rows in split.parts]
+    run = cpu.run_parts(parts, func.params, frozenset(split.sliced), inputs, runs)
+    shown = ", ".join(f"{rows}" for _, rows in split.parts)
+    return run, f"{len(parts)} threads over the rows of {', '.join(split.sliced)} ({shown})"
 
 
 def emit_cpu(ctx: RunContext, func: PrimFunc) -> cpu.CpuKernel:

@@ -283,8 +283,9 @@ def _sass(mix: SassMix, arch: str, report: RunReport) -> dict[str, Any]:
     get no line)."""
     if mix.mma:
         where = "its k loop" if mix.scope == "k loop" else "the kernel (no loop holds an MMA)"
-        report.step("sass", True, f"{mix.kernel} {arch}: {mix.mma} MMA and {mix.other} other "
-                                  f"instructions in {where}: {mix.other_per_mma:.1f} per MMA")
+        report.step("sass", True, f"{mix.kernel} {arch}: {mix.mma} SASS MMA and {mix.other} "
+                                  f"other SASS instructions in {where}: "
+                                  f"{mix.other_per_mma:.1f} other per SASS MMA instruction")
     return {"mma": mix.mma, "other": mix.other, "scope": mix.scope}
 
 
@@ -330,7 +331,7 @@ def _emulate_once(kernel: cuda.CudaKernel, inputs: dict[str, np.ndarray],
                   ) -> dict[str, np.ndarray] | None:
     start = time.perf_counter()
     try:
-        outputs = cuda.emulate(kernel, inputs, copies=copies)
+        outputs = cuda.emulate(kernel, inputs, copies=copies, phase=report.phase)
     except cuda.EmulationError as err:
         if "no host C++ compiler" in str(err):
             raise

@@ -149,10 +149,16 @@ def run_npu(ctx: RunContext, result: Tensorized, inputs: dict[str, np.ndarray],
     config = _machine(ctx)
     measure = simulate_and_measure(result.func, inputs, config, ctx.registry)
     run, on_host = measure.run, measure.host_stages
+    # Useful MACs are the kernel's own (the tensorize step's figure); the array's executed
+    # MACs include the padded rows and columns of its tiles.
+    useful = report.data.get("macs", {}).get("useful")
+    peak = measure.cycles * config.array.rows * config.array.cols
+    utilisation = f"{100 * useful / peak:.1f}% useful, " if useful is not None and peak else ""
     report.step("simulate", True,
                 f"{config.name}: {measure.cycles} cycles "
-                f"({measure.cycles / config.clock_mhz:.1f} us at {config.clock_mhz:g} MHz), "
-                f"MAC utilisation {100 * measure.utilisation:.1f}%, {len(measure.sims)} NPU "
+                f"({measure.cycles / config.clock_mhz:.1f} us simulated at "
+                f"{config.clock_mhz:g} MHz), MAC utilisation {utilisation}"
+                f"{100 * measure.utilisation:.1f}% executed, {len(measure.sims)} NPU "
                 f"program(s)" + (f"; on the host: {', '.join(on_host)}" if on_host else ""))
     if measure.sims:
         gbps = gigabytes_per_second(measure.bytes_per_cycle, config)

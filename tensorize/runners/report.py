@@ -10,6 +10,7 @@ that leaves the run unproven (code emitted but never run) fails the run.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -43,14 +44,21 @@ class Note:
     text: str
 
 
+def _no_phase(what: str) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
 @dataclass
 class RunReport:
     """The steps of one run and its figures. ``listener`` sees each step and note as it is
-    added (None: nobody watches)."""
+    added (None: nobody watches); ``phase`` wraps a long step's silent work, named, in a
+    context manager (the CLI's progress lines, :mod:`tensorize.cli.progress`)."""
 
     listener: Callable[[Step | Note], None] | None = None
     steps: list[Step] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
+    phase: Callable[[str], AbstractContextManager[object]] = field(default=_no_phase,
+                                                                   repr=False)
 
     def step(self, name: str, ok: bool, detail: str) -> bool:
         """A step taken: passed or failed, and what it found; returns ``ok``."""

@@ -17,6 +17,7 @@ runner's steps; none of them re-assembles the steps.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,12 +25,13 @@ from typing import Protocol, TextIO
 
 import numpy as np
 
-from intrinsics import lowerer
+from intrinsics import Registry, lowerer
 from ir import BlockRealize, IterKind, PrimFunc
 from ir.printer import print_node
-from tensorize.engine import Tensorized, auto_tensorize, count_calls
+from tensorize.engine import BlockOutcome, Tensorized, auto_tensorize, count_calls
 from tensorize.engine.count import count_calls_by_block
 from tensorize.runners.context import ContextError, RunContext
+from tensorize.runners.macs import mac_figures
 from tensorize.runners.report import RunReport
 from tensorize.schedule import tree
 from tensorize.validate import compare
@@ -131,7 +133,7 @@ class CpuRunner:
         from tensorize.runners.cpu import run_cpu
 
         return run_cpu(ctx, done.result.func, reference, inputs, report, emitted,
-                       "code" in opts.emit), None
+                       "code" in opts.emit, done.result.original), None
 
 
 class CudaRunner:
@@ -188,7 +190,7 @@ def run_kernel(ctx: RunContext, func: PrimFunc, inputs: Arrays,
     reductions = reduction_blocks(func)
     done = runner.tensorize(ctx, func, opts, report)
     outcome.result = result = done.result
-    _report_blocks(done, opts, reductions, report)
+    _report_blocks(done, opts, reductions, report, ctx.registry)
     outcome.refusal = refusal(result, opts, reductions, ctx.target)
     if outcome.refusal:
         return outcome
@@ -268,7 +270,7 @@ def reduction_blocks(func: PrimFunc) -> set[str]:
 
 
 def _report_blocks(done: Tensorization, opts: RunOptions, reductions: set[str],
-                   report: RunReport) -> None:
+                   report: RunReport, registry: Registry) -> None:
     """One ``tensorize`` step per block, the explanations, and the engine's figures."""
     result, tiles = done.result, done.tiles
     strict = bool(opts.intrinsic or opts.require_tensorized)
@@ -277,7 +279,8 @@ def _report_blocks(done: Tensorization, opts: RunOptions, reductions: set[str],
         if outcome.intrinsic is not None:
             tile = f"  ({tiles[outcome.block]})" if outcome.block in tiles else ""
             report.step("tensorize", True, f"{outcome.block}: {outcome.intrinsic}  "
-                                           f"{outcome.mapping}{tile}")
+                                           f"{_without_estimate(outcome.mapping)}  "
+                                           f"{_executed(result, outcome, registry)}{tile}")
         elif outcome.folded:
             report.step("tensorize", True, f"{outcome.block}: not tensorized "
                                            f"({outcome.reason}); folded into a tensorized "
@@ -294,9 +297,41 @@ def _report_blocks(done: Tensorization, opts: RunOptions, reductions: set[str],
     report.data["blocks"] = [{"block": b.block, "intrinsic": b.intrinsic, "mapping": b.mapping,
                               "reason": b.reason} for b in result.blocks]
     report.data["explain"] = list(result.explain)
+    if result.tensorized:
+        report.data["macs"] = mac_figures(result, registry).to_dict()
     report.data["not_tensorized"] = [(b.block, b.reason) for b in result.blocks
                                      if b.intrinsic is None and b.block in reductions]
     report.data["trace"] = result.schedule.replay_trace()
+
+
+# The matcher's mapping line ends its iterator map with its estimate, "calls N pad P%":
+# the calls and padding of the intrinsic's shape alone, before the target's schedule tiles
+# and pads further. The tensorize line shows the executed figures in its place.
+_ESTIMATE = re.compile(r"  calls \d+ pad (?:<1|\d+)%")
+
+
+def _without_estimate(mapping: str) -> str:
+    """The mapping line less the matcher's call and padding estimate."""
+    return _ESTIMATE.sub("", mapping)
+
+
+def _executed(result: Tensorized, outcome: BlockOutcome, registry: Registry) -> str:
+    """The executed calls of the block's intrinsic, its useful and executed MACs and the
+    padding's share of the executed work (with any other block of the same intrinsic, whose
+    calls cannot be told apart)."""
+    sharing = [b.block for b in result.blocks if b.intrinsic == outcome.intrinsic]
+    figures = mac_figures(result, registry, sharing)
+    together = f" (with {', '.join(b for b in sharing if b != outcome.block)})" \
+        if len(sharing) > 1 else ""
+    return (f"executed{together}: {figures.calls:,} calls, {figures.executed:,} MACs for "
+            f"{figures.useful:,} useful, pad {_pad_percent(figures.pad)} of executed MACs")
+
+
+def _pad_percent(fraction: float) -> str:
+    """A padding share as a percentage: one decimal, "<0.1%" rather than a rounded 0."""
+    if 0 < fraction < 0.0005:
+        return "<0.1%"
+    return f"{100 * fraction:.1f}%"
 
 
 def _count_calls(result: Tensorized, report: RunReport) -> None:

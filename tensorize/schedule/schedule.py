@@ -84,6 +84,7 @@ class Schedule:
     reindex = _as_method(p.reindex)
     reorder = _as_method(p.reorder)
     reverse_compute_at = _as_method(p.reverse_compute_at)
+    shift_operand = _as_method(p.shift_operand)
     split = _as_method(p.split)
     tensorize = _as_method(p.tensorize)
     transform_block_layout = _as_method(p.transform_block_layout)

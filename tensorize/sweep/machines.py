@@ -47,6 +47,27 @@ def with_fields(machine: Mapping[str, Any], values: Mapping[str, Any]) -> dict[s
     return changed
 
 
+# The fields a point's name spells as its array: npu-16x64-ws.
+ARRAY_FIELDS = ("array.rows", "array.cols", "array.dataflow")
+# Dataflows as machine names spell them (the built-in examples' npu-32x32-os).
+_DATAFLOW_SHORT = {"weight_stationary": "ws", "output_stationary": "os"}
+
+
+def point_name(base_name: str, machine: Mapping[str, Any], fields: Mapping[str, Any]) -> str:
+    """The name of a point's machine, after the fields it varies: where the array varies,
+    ``npu-R x C-dataflow`` (``npu-16x64-ws``), else the base's name; then every other varied
+    field as ``path=value``. A base named ``npu-32x32-os`` swept to a 16x64 array is so
+    ``npu-16x64-os``, never a name that states another array."""
+    array = machine["array"]
+    if any(path in fields for path in ARRAY_FIELDS):
+        dataflow = _DATAFLOW_SHORT.get(array["dataflow"], array["dataflow"])
+        head = f"npu-{array['rows']}x{array['cols']}-{dataflow}"
+    else:
+        head = base_name
+    rest = [f"{path}={value}" for path, value in fields.items() if path not in ARRAY_FIELDS]
+    return " ".join([head, *rest])
+
+
 def memory_bytes(machine: Mapping[str, Any], memory: str) -> int:
     """The bytes of scratchpad ``memory`` (inp, wgt or acc): rows x row width x element."""
     width = machine["array"]["rows"] if memory == "inp" else machine["array"]["cols"]

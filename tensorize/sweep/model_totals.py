@@ -57,9 +57,9 @@ def model_totals_text(totals: Sequence[dict[str, Any]], shown: int = 3) -> str:
         lines.append(f"{model}: {layers} layers, total cycles (each kernel's cycles times the "
                      f"layers sharing it), fastest {min(shown, len(complete))} of "
                      f"{len(complete)} machines that ran them all{note}:")
-        lines.append(f"{'PEs':>7}{'SRAM bytes':>12}{'cycles':>12}{'util':>8}  machine")
+        lines.append(f"{'PEs':>7}{'SRAM bytes':>12}{'cycles':>12}{'useful util':>13}  machine")
         for entry in complete[:shown]:
             fields = " ".join(f"{k}={v}" for k, v in entry["fields"].items())
             lines.append(f"{entry['pes']:>7,}{entry['sram_bytes']:>12,}{entry['cycles']:>12,}"
-                         f"{100 * entry['utilisation']:>7.1f}%  {fields}")
+                         f"{100 * entry['utilisation']:>12.1f}%  {fields}")
     return "\n".join(lines)

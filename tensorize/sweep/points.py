@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorize import __version__
-from tensorize.sweep.machines import area, machine_text, quantities, with_fields
+from tensorize.sweep.machines import area, machine_text, point_name, quantities, with_fields
 from tensorize.sweep.spec import Sweep
 from tensorize.sweep.workloads import Workload
 
@@ -72,8 +72,7 @@ def expand(sweep: Sweep) -> Expansion:
         fields = dict(zip(names, combination))
         machine = with_fields(sweep.base_machine, fields)
         if "name" not in fields:  # reports and traces name the point's machine
-            machine["name"] = f"{machine['name']} " + " ".join(f"{k}={v}" for k, v in
-                                                                fields.items())
+            machine["name"] = point_name(machine["name"], machine, fields)
         values = quantities(machine)
         if not all(_holds(c, values) for c in sweep.constraints):
             excluded += 1

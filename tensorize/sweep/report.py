@@ -1,8 +1,12 @@
 """What a finished sweep says: per machine (all its workloads together) the total cycles,
-utilisation and area proxy; the Pareto front of cycles against the area proxy; the best
-machine per workload; each swept model's total on the fastest machines; and the failed
-points. Data first (:func:`summarize`), then text
-(:func:`summary_text`)."""
+utilisation and area proxy; the Pareto front over the three objectives :data:`OBJECTIVES`
+(total cycles, PEs, SRAM bytes); the best machine per workload; each swept model's total on
+the fastest machines; and the failed points. Data first (:func:`summarize`), then text
+(:func:`summary_text`).
+
+A model's layer is one workload for all the layers sharing its kernel, so a machine's total
+counts its cycles once per such layer (the row's ``count``): the total is the model's, as
+``tensorize model`` reports it, not a sum over distinct kernels."""
 
 from __future__ import annotations
 
@@ -11,10 +15,15 @@ from typing import Any
 
 from tensorize.sweep.model_totals import model_totals_text
 
+# What the Pareto front minimises, all three at once: a machine is on it when no other is at
+# least as good in each and better in one.
+OBJECTIVES = ("cycles", "pes", "sram_bytes")
+
 
 def machines(rows: Sequence[dict[str, Any]], workloads: int) -> list[dict[str, Any]]:
     """One entry per machine whose every workload ran: its fields, machine file, area proxy,
-    total cycles over the workloads and utilisation (MACs over PEs x cycles)."""
+    total cycles over the workloads (a model's workload counted once per layer sharing its
+    kernel, its row's ``count``) and utilisation (those MACs over PEs x cycles)."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault(row["machine_file"], []).append(row)
@@ -22,21 +31,26 @@ def machines(rows: Sequence[dict[str, Any]], workloads: int) -> list[dict[str, A
     for file, group in groups.items():
         if len(group) < workloads or any(r.get("error") for r in group):
             continue
-        cycles = sum(r["cycles"] for r in group)
+        cycles = sum(r["cycles"] * _layers(r) for r in group)
         pes = group[0]["pes"]
-        macs = sum(r["macs"] for r in group)
+        macs = sum(r["macs"] * _layers(r) for r in group)
         result.append({"fields": group[0]["fields"], "machine_file": file, "pes": pes,
                        "sram_bytes": group[0]["sram_bytes"], "cycles": cycles,
                        "utilisation": round(macs / (cycles * pes), 6) if cycles else 0.0})
     return result
 
 
-def pareto_front(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The entries no other entry beats: none has fewer or equal cycles, PEs and SRAM bytes
-    with one of them strictly fewer. Sorted by PEs, SRAM bytes, cycles."""
-    def measures(entry: dict[str, Any]) -> tuple[int, int, int]:
-        """What the front minimises: cycles, PEs, SRAM bytes."""
-        return entry["cycles"], entry["pes"], entry["sram_bytes"]
+def _layers(row: dict[str, Any]) -> int:
+    """The layers a row's cycles stand for: a model workload's count, else one."""
+    return int(row.get("count") or 1)
+
+
+def pareto_front(entries: Sequence[dict[str, Any]],
+                 objectives: Sequence[str] = OBJECTIVES) -> list[dict[str, Any]]:
+    """The entries no other entry beats over ``objectives`` (each minimised): none is at
+    least as good in every one and better in one. Sorted by PEs, SRAM bytes, cycles."""
+    def measures(entry: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(entry[name] for name in objectives)
 
     front = []
     for entry in entries:
@@ -68,6 +82,7 @@ def summarize(rows: Sequence[dict[str, Any]], workloads: int,
     failed = [r for r in sorted(rows, key=lambda r: r["index"]) if r.get("error")]
     return {"points": len(rows), "failed": len(failed), "machines_complete": len(entries),
             "best": best_per_workload(rows), "pareto": pareto_front(entries),
+            "pareto_objectives": list(OBJECTIVES),
             "failures": [{"key": r["key"], "workload": r["workload"], "fields": r["fields"],
                           "error": r["error"]} for r in failed],
             "model_totals": list(model_totals)}
@@ -83,19 +98,20 @@ def summary_text(summary: dict[str, Any], shown_failures: int = 10) -> str:
     best = summary["best"]
     if best:
         width = max(len(w) for w in best) + 2
-        lines.append(f"{'workload':<{width}}{'best cycles':>12}{'util':>8}  machine")
+        lines.append(f"{'workload':<{width}}{'best cycles':>12}{'exec util':>11}  machine")
         for workload, row in best.items():
             lines.append(f"{workload:<{width}}{row['cycles']:>12,}"
-                         f"{100 * row['utilisation']:>7.1f}%  {_fields(row['fields'])}")
+                         f"{100 * row['utilisation']:>10.1f}%  {_fields(row['fields'])}")
     front = summary["pareto"]
     if front:
         lines.append("")
-        lines.append(f"Pareto front, total cycles over the workloads against the area proxy "
-                     f"({len(front)} of {summary['machines_complete']} machines):")
-        lines.append(f"{'PEs':>7}{'SRAM bytes':>12}{'cycles':>12}{'util':>8}  machine")
+        lines.append(f"Pareto front over 3 objectives, total cycles over the workloads, PEs "
+                     f"and SRAM bytes, each minimised ({len(front)} of "
+                     f"{summary['machines_complete']} machines):")
+        lines.append(f"{'PEs':>7}{'SRAM bytes':>12}{'cycles':>12}{'exec util':>11}  machine")
         for entry in front:
             lines.append(f"{entry['pes']:>7,}{entry['sram_bytes']:>12,}{entry['cycles']:>12,}"
-                         f"{100 * entry['utilisation']:>7.1f}%  {_fields(entry['fields'])}")
+                         f"{100 * entry['utilisation']:>10.1f}%  {_fields(entry['fields'])}")
     if summary.get("model_totals"):
         lines.append("")
         lines.append(model_totals_text(summary["model_totals"]))

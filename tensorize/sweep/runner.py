@@ -128,6 +128,6 @@ def _plot(outcome: SweepOutcome, sweep: Sweep, out: Path) -> None:
 
     complete = machines(outcome.rows, len(sweep.workloads))
     outcome.plots = write_plots(outcome.rows, complete, pareto_front(complete), sweep.heatmap,
-                                out)
+                                sweep.vary, out)
     if not outcome.plots:
         outcome.plots_skipped = "no point ran, so there is nothing to plot"

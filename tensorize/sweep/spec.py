@@ -300,6 +300,7 @@ def _workloads(node: YNode | None, root: YNode, here: Path, findings: Findings
                      f"workloads requires a list of entries, each one of {', '.join(KINDS)}")
         return []
     workloads: list[Workload] = []
+    named_at: dict[str, SourceLoc] = {}
     for item in node.value:
         kinds = [k for k in KINDS if item.get(k) is not None]
         if len(kinds) != 1:
@@ -309,11 +310,16 @@ def _workloads(node: YNode | None, root: YNode, here: Path, findings: Findings
             findings.add(item.loc, f"a workload requires exactly one of {', '.join(KINDS)}"
                                    f"{hint}")
             continue
-        workloads.extend(KINDS[kinds[0]](item, here, findings))
-    names = [w.name for w in workloads]
-    for name in sorted({n for n in names if names.count(n) > 1}):
-        findings.add(node.loc, f"workloads require distinct names, got {name!r} more than "
-                               "once; give layers a name: or kernels a func:")
+        for workload in KINDS[kinds[0]](item, here, findings):
+            if workload.name in named_at:
+                first = named_at[workload.name]
+                where = "more than once in this entry" if first == item.loc else \
+                    f"here and at {first}"
+                findings.add(item.loc, f"workloads require distinct names, got "
+                                       f"{workload.name!r} {where}; give the kernel entry a "
+                                       "name: (or a func:), the layer a name:")
+            named_at.setdefault(workload.name, item.loc)
+            workloads.append(workload)
     return workloads
 
 

@@ -3,8 +3,8 @@
 A workload is a picklable value that a worker turns into a PrimFunc (:meth:`Workload.build`).
 Its kinds, by the key that introduces it in the sweep file:
 
-- ``kernel: FILE`` (``func: NAME`` picks one of several): a kernel file as ``tensorize run``
-  reads it, once, in the sweep's own process. The kernel travels to the workers as printed
+- ``kernel: FILE`` (``func: NAME`` picks one of several; ``name: NAME`` names the workload in
+  reports, by default the function's name): a kernel file as ``tensorize run`` reads it, once, in the sweep's own process. The kernel travels to the workers as printed
   script text, which a worker parses and never executes: no file is read or run on a worker
   because of its name or path (docs/trust.md).
 - ``layers: [...]``: layers given by shape, built with the TE builder: ``gemm: {m, n, k}``
@@ -21,6 +21,7 @@ and :data:`BUILDERS`, how a worker builds a workload of that kind.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -32,6 +33,8 @@ from ir import PrimFunc, TensorizeError
 
 # A layer's sizes: each between 1 and this (a sweep point simulates the whole layer).
 MAX_EXTENT = 1 << 16
+# A kernel entry's name: (it names rows, plots and the model totals).
+WORKLOAD_NAME = re.compile(r"[\w.-]+")
 
 
 @dataclass(frozen=True)
@@ -83,9 +86,10 @@ def build_layer(workload: Workload) -> PrimFunc:
     return LAYERS[spec["op"]][1](**{k: v for k, v in spec.items() if k != "op"})
 
 
-def kernel_workload(path: Path, func: str | None) -> Workload:
+def kernel_workload(path: Path, func: str | None, name: str | None = None) -> Workload:
     """The workload of a kernel file, read once here (as ``tensorize run`` reads it) so that
-    a bad file is refused before any point runs; it carries the kernel as script text."""
+    a bad file is refused before any point runs; it carries the kernel as script text.
+    ``name`` names it in reports (default: ``func``, else the function's own name)."""
     from ir.printer import print_node
     from tensorize.kernel_file import read_kernel_file
 
@@ -93,7 +97,8 @@ def kernel_workload(path: Path, func: str | None) -> Workload:
     text = print_node(kernel.func)
     # The key hashes the printed kernel: what the workers run, whatever built it.
     digest = hashlib.sha256(text.encode()).hexdigest()
-    name = kernel.func.name if func is None else func
+    if name is None:
+        name = kernel.func.name if func is None else func
     return Workload(name, "kernel", (("path", str(path)), ("func", func), ("sha256", digest)),
                     text)
 
@@ -140,19 +145,26 @@ LAYERS: dict[str, tuple[tuple[str, ...], Callable[..., PrimFunc]]] = {
 
 
 def read_kernels(node: YNode, base: Path, findings: Findings) -> list[Workload]:
-    """A ``kernel: FILE`` entry (with ``func:``)."""
+    """A ``kernel: FILE`` entry (with ``func:`` and ``name:``)."""
     path_node = node.get("kernel")
     func_node = node.get("func")
-    unknown_keys(node, ("kernel", "func"), findings)
+    name_node = node.get("name")
+    unknown_keys(node, ("kernel", "func", "name"), findings)
     if path_node is None or not isinstance(path_node.value, str):
         findings.add(node.at("kernel"), "workloads[].kernel requires a kernel file path")
         return []
     if func_node is not None and not isinstance(func_node.value, str):
         findings.add(func_node.loc, "workloads[].func requires a kernel name")
         return []
+    if name_node is not None and not (isinstance(name_node.value, str) and
+                                      WORKLOAD_NAME.fullmatch(name_node.value)):
+        findings.add(name_node.loc, "workloads[].name requires letters, digits, '.', '-' or "
+                                    f"'_', got {name_node.plain()!r}")
+        return []
     path = (base / path_node.value).resolve()
     try:
-        return [kernel_workload(path, func_node.value if func_node else None)]
+        return [kernel_workload(path, func_node.value if func_node else None,
+                                name_node.value if name_node else None)]
     except TensorizeError as err:
         findings.add(path_node.loc, f"workloads[].kernel: {err.message}")
     except OSError as err:

@@ -231,3 +231,48 @@ def test_run_refuses_that_cpu_template_with_the_same_reason(
     assert "the CPU code generator requires an emit.llvm template that is a call, load, store " \
            "or zeroing bitcast of integer vectors (<N x iM>); armx_st_c's is 'store <4 x " \
            "float> {src}, ptr {dst}, align 4'" in err
+
+
+MACHINES = Path(__file__).parents[2] / "examples" / "machines"
+
+
+def test_a_machine_family_clashes_without_machine_naming_the_values(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = _run(capsys, "list", "--intrinsics-dir", str(MACHINES))
+    assert status == 2
+    built_in = BUILTIN_DIR / "npu.yaml"
+    assert f"scope npu.inp is declared differently at {built_in}" in err
+    assert "(capacity 32768 there, 131072 here; alignment 16 there, 1 here; banks 2 there, " \
+        "4 here)" in err
+
+
+@pytest.mark.parametrize("extra", [[], ["--intrinsics-dir"]])
+def test_list_with_machine_shows_its_family_instead_of_the_built_in(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, extra: list[str]) -> None:
+    machine = tmp_path / "npu32x32.yaml"
+    machine.write_text((MACHINES / "npu32x32.yaml").read_text())
+    dirs = [*extra, str(tmp_path)] if extra else []
+    status, out, _ = _run(capsys, "list", "--target", "npu", "--machine", str(machine), *dirs)
+    assert status == 0
+    names = [line.split()[0] for line in out.splitlines()[1:]]
+    assert "os32_gemm" in names and "npu_gemm" not in names
+
+
+def test_show_with_machine_prints_that_machines_memories(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    machine = str(MACHINES / "npu32x32.yaml")
+    status, out, _ = _run(capsys, "show", "os32_gemm", "--machine", machine)
+    assert status == 0
+    assert "  scopes: npu.inp 131072 B, 4 banks; npu.wgt 32768 B, 2 banks; " \
+        "npu.acc 262144 B, 2 banks" in out.splitlines()
+    status, out, _ = _run(capsys, "show", "os32_gemm", "--machine", machine, "--json")
+    assert status == 0
+    assert json.loads(out)["scope_declarations"]["npu.inp"]["capacity"] == 131072
+
+
+def test_show_without_machine_prints_the_built_in_memories(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = _run(capsys, "show", "npu_gemm")
+    assert status == 0
+    assert "  scopes: npu.inp 32768 B, 2 banks; npu.wgt 16384 B, 2 banks; " \
+        "npu.acc 131072 B, 2 banks" in out.splitlines()

@@ -96,6 +96,7 @@ def test_scope_declared_differently_is_an_error(tmp_path: Path) -> None:
         default_registry([tmp_path])
     (finding,) = caught.value.findings
     assert "scope global is declared differently" in finding.message
+    assert "(alignment 1 there, 64 here)" in finding.message
     assert finding.loc.file.endswith("odd.yaml") and finding.loc.line == 4
 
 

@@ -22,12 +22,13 @@ from tensorize.schedule.primitives.loop_kinds import bind, parallel, unroll, vec
 from tensorize.schedule.primitives.loops import fuse, reorder, split
 from tensorize.schedule.primitives.padding import pad_einsum
 from tensorize.schedule.primitives.reduction import decompose_reduction
+from tensorize.schedule.primitives.shift import shift_operand
 from tensorize.schedule.primitives.tensorize_call import tensorize
 
 PRIMITIVES: dict[str, Callable[..., Any]] = {f.__name__: f for f in (
     bind, blockize, cache_read, cache_write, compact_buffer, compute_at, compute_inline,
     decompose_reduction, diagonalize, fold_init, fuse, pad_einsum, parallel, reindex, reorder,
-    reverse_compute_at, split, tensorize, transform_block_layout, transform_layout, unroll,
-    vectorize, write_in_place)}
+    reverse_compute_at, shift_operand, split, tensorize, transform_block_layout,
+    transform_layout, unroll, vectorize, write_in_place)}
 
 __all__ = ["PRIMITIVES"]

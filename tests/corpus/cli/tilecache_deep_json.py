@@ -1,4 +1,5 @@
 # corpus: a tile cache file of a million nested JSON arrays (the parser runs out of recursion)
+# slow: yes
 # args: run {file} --target arm --quiet
 # env: TENSORIZE_CACHE_DIR={tmp}/cache
 # expect: warning: tile cache {tmp}/cache/cpu_tiles/arm.json is ignored: it cannot be read (maximum recursion depth exceeded

@@ -1,4 +1,5 @@
 # corpus: a planted tile cache entry holding the block to an intrinsic no description declares (the block would go untensorized)
+# slow: yes
 # args: run {file} --target arm --quiet
 # env: TENSORIZE_CACHE_DIR={tmp}/cache
 # expect: warning: tile cache {tmp}/cache/cpu_tiles/arm.json: entry "arm_sdot_lane 40x5x6 int8,int8,int32 +neon,+dotprod" is ignored: it holds its block to intrinsic "arm_sdot_v9", which no loaded description of target arm declares

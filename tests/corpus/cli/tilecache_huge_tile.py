@@ -1,4 +1,5 @@
 # corpus: a planted tile cache entry naming a 1000 x 1000 register tile (emitting it never ends)
+# slow: yes
 # args: run {file} --target arm --quiet
 # env: TENSORIZE_CACHE_DIR={tmp}/cache
 # expect: warning: tile cache {tmp}/cache/cpu_tiles/arm.json: entry "arm_sdot_lane 40x5x6 int8,int8,int32 +neon,+dotprod" is ignored: its tile requires one of target arm's register_tile choices

@@ -1,4 +1,5 @@
 # corpus: --tune with the cache directory pointing at a file (nothing can be read or saved there)
+# slow: yes
 # args: run {file} --target arm --quiet --tune
 # env: TENSORIZE_CACHE_DIR={tmp}/not_a_directory
 # expect: warning: tile cache {tmp}/not_a_directory/cpu_tiles/arm.json is ignored: it cannot be read (Not a directory)

@@ -64,9 +64,9 @@ def small_cnn(seed: int = 0, size: int = 12) -> onnx.ModelProto:
 
 
 def quantize(float_model: onnx.ModelProto, folder: Path, seed: int = 0,
-             per_channel: bool = False) -> onnx.ModelProto:
-    """``float_model`` as int8 QDQ: activations and weights QInt8, symmetric weights,
-    calibrated on four random inputs."""
+             per_channel: bool = False, unsigned: bool = False) -> onnx.ModelProto:
+    """``float_model`` as int8 QDQ: activations (QUInt8 with ``unsigned``, else QInt8) and
+    weights QInt8, symmetric weights, calibrated on four random inputs."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -89,8 +89,8 @@ def quantize(float_model: onnx.ModelProto, folder: Path, seed: int = 0,
     source, target = folder / "float_for_qdq.onnx", folder / "qdq.onnx"
     onnx.save(float_model, str(source))
     quantize_static(str(source), str(target), Reader(), quant_format=QuantFormat.QDQ,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                    per_channel=per_channel)
+                    activation_type=QuantType.QUInt8 if unsigned else QuantType.QInt8,
+                    weight_type=QuantType.QInt8, per_channel=per_channel)
     return onnx.load(str(target))
 
 

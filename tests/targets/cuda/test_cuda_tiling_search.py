@@ -48,6 +48,20 @@ def test_candidates_divide_the_extents_and_include_the_default_tiling():
         assert 2 <= stages <= 4
 
 
+def test_narrow_blocks_are_tried_only_where_no_usual_one_divides():
+    # BIG: every candidate has at least 2 warps and 2 fragments along each dimension.
+    assert all(min(*t.warps, *t.fragments) >= 2 for t, _ in tiling_candidates(BIG, SHAPE, 2))
+    # One padded row tile (a 1 x 4096 x 4096 GEMM): one warp and one fragment along M.
+    skinny = (16, 4096, 4096)
+    found = tiling_candidates(skinny, SHAPE, 2)
+    assert found
+    for tiling, _ in found:
+        bm, bn, bk = tiling.block_tile(*SHAPE)
+        assert (tiling.warps[0], tiling.fragments[0]) == (1, 1)
+        assert skinny[1] % bn == skinny[2] % bk == 0
+    assert {t.warps[1] for t, _ in found} == {1, 2, 4}
+
+
 def test_a_short_k_loop_limits_the_stages():
     # k = 64 in 32-deep steps: two steps, so two stages at most.
     found = tiling_candidates((128, 128, 64), SHAPE, 2)

@@ -127,3 +127,13 @@ def test_math_functions_match_numpy(name: str, dt: str) -> None:
     tolerance = {"float16": 1e-3, "float32": 1e-6, "float64": 1e-12}[dt]
     np.testing.assert_allclose(_run(func, values).astype(np.float64), expected, rtol=tolerance,
                                atol=tolerance)
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_rint_rounds_ties_to_even_exactly_as_numpy(dt: str) -> None:
+    ties = np.array([-3.5, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 2 ** 23 + 0.5], NUMPY[dt])
+    values = np.concatenate([ties, (RNG.standard_normal(200) * 1000).astype(NUMPY[dt])])
+    func = elementwise(lambda x: ir.Call("rint", (x,), x.dtype), [dt], values.size)
+    got = _run(func, values)
+    _same_bits(got, np.rint(values))
+    np.testing.assert_array_equal(got[:8], [-4, -2, -2, -0.0, 0, 2, 2, 4])

@@ -9,10 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from targets import npu
 from tensorize.cli import main
+from tensorize.engine import npu_traffic
+from tensorize.engine.tune import RANKED, SIMULATED
 from tests.targets.npu.machines import Npu
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "machines"
+# The kernel below as the schedule sees it on the 8x16 machine: 24 x 48 x 40 in 8 x 16 x 8 calls.
+SHAPE = npu_traffic.GemmShape(24, 48, 40, 8, 16, 8)
 
 GEMM = '''
 import numpy as np
@@ -47,9 +52,13 @@ def test_the_run_uses_the_machine_and_reports_what_limits_it(files, capsys):
     assert main(["run", kernel, "--target", "npu", "--machine", str(machine), "--tune",
                  "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    # Two tile heights fit (8 and 24 rows): the model ranks them, both are simulated.
-    assert [t["rows"] for t in report["tune"]] == [8, 24]
-    assert all(t["model_cycles"] > 0 and t["simulated_cycles"] > 0 for t in report["tune"])
+    # The least-traffic tilings, in traffic order; the model ranks them, its best are simulated.
+    ranked = npu_traffic.ranked(SHAPE, npu.load_machine(machine))[:RANKED]
+    assert [(t["rows"], t["cols"], t["depth"], t["order"]) for t in report["tune"]] == [
+        (t.rows, t.cols, t.depth, t.order) for t in ranked]
+    simulated = [t for t in report["tune"] if t["simulated_cycles"] is not None]
+    assert len(simulated) == min(SIMULATED, len(ranked))
+    assert all(t["model_cycles"] > 0 and t["simulated_cycles"] > 0 for t in simulated)
     assert report["ok"] and report["blocks"][0]["intrinsic"] == "npu8x16_gemm"
     run = report["npu"]
     assert (run["machine"], run["array"]) == ("npu8x16", [8, 16])
@@ -74,7 +83,9 @@ def test_the_summary_lines_name_the_bound_and_the_models_error(files, capsys):
     assert main(["run", kernel, "--target", "npu", "--machine", str(machine), "--quiet",
                  "--tune"]) == 0
     out = capsys.readouterr().out
-    assert "ok   tune        tile 24 rows: model " in out and "cycles, simulated " in out
+    first = npu_traffic.ranked(SHAPE, npu.load_machine(machine))[0]
+    assert f"ok   tune        tile {first.describe()}: model " in out
+    assert "cycles, simulated " in out
     assert "ok   simulate    npu8x16: " in out
     assert "ok   units       busy/stall cycles: load " in out
     assert "bytes/cycle = " in out and " GB/s (port 4 bytes/cycle)" in out

@@ -60,3 +60,29 @@ def test_machine_file_is_used(qdq_path, capsys):
     assert data["roofline"]["peak_macs_per_cycle"] == 32 * 32
     convs = [r for r in data["layers"] if r["op"] == "QDQ Conv"]
     assert all(r["intrinsic"] == "os32_gemm" and r["check"] == "exact" for r in convs)
+
+
+def test_npu_report_names_the_machine_and_one_bound_everywhere(qdq_path, tmp_path, capsys):
+    import csv
+
+    out = tmp_path / "report"
+    assert main(["model", str(qdq_path), "--target", "npu", "--report", str(out),
+                 "--quiet"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    machine = ("npu-16x16: 16x16 weight_stationary array, 700 MHz, SRAM inp 32 KiB + wgt "
+               "16 KiB + acc 128 KiB, DRAM port 32 bytes/cycle")
+    assert table[0] == f"machine: {machine}"
+    document = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert document["machine"]["rows"] == 16 and document["machine"]["clock_mhz"] == 700
+    with (out / "layers.csv").open(newline="", encoding="utf-8") as stream:
+        rows = list(csv.DictReader(stream))
+    assert {row["machine"] for row in rows} == {machine}
+    assert machine in (out / "index.html").read_text(encoding="utf-8")
+    header = table[1]
+    ridge = document["roofline"]["ridge_intensity"]
+    for record, row, line in zip(document["layers"], rows, table[3:]):
+        if record["dram_bytes"] is None:
+            continue
+        side = "memory" if record["macs"] / record["dram_bytes"] < ridge else "compute"
+        assert record["bound"] == row["bound"] == side
+        assert line[header.index("bound"):].split()[0] == side

@@ -38,6 +38,19 @@ def test_json_counts_one_sdot_per_intrinsic_call(gemm, capsys):
     # MACs, 16 per SDOT.
     assert 16 * calls["arm_sdot_lane"] >= 40 * 20 * 24
     assert report["cpu"]["instructions"] > calls["arm_sdot_lane"]
+    # The run names both rates, from the emulator's own counts: the kernel's useful MACs
+    # and the executed ones (the padded columns included) per instruction.
+    useful, executed = 40 * 20 * 24, 16 * report["cpu"]["counted"]["sdot"]
+    assert report["macs"] == {"useful": useful, "executed": executed,
+                              "calls": calls["arm_sdot_lane"],
+                              "pad": round(1 - useful / executed, 4)}
+    instructions = report["cpu"]["instructions"]
+    run = next(s["detail"] for s in report["steps"] if s["step"] == "run")
+    assert (f"(MACs per instruction: {useful / instructions:.2f} useful, "
+            f"{executed / instructions:.2f} executed)") in run
+    tensorize = next(s["detail"] for s in report["steps"] if s["step"] == "tensorize")
+    assert (f"executed: {calls['arm_sdot_lane']:,} calls, {executed:,} MACs for {useful:,} "
+            f"useful, pad {100 * (1 - useful / executed):.1f}% of executed MACs") in tensorize
 
 
 def test_emit_code_writes_the_assembly(gemm, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -126,9 +127,14 @@ def test_trace_file_opens_as_chrome_trace(kernel, tmp_path):
     assert "traceEvents" in json.loads(trace.read_text())
 
 
-def test_tune_tries_tile_heights(kernel, capsys):
+def test_tune_simulates_the_best_modelled_tiles_and_keeps_the_fastest(kernel, capsys):
     assert main(["run", kernel(SMALL_GEMM), "--target", "npu", "--quiet", "--tune"]) == 0
-    assert "ok   tune        tile 16 rows" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    simulated = [int(c) for c in re.findall(r"^ok   tune        tile \S+ (?:mn|nm): model \d+ "
+                                            r"cycles, simulated (\d+)", out, re.M)]
+    assert len(simulated) >= 2
+    kept = re.search(r"^ok   simulate    npu-16x16: (\d+) cycles", out, re.M)
+    assert kept and int(kept.group(1)) == min(simulated)
 
 
 def test_bad_kernel_exits_2_with_file_and_line(kernel, capsys):

@@ -26,12 +26,24 @@ def _pairs() -> list[tuple[str, str, str]]:
 
 
 PAIRS = _pairs()
-# One pair per input type of the mma.sync family runs by default, the rest with -m slow:
-# tests/targets/cuda/test_mma.py also proves the suite through that family, on the emulation.
-MMA_DEFAULT = {"gemm_fp16", "gemm_int8", "gemm_u8s8"}
-PARAMS = [pytest.param(*pair, marks=pytest.mark.slow)
-          if pair[2].startswith("mma_") and pair[0] not in MMA_DEFAULT else pair
-          for pair in PAIRS]
+
+
+def _params() -> list:
+    """Every NPU pair, and the first kernel of each arm and cuda intrinsic, run by default;
+    the other arm and cuda pairs with -m slow (CI runs both): test_auto and the backends'
+    own tests (tests/targets/arm, tests/targets/cuda/test_mma.py) prove the suite through
+    those families too, and the default run stays within its time."""
+    seen: set[str] = set()
+    params = []
+    for pair in PAIRS:
+        first = pair[2] not in seen
+        seen.add(pair[2])
+        params.append(pair if pair[1] == "npu" or first
+                      else pytest.param(*pair, marks=pytest.mark.slow))
+    return params
+
+
+PARAMS = _params()
 
 
 def test_every_dtype_family_is_covered():

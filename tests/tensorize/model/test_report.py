@@ -22,11 +22,15 @@ from tensorize.model.report import (
     ReportError,
     compute_totals,
     format_table,
+    roofline_bound,
     roofline_points,
     write_report,
 )
 
 ROOFLINE = {"peak_macs_per_cycle": 256.0, "dram_bytes_per_cycle": 32.0}
+MACHINE = {"kind": "npu", "name": "npu-16x16", "rows": 16, "cols": 16,
+           "dataflow": "weight_stationary", "clock_mhz": 700.0, "inp_bytes": 32768,
+           "wgt_bytes": 16384, "acc_bytes": 131072, "dram_bytes_per_cycle": 32.0}
 HOSTILE = '<script>alert("x")</script> & conv\n1'
 LONG_WHY = "Softmax has no intrinsic: exp is not a multiply-accumulate, so it runs on the host"
 
@@ -41,22 +45,30 @@ def make_records(count: int = 12, seed: int = 0) -> list[dict]:
         on_npu = placement == "tensorized"
         macs = int(rng.integers(1, 10**7)) if placement != "host" else 0
         cycles = int(rng.integers(100, 10**5)) if on_npu else None
+        calls = int(rng.integers(1, 5000)) if on_npu else None
+        executed = max(calls * 4096, macs) if on_npu else None
+        dram = int(rng.integers(1000, 10**6)) if placement != "host" else None
         records.append({
             "index": index,
             "name": HOSTILE if index == 1 else f"layer{index}.conv",
             "op": "QDQ Conv" if placement != "host" else "Softmax",
             "shape": "1x64x56x56 -> 1x64x56x56, 3x3 s1",
             "macs": macs,
+            "executed_macs": executed,
+            "pad": 1 - macs / executed if on_npu else None,
             "placement": placement,
             "intrinsic": "npu_gemm" if on_npu else None,
             "why_not": None if on_npu else LONG_WHY,
-            "calls": int(rng.integers(1, 5000)) if on_npu else None,
+            "calls": calls,
             "cycles": cycles,
+            "sim_s": cycles / 700e6 if on_npu else None,
             "instructions": None,
-            "seconds": float(rng.uniform(1e-6, 1e-2)) if not on_npu else None,
+            "run_s": float(rng.uniform(1e-6, 1e-2)) if not on_npu else None,
+            "tool_s": float(rng.uniform(1e-3, 1.0)),
             "utilisation": float(rng.uniform(0, 1)) if on_npu else None,
-            "dram_bytes": int(rng.integers(1000, 10**6)) if placement != "host" else None,
-            "bound": str(rng.choice(["compute", "memory"])) if on_npu else None,
+            "dram_bytes": dram,
+            "intensity": macs / dram if macs and dram else None,
+            "bound": roofline_bound(macs, dram, ROOFLINE),
             "check": "exact" if on_npu else "max error 1.00e-06 of the largest value (tolerance 0.0001)",
         })
     return records
@@ -69,7 +81,7 @@ def report(tmp_path_factory):
     records = make_records()
     out = tmp_path_factory.mktemp("report")
     files = write_report(out, "resnet <small>", "npu & friends", records,
-                         compute_totals(records), ROOFLINE)
+                         compute_totals(records), ROOFLINE, MACHINE)
     return out, records, files
 
 
@@ -78,15 +90,16 @@ def parse_cell(text: str, kind: type):
     return None if text == "" else kind(text)
 
 
-CSV_TYPES = {"index": int, "macs": int, "calls": int, "cycles": int, "instructions": int,
-             "dram_bytes": int, "seconds": float, "utilisation": float}
+CSV_TYPES = {"index": int, "macs": int, "executed_macs": int, "pad": float, "calls": int,
+             "cycles": int, "sim_s": float, "instructions": int, "run_s": float,
+             "tool_s": float, "utilisation": float, "dram_bytes": int, "intensity": float}
 
 
 def test_csv_round_trips_to_the_records(report):
     out, records, _ = report
     with (out / "layers.csv").open(newline="", encoding="utf-8") as stream:
         rows = list(csv.DictReader(stream))
-    assert list(rows[0]) == list(FIELDS)
+    assert list(rows[0]) == [*FIELDS, "machine"]
     back = [{field: parse_cell(row[field], CSV_TYPES.get(field, str)) for field in FIELDS}
             for row in rows]
     assert back == records
@@ -98,7 +111,8 @@ def test_json_holds_the_records_and_totals_equal_the_sums(report):
     assert document["layers"] == records
     assert document["title"] == "resnet <small>" and document["target"] == "npu & friends"
     totals = document["totals"]
-    for field in ("macs", "calls", "cycles", "seconds", "dram_bytes"):
+    for field in ("macs", "executed_macs", "calls", "cycles", "sim_s", "run_s", "tool_s",
+                  "dram_bytes"):
         assert totals[field] == pytest.approx(sum(r[field] or 0 for r in records)), field
     assert totals["instructions"] is None  # no layer has one
     assert totals["layers"] == 12 and totals["tensorized"] == 6
@@ -131,8 +145,8 @@ def test_roofline_points_sit_on_the_roof(report):
 def test_roofline_on_both_sides_of_the_ridge():
     # 1 MAC per byte is memory-bound at 32 B/cycle (32 MACs/cycle); 100 is at the peak.
     records = make_records(2)
-    records[0].update(macs=1000, dram_bytes=1000)
-    records[1].update(macs=100_000, dram_bytes=1000)
+    records[0].update(macs=1000, dram_bytes=1000, intensity=1.0, bound="memory")
+    records[1].update(macs=100_000, dram_bytes=1000, intensity=100.0, bound="compute")
     points = roofline_points(records, ROOFLINE)["points"]
     assert [p["attainable"] for p in points] == [32.0, 256.0]
 
@@ -145,7 +159,8 @@ def test_html_escapes_names_and_embeds_every_plot(report):
     assert html.escape("npu & friends") in page and html.escape("resnet <small>") in page
     assert html.escape(LONG_WHY) in page  # the page shows the reason whole
     images = re.findall(r'<img alt="([^"]*)" src="data:image/svg\+xml;base64,([^"]+)"', page)
-    assert [alt for alt, _ in images] == ["cycles per layer", "MAC utilisation per layer",
+    assert [alt for alt, _ in images] == ["simulated cycles per layer",
+                                          "MAC utilisation per layer",
                                           "roofline"]
     texts = []
     for _, data in images:
@@ -213,10 +228,11 @@ def test_table_is_aligned_and_totals_are_shown():
 def test_table_shows_only_the_cost_columns_present():
     records = make_records(4)
     for record in records:
-        record["cycles"], record["utilisation"] = None, None
+        record["cycles"], record["sim_s"], record["utilisation"] = None, None, None
         record["instructions"] = 1234 if record["placement"] != "host" else None
     header = format_table(records, compute_totals(records)).splitlines()[0]
-    assert "instructions" in header and "cycles" not in header and "time" in header
+    assert "instructions" in header and "cycles" not in header and "sim time" not in header
+    assert "run time" in header and "tool time" in header
 
 
 def with_field(field, value):
@@ -230,7 +246,8 @@ def with_field(field, value):
     (with_field("macs", "12"), "layer record 1 ('conv2'): field 'macs' requires int, got str"),
     (with_field("macs", True), "field 'macs' requires int, got bool"),
     (with_field("utilisation", 1.5), "field 'utilisation' requires 0..1, got 1.5"),
-    (with_field("seconds", math.nan), "field 'seconds' requires float or None, got float nan"),
+    (with_field("run_s", math.nan), "field 'run_s' requires float or None, got float nan"),
+    (with_field("pad", -0.5), "field 'pad' requires 0..1, got -0.5"),
     (with_field("placement", "gpu"), "field 'placement' requires one of"),
     (with_field("bound", "latency"), "field 'bound' requires one of ('compute', 'memory')"),
     (with_field("cycles", -3), "field 'cycles' requires >= 0, got -3"),

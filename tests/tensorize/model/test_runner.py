@@ -58,6 +58,28 @@ def test_npu_tensorizes_convolutions_exact(cnn_int8, context):
         r["cycles"] for r in run.records if r["cycles"])
 
 
+def test_npu_records_name_each_figure_apart(cnn_int8, context, machine):
+    run = run_model(cnn_int8, context("npu"))
+    ridge = 256 / 32.0
+    assert run.machine["name"] == machine.name and run.machine["rows"] == 16
+    for record in run.records:
+        assert record["tool_s"] > 0
+        if record["placement"] != "tensorized":
+            assert record["executed_macs"] is None and record["sim_s"] is None
+            continue
+        # Executed MACs: every npu_gemm call is a full 16x16x16 tile, padding included.
+        assert record["executed_macs"] == record["calls"] * 16 * 16 * 16 >= record["macs"]
+        assert record["pad"] == round(1 - record["macs"] / record["executed_macs"], 4)
+        # Simulated time is the cycles at the machine's clock; the tool's time is its own.
+        assert record["sim_s"] == pytest.approx(record["cycles"] / (machine.clock_mhz * 1e6))
+        assert record["run_s"] is None
+        # The bound is the side of the ridge the layer's own roofline point lies on.
+        intensity = record["macs"] / record["dram_bytes"]
+        assert record["intensity"] == pytest.approx(intensity)
+        assert record["bound"] == ("memory" if intensity < ridge else "compute")
+    assert run.totals["sim_s"] == pytest.approx(run.totals["cycles"] / (machine.clock_mhz * 1e6))
+
+
 def test_npu_float_network_falls_back_with_reason(tmp_path, context):
     graph = import_model(models.save(models.small_cnn(size=8), tmp_path, "cnn.onnx"))
     run = run_model(graph, context("npu"))
@@ -71,6 +93,9 @@ def test_arm_counts_instructions_exact(cnn_int8, context):
     assert run.ok
     convs = [r for r in run.records if r["op"] == "QDQ Conv"]
     assert all(r["placement"] == "tensorized" and r["instructions"] > 0 for r in convs)
+    # An sdot computes 4 x 4 MACs: the executed work, padding included.
+    assert all(r["executed_macs"] == 16 * r["calls"] >= r["macs"] for r in convs)
+    assert run.machine == {"kind": "cpu", "name": "arm", "features": "+neon,+dotprod"}
 
 
 @pytest.mark.slow
@@ -90,7 +115,7 @@ def test_x86_uses_the_uint8_variant(cnn_int8, context):
     convs = [r for r in run.records if r["op"] == "QDQ Conv"]
     for conv in convs:
         if conv["placement"] == "tensorized":
-            assert conv["intrinsic"].startswith("x86_") and conv["seconds"] > 0
+            assert conv["intrinsic"].startswith("x86_") and conv["run_s"] > 0
         else:  # a host without AVX-512 VNNI cannot run the kernel, and says so
             assert "not runnable here" in conv["why_not"]
 
@@ -119,3 +144,28 @@ def test_a_convolution_with_one_output_pixel_is_tensorized(tmp_path, context):
     conv = next(r for r in run.records if r["op"] == "QDQ Conv")
     assert conv["placement"] == "tensorized" and conv["check"] == "exact"
     assert conv["macs"] == 16 * 8 * 3 * 3 and run.ok
+
+
+def test_npu_runs_each_layer_epilogue_on_the_vector_unit(cnn_int8, context):
+    run = run_model(cnn_int8, context("npu"))
+    assert run.ok
+    fused = [(r, note) for r, note in zip(run.records, run.notes)
+             if r["op"] in ("QDQ Conv", "QDQ Gemm")]
+    assert len(fused) == 3
+    for record, note in fused:
+        assert record["placement"] == "tensorized" and record["check"] == "exact"
+        assert "bias and requantisation on the vector unit, in the program" in note
+        assert "host: int32 bias" not in note
+
+
+def test_a_machine_without_requantisation_keeps_the_epilogue_on_the_host(cnn_int8, context,
+                                                                         machine):
+    from dataclasses import replace
+
+    plain = replace(machine, name="npu-no-requant", requant=None)
+    run = run_model(cnn_int8, context("npu", machine=plain))
+    assert run.ok
+    convs = [note for r, note in zip(run.records, run.notes) if r["op"] == "QDQ Conv"]
+    assert convs and all(
+        "epilogue on the host: no vector instruction of npu-no-requant computes block "
+        "requantised" in note for note in convs)

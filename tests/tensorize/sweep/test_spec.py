@@ -70,7 +70,7 @@ MISTAKES = [
      "a model's layers are chosen with select: (op, window, name)", 8, 5),
     (SMALL.replace("  - layers:", "  - kernel: missing.py\n  - layers:"),
      "workloads[].kernel", 8, 13),
-    (SMALL.replace("name: c,", "name: g,"), "workloads require distinct names, got 'g'", 8, 3),
+    (SMALL.replace("name: c,", "name: g,"), "workloads require distinct names, got 'g'", 8, 5),
     (SMALL.split("workloads:")[0], "workloads requires a list of entries", 1, 1),
     (SMALL + "plots: {heatmap: [array.rows, array.rows]}\n",
      "plots.heatmap requires two different varied fields", 11, 18),
@@ -109,3 +109,61 @@ def test_every_finding_of_a_file_is_reported_at_once(write_sweep):
                    + "colour: red\n")
     assert len(error.findings) == 2
     assert str(error).count("sweep.yaml:") == 2
+
+
+def _mm_file(directory, name: str, m: int):
+    """A kernel file in its own directory whose function is ``mm``, an m x 8 x 8 GEMM."""
+    directory.mkdir()
+    path = directory / name
+    path.write_text(f'''\
+from ir import script as T
+
+
+@T.prim_func
+def mm(A: T.Buffer(({m}, 8), "int8"), B: T.Buffer((8, 8), "int8"),
+       C: T.Buffer(({m}, 8), "int32")):
+    for i, j, k in T.grid({m}, 8, 8):
+        with T.block("C"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                C[vi, vj] = 0
+            C[vi, vj] += T.cast(A[vi, vk], "int32") * T.cast(B[vk, vj], "int32")
+''')
+    return path
+
+
+def _two_mm_sweep(tmp_path, names: tuple[str, str] | None) -> str:
+    first = _mm_file(tmp_path / "a", "mm.py", 16)
+    second = _mm_file(tmp_path / "b", "mm.py", 32)
+    lines = [f"  - kernel: {first}", f"  - kernel: {second}"]
+    if names is not None:
+        lines = [f"{line}\n    name: {name}" for line, name in zip(lines, names)]
+    return SMALL.split("workloads:")[0] + "workloads:\n" + "\n".join(lines) + "\n"
+
+
+def test_two_kernel_files_defining_one_function_are_told_apart_by_name(write_sweep,
+                                                                       tmp_path):
+    sweep = load_sweep(write_sweep(_two_mm_sweep(tmp_path, ("mm_small", "mm_tall"))))
+    assert [w.name for w in sweep.workloads] == ["mm_small", "mm_tall"]
+    small, tall = (w.build() for w in sweep.workloads)
+    assert small.name == tall.name == "mm"
+    assert [tuple(b.shape) for b in small.params] == [(16, 8), (8, 8), (16, 8)]
+    assert [tuple(b.shape) for b in tall.params] == [(32, 8), (8, 8), (32, 8)]
+    assert sweep.workloads[0].identity() != sweep.workloads[1].identity()
+
+
+def test_two_unnamed_kernels_of_one_name_clash_at_the_second_entry(write_sweep, tmp_path):
+    path = write_sweep(_two_mm_sweep(tmp_path, None))
+    error = _error(write_sweep, path.read_text())
+    (clash,) = [f for f in error.findings if "distinct names" in f.message]
+    assert (clash.loc.line, clash.loc.col) == (9, 5)
+    assert f"got 'mm' here and at {path}:8:5" in clash.message
+    assert "give the kernel entry a name:" in clash.message
+
+
+def test_a_kernel_name_must_be_a_plain_word(write_sweep, tmp_path):
+    text = _two_mm_sweep(tmp_path, ("mm_small", "'two words'"))
+    error = _error(write_sweep, text)
+    (bad,) = [f for f in error.findings if "workloads[].name" in f.message]
+    assert "requires letters, digits, '.', '-' or '_', got 'two words'" in bad.message
+    assert (bad.loc.line, bad.loc.col) == (11, 11)

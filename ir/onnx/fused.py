@@ -1,0 +1,74 @@
+"""An integer layer as one GEMM with its epilogue in the kernel, for a device that runs the
+epilogue where the sum is (the NPU's vector unit).
+
+:class:`FusedGemm` holds what the layer's int8 GEMM needs (its rows from the layer's
+inputs, the constant weights, the per-channel bias and float32 scale) and gives, for the
+device's tile sizes, a :class:`~ir.onnx.graph.Layer` whose kernel is
+:func:`ir.onnx.kernels.matmul_requantised` on operands padded to whole tiles in the pack:
+zero rows and columns, whose results the unpack drops. Padding in the pack keeps the
+kernel a plain GEMM followed by elementwise blocks, which the engine fuses onto the
+accumulator tile; the padded work is the same the engine's own padding would do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ir.onnx import kernels
+from ir.onnx.graph import Arrays, Layer
+
+
+@dataclass(frozen=True, eq=False)
+class FusedGemm:
+    """A layer's GEMM with its epilogue: ``rows(arrays)`` gives the int8 ``(m, k)`` left
+    operand from the layer's inputs, ``weights`` the int8 ``(k, n)`` right one, ``bias``
+    (int32) and ``scale`` (float32) one per output column, ``requantisation`` the rest of
+    the epilogue; ``output`` turns the kernel's int8 ``(m, n)`` result into the layer's
+    output; ``host_work`` says what ``rows`` computes on the host beyond layout, if
+    anything."""
+
+    rows: Callable[[Arrays], np.ndarray]
+    m: int
+    weights: np.ndarray
+    bias: np.ndarray
+    scale: np.ndarray
+    requantisation: kernels.Requantisation
+    output: Callable[[np.ndarray], np.ndarray]
+    host_work: str | None = None
+
+    def layer(self, base: Layer, tile: tuple[int, int, int]) -> Layer:
+        """``base`` computed by this GEMM with every dimension padded to a multiple of
+        ``tile`` (rows, depth, columns)."""
+        k, n = self.weights.shape
+        mp, kp, np_ = (_round_up(size, unit) for size, unit in zip((self.m, k, n), tile))
+        # A GEMM of one row has no row loop to map (a loop of one iteration is dropped).
+        mp = max(mp, 2)
+        weights = _padded(self.weights, (kp, np_))
+        operands = {"B": weights, "Bias": _padded(self.bias, (np_,)),
+                    "Scale": _padded(self.scale, (np_,))}
+
+        def pack(arrays: Arrays) -> dict[str, np.ndarray]:
+            return {"A": _padded(self.rows(arrays), (mp, kp)), **operands}
+
+        def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
+            return self.output(np.ascontiguousarray(out[:self.m, :n]))
+
+        func = kernels.matmul_requantised(mp, kp, np_, self.requantisation)
+        return Layer(base.name, base.op, base.inputs, base.output, base.input_shapes,
+                     base.output_shape, base.output_dtype, base.macs, base.detail, func,
+                     pack, unpack, epilogue=self.host_work)
+
+
+def _round_up(size: int, unit: int) -> int:
+    return math.ceil(size / unit) * unit
+
+
+def _padded(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``array`` with zeros appended to reach ``shape``."""
+    if array.shape == shape:
+        return np.ascontiguousarray(array)
+    return np.pad(array, [(0, want - have) for have, want in zip(array.shape, shape)])

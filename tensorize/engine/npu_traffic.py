@@ -1,0 +1,153 @@
+"""The DRAM traffic of the NPU's GEMM schedule, and the tiles that make it least.
+
+The schedule (``npu_schedule``) runs a GEMM ``M x N x K`` (extents padded to the intrinsic's
+``ti x tj x tk``) in accumulator tiles of ``tm x tn``, each reduced in steps of ``tk``-deep
+blocks ``kb`` deep, the tiles visited row tile by row tile (order ``"mn"``) or column tile
+by column tile (``"nm"``). Per step it loads an input tile ``tm x kb`` and a weight tile
+``kb x tn``, and it stores each accumulator tile once. So, with ``A``, ``B`` and ``C`` the
+bytes of the three tensors::
+
+    bytes = A * (N / tn) + B * (M / tm) + C
+
+except that an operand indexed by the outer loop alone stays on chip while the inner loop
+runs, when its whole panel is one tile (``kb == K``): in order ``"mn"`` the ``tm x K``
+input panel is loaded once per row tile, so ``A`` is read once; in order ``"nm"`` the
+``K x tn`` weight panel, so ``B`` is. The least any schedule moves reads each operand once
+and writes the output once: ``A + B + C``.
+
+A candidate fits when each staged tile fits one bank of its memory twice over (two copies,
+so the next tile's load overlaps the current tile's use): on-chip tiles are stored in
+``tk``- or ``tj``-wide column blocks, one block row per memory row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from intrinsics.runnable import row_layout
+from simulator import MachineConfig
+from simulator.config import MemoryConfig, row_width
+
+ORDERS = ("mn", "nm")
+
+
+@dataclass(frozen=True, slots=True)
+class GemmShape:
+    """A GEMM as the schedule sees it: padded extents ``m x n x k``, the intrinsic's tile
+    ``ti x tj x tk``, and the bytes per element of A, B and C in DRAM."""
+
+    m: int
+    n: int
+    k: int
+    ti: int
+    tj: int
+    tk: int
+    a_bytes: int = 1
+    b_bytes: int = 1
+    c_bytes: int = 4
+
+    @property
+    def minimum(self) -> int:
+        """The least DRAM traffic of any schedule: each operand read once, C written once."""
+        return (self.m * self.k * self.a_bytes + self.k * self.n * self.b_bytes
+                + self.m * self.n * self.c_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class NpuTiling:
+    """One GEMM schedule: accumulator tiles of ``rows`` (tm) x ``cols`` (tn), reduced in
+    blocks ``depth`` (kb) deep, visited in ``order`` (``"mn"``: row tiles outside; ``"nm"``:
+    column tiles outside). ``cols`` and ``depth`` of 0 mean one intrinsic call's (tj, tk)."""
+
+    rows: int
+    cols: int = 0
+    depth: int = 0
+    order: str = "mn"
+
+    def describe(self) -> str:
+        """The tile as the run's report shows it."""
+        return f"{self.rows}x{self.cols}x{self.depth} {self.order}"
+
+
+def traffic(shape: GemmShape, tiling: NpuTiling) -> int:
+    """Bytes the schedule with ``tiling`` moves across the DRAM port (module docs)."""
+    s = shape
+    tn, kb = tiling.cols or s.tj, tiling.depth or s.tk
+    a_reads = 1 if tiling.order == "mn" and kb == s.k else s.n // tn
+    b_reads = 1 if tiling.order == "nm" and kb == s.k else s.m // tiling.rows
+    return (s.m * s.k * s.a_bytes * a_reads + s.k * s.n * s.b_bytes * b_reads
+            + s.m * s.n * s.c_bytes)
+
+
+def tile_rows(shape: GemmShape, tiling: NpuTiling, config: MachineConfig
+              ) -> dict[str, int]:
+    """Memory rows of one copy of each staged tile: ``inp`` (A), ``wgt`` (B), ``acc`` (C).
+    A tile wider than one call is stored in call-wide column blocks (``tk`` for A, ``tj``
+    for B and C), one block row per memory row."""
+    s = shape
+    tn, kb = tiling.cols or s.tj, tiling.depth or s.tk
+    arr = config.array
+    return {"inp": _rows((kb // s.tk, tiling.rows, s.tk), row_width(arr, "inp")),
+            "wgt": _rows((tn // s.tj, kb, s.tj), row_width(arr, "wgt")),
+            "acc": _rows((tn // s.tj, tiling.rows, s.tj), row_width(arr, "acc"))}
+
+
+def fits(shape: GemmShape, tiling: NpuTiling, config: MachineConfig) -> bool:
+    """Whether two copies of each staged tile fit its memory, each copy within a bank."""
+    memories = {"inp": config.inp, "wgt": config.wgt, "acc": config.acc}
+    return all(_fits_twice(rows, memories[name])
+               for name, rows in tile_rows(shape, tiling, config).items())
+
+
+def candidates(shape: GemmShape, config: MachineConfig) -> Iterator[NpuTiling]:
+    """Every tiling that fits: tm, tn and kb multiples of the call's tile dividing the
+    extents, in both orders, with at most :func:`most_blocks` column blocks in a tile."""
+    s = shape
+    blocks = most_blocks(config)
+    for rows in _multiples(s.m, s.ti, s.m):
+        for cols in _multiples(s.n, s.tj, blocks):
+            for depth in _multiples(s.k, s.tk, blocks):
+                for order in ORDERS:
+                    tiling = NpuTiling(rows, cols, depth, order)
+                    if fits(s, tiling, config):
+                        yield tiling
+
+
+def most_blocks(config: MachineConfig) -> int:
+    """The most column blocks a staged tile may have (``tn / tj`` of B and C, ``kb / tk`` of
+    A). Each block is its own DMA, and each DMA of a tile exchanges a dependency token
+    with the compute queue: a queue that must push more tokens within one tile than its
+    neighbour can hold before popping any (``token_depth``) waits on a neighbour waiting on
+    it. Half the depth leaves room for the other direction's tokens of the same tile."""
+    return max(1, config.queues.token_depth // 2)
+
+
+def ranked(shape: GemmShape, config: MachineConfig) -> list[NpuTiling]:
+    """Every fitting tiling, least traffic first; among equals, the largest accumulator
+    tile (fewest stores and array drains), then the deepest step (fewest DMA requests),
+    then order ``"mn"``."""
+    return sorted(candidates(shape, config),
+                  key=lambda t: (traffic(shape, t), -t.rows * t.cols, -t.depth,
+                                 t.order != "mn", -t.rows))
+
+
+def best(shape: GemmShape, config: MachineConfig) -> NpuTiling:
+    """The first of :func:`ranked`; one call's tile when nothing larger fits."""
+    found = ranked(shape, config)
+    return found[0] if found else NpuTiling(shape.ti, shape.tj, shape.tk)
+
+
+def _multiples(extent: int, unit: int, most: int) -> list[int]:
+    """The multiples of ``unit`` that divide ``extent``, at most ``most`` units each."""
+    return [t for t in range(unit, min(extent, most * unit) + 1, unit) if extent % t == 0]
+
+
+def _rows(shape: tuple[int, ...], width: int) -> int:
+    layout = row_layout(shape, width)
+    # A block wider than a row but not a multiple of it has no layout: it never fits.
+    return layout[1] if layout is not None else 1 << 62
+
+
+def _fits_twice(rows: int, memory: MemoryConfig) -> bool:
+    return rows <= memory.bank_rows and 2 * rows <= memory.rows

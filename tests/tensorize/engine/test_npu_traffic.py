@@ -1,0 +1,98 @@
+"""The DRAM traffic model of the NPU's GEMM schedule: its byte count is the simulator's, for
+every tile shape and loop order, on machines of both dataflows and sizes that do not divide
+the tile; the schedule it chooses stays exact and moves the least traffic that fits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ir
+from intrinsics import default_registry
+from ir import te
+from simulator import load_machine
+from targets import npu
+from tensorize.engine import auto_tensorize
+from tensorize.engine.npu_schedule import gemm_shape
+from tensorize.engine.npu_traffic import GemmShape, NpuTiling, best, candidates, fits, traffic
+
+MACHINES = Path(__file__).resolve().parents[3] / "examples" / "machines"
+
+
+def gemm(m: int, n: int, k: int) -> ir.PrimFunc:
+    A = te.placeholder((m, k), "int8", "A")
+    B = te.placeholder((k, n), "int8", "B")
+    rk = te.reduce_axis(k, "k")
+    C = te.compute((m, n), lambda i, j: te.sum(
+        ir.cast("int32", A[i, rk]) * ir.cast("int32", B[rk, j]), axis=rk), "C")
+    return te.create_prim_func([A, B, C], "gemm")
+
+
+def machine(name: str | None):
+    """The built-in machine (None) or a machine file's, with its registry."""
+    if name is None:
+        return load_machine(), default_registry()
+    path = MACHINES / name
+    return npu.load_machine(path), npu.machine_registry(path)
+
+
+def simulate(m: int, n: int, k: int, name: str | None, tiling: NpuTiling | None):
+    """Tensorize and run a random int8 GEMM; the shape the schedule saw, the run, and
+    whether C equals numpy's product exactly."""
+    config, registry = machine(name)
+    result = auto_tensorize(gemm(m, n, k), "npu", registry=registry, config=config,
+                            tiling=tiling)
+    (outcome,) = result.tensorized
+    rng = np.random.default_rng(m * n + k)
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    run = npu.run(result.func, {"A": a, "B": b}, config, lookup=registry.get)
+    exact = np.array_equal(run.outputs["C"], a.astype(np.int32) @ b.astype(np.int32))
+    return gemm_shape(registry.get(outcome.intrinsic), outcome.extents), config, run, exact
+
+
+@pytest.mark.parametrize("m, n, k, name, tiling", [
+    (64, 64, 64, None, NpuTiling(64)),                    # one call's columns and depth
+    (64, 64, 64, None, NpuTiling(32, 32, 32, "mn")),      # both operands re-read
+    (64, 64, 64, None, NpuTiling(32, 32, 64, "mn")),      # the input panel stays on chip
+    (64, 64, 64, None, NpuTiling(32, 32, 64, "nm")),      # the weight panel stays on chip
+    (33, 17, 15, None, NpuTiling(32, 16, 16, "nm")),      # padded to 48 x 32 x 16
+    (64, 128, 96, "npu32x32.yaml", NpuTiling(32, 64, 96, "nm")),
+    (100, 96, 200, "npu32x32.yaml", None),                # padded to 128 x 96 x 224
+    (31, 130, 40, "npu8x64.yaml", NpuTiling(16, 64, 16, "mn")),
+    (64, 128, 96, "npu8x64.yaml", None),
+])
+def test_the_models_bytes_are_the_simulators(m, n, k, name, tiling):
+    shape, config, run, exact = simulate(m, n, k, name, tiling)
+    assert exact
+    assert run.dram_bytes == traffic(shape, tiling or best(shape, config))
+    assert run.roofline(config).min_dram_bytes == shape.minimum
+
+
+def test_the_traffic_formula_on_a_hand_counted_case():
+    # 64^3 in 32 x 32 tiles, 16 deep: A (4,096 bytes) is read once per column tile (2), B
+    # once per row tile (2), C (16,384 bytes of int32) written once.
+    shape = GemmShape(64, 64, 64, 16, 16, 16)
+    assert traffic(shape, NpuTiling(32, 32, 16, "mn")) == 2 * 4096 + 2 * 4096 + 16384
+    assert traffic(shape, NpuTiling(32, 32, 64, "mn")) == 4096 + 2 * 4096 + 16384
+    assert traffic(shape, NpuTiling(32, 32, 64, "nm")) == 2 * 4096 + 4096 + 16384
+    assert shape.minimum == 4096 + 4096 + 16384
+
+
+def test_the_choice_is_the_least_traffic_that_fits():
+    config = load_machine()
+    shape = GemmShape(3136, 64, 576, 16, 16, 16)
+    chosen = best(shape, config)
+    assert fits(shape, chosen, config)
+    assert traffic(shape, chosen) == min(traffic(shape, t) for t in candidates(shape, config))
+    assert traffic(shape, chosen) <= 1.2 * shape.minimum
+
+
+def test_a_tile_too_big_for_a_bank_does_not_fit():
+    config = load_machine()  # acc banks of 1,024 rows of 16 int32
+    shape = GemmShape(256, 256, 256, 16, 16, 16)
+    assert fits(shape, NpuTiling(128, 128, 16), config)
+    assert not fits(shape, NpuTiling(256, 128, 16), config)
+    assert all(t.rows * t.cols <= 128 * 128 for t in candidates(shape, config))
