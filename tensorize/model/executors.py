@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -318,6 +318,16 @@ class CpuExecutor(Executor):
         self.ctx = ctx
         self.target = ctx.target
         self._kernels: dict[int, tuple[Any, Any, Any]] = {}
+        self._results: dict[int, tuple[Any, Any]] = {}
+
+    def _engine(self, func):
+        """The engine's result for ``func`` (cached by function)."""
+        cached = self._results.get(id(func))
+        if cached is None or cached[0] is not func:
+            with self.timings.measure("tensorize"):
+                cached = (func, _tensorized(self.ctx, func))
+            self._results[id(func)] = cached
+        return cached[1]
 
     def _tensorized(self, func):
         """The engine's outcome for ``func``'s reduction block and, when tensorized, its
@@ -328,8 +338,7 @@ class CpuExecutor(Executor):
             return cached[1], cached[2]
         from tensorize.runners.cpu import emit_cpu
 
-        with self.timings.measure("tensorize"):
-            result = _tensorized(self.ctx, func)
+        result = self._engine(func)
         outcome = _outcome(result, _compute_block(func))
         kernel = None
         if outcome is not None and outcome.intrinsic is not None:
@@ -339,13 +348,29 @@ class CpuExecutor(Executor):
         self._kernels[id(func)] = (func, outcome, kernel)
         return outcome, kernel
 
+    def _unshifted_first(self, layer: Layer) -> Layer:
+        """``layer``, or the first of its variants whose kernel tensorizes without an
+        operand shift when ``layer``'s needs one (x86 takes int8 activations through the
+        +128 shift; the uint8 variant has the shift in its pack and its zero point, and no
+        column sums or compensation pass to run)."""
+        if not layer.variants or not _shifted(self._engine(layer.func)):
+            return layer
+        for variant in layer.variants:
+            result = self._engine(variant.func)
+            outcome = _outcome(result, _compute_block(variant.func))
+            if outcome is not None and outcome.intrinsic is not None and not _shifted(result):
+                return replace(variant, variants=(layer,))
+        return layer
+
     def run_func(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
-        """The layer's kernel (or its first variant that tensorizes) compiled for the CPU
-        target and run by its engine here; the host when none tensorizes or none runs."""
+        """The layer's kernel (or its first variant that tensorizes, one needing no operand
+        shift first) compiled for the CPU target and run by its engine here; the host when
+        none tensorizes or none runs."""
         from targets import cpu
         from tensorize.runners.cpu import run_emitted
 
-        layer, outcome, kernel = self._first_taken(layer, self._tensorized)
+        layer, outcome, kernel = self._first_taken(self._unshifted_first(layer),
+                                                   self._tensorized)
         if kernel is None:
             return self._fallback(layer, arrays, _reason(outcome))
         emitted, calls = kernel
@@ -361,6 +386,11 @@ class CpuExecutor(Executor):
                         instructions=run.instructions,
                         seconds=run.best if run.seconds else None,
                         notes=[f"ran on {run.engine}"])
+
+
+def _shifted(result) -> bool:
+    """Whether the engine fed an operand through a shifted copy (``shift_operand``)."""
+    return any(step.primitive == "shift_operand" for step in result.schedule.trace.steps)
 
 
 def _tensorized(ctx: RunContext, func):

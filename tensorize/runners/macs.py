@@ -56,11 +56,14 @@ def block_macs(func: PrimFunc, block: str) -> int:
 
 def mac_figures(result: Tensorized, registry: Registry,
                 blocks: Iterable[str] | None = None) -> MacFigures:
-    """Useful and executed MACs of ``result``'s tensorized blocks (only those of ``blocks``
-    when given). A compute call counts for the block whose intrinsic (or a variant of it,
+    """Useful and executed MACs of ``result``'s blocks tensorized with a reducing (MAC)
+    intrinsic (only those of ``blocks`` when given). A compute call counts for the block whose intrinsic (or a variant of it,
     ``npu_gemm_reset`` of ``npu_gemm``) it is, so blocks sharing one intrinsic are counted
     together: give all of them, or the executed figure covers more than ``blocks``."""
+    # Only products count: an epilogue block on a vector or store instruction (a bias add,
+    # a requantisation) multiplies and accumulates nothing.
     chosen = [b for b in result.blocks if b.intrinsic is not None
+              and registry.get(b.intrinsic).reduce_vars()
               and (blocks is None or b.block in set(blocks))]
     intrinsics = {b.intrinsic for b in chosen}
     useful = sum(block_macs(result.original, b.block) for b in chosen)

@@ -278,9 +278,13 @@ def _report_blocks(done: Tensorization, opts: RunOptions, reductions: set[str],
     for outcome in result.blocks:
         if outcome.intrinsic is not None:
             tile = f"  ({tiles[outcome.block]})" if outcome.block in tiles else ""
+            # MAC figures belong to products; an epilogue's vector or store instruction has
+            # none to show.
+            figures = f"  {_executed(result, outcome, registry)}" \
+                if registry.get(outcome.intrinsic).reduce_vars() else ""
             report.step("tensorize", True, f"{outcome.block}: {outcome.intrinsic}  "
-                                           f"{_without_estimate(outcome.mapping)}  "
-                                           f"{_executed(result, outcome, registry)}{tile}")
+                                           f"{_without_estimate(outcome.mapping)}"
+                                           f"{figures}{tile}")
         elif outcome.folded:
             report.step("tensorize", True, f"{outcome.block}: not tensorized "
                                            f"({outcome.reason}); folded into a tensorized "
