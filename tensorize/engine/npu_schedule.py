@@ -318,7 +318,10 @@ def _tensorize_any(sch: Schedule, block, candidates: list[Intrinsic]) -> bool:
     candidate that fits, its rows tiled by the candidate's rows and, when wider than the
     candidate, its columns by the candidate's columns (column tiles outermost, so each
     column block's rows follow each other)."""
+    body = tree.operators(sch.get(block).block.body)
     for intrinsic in candidates:
+        if intrinsic.kind == "compute" and tree.operators(intrinsic.semantics) != body:
+            continue  # tensorize would refuse it, after the splits it takes to try
         before = sch.snapshot()
         rows, cols = sch.get_loops(block)[-2:]
         shape = intrinsic.output.shape

@@ -7,10 +7,12 @@ helpers turn those identities back into nodes and their ancestors.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ir import Block, BlockRealize, For, IfThenElse, Mutator, Node, PrimFunc, SeqStmt, Stmt, Var
+from ir import (BinOp, Block, BlockRealize, BufferStore, Call, Cast, For, IfThenElse, Mutator,
+                Node, PrimFunc, Select, SeqStmt, Stmt, Var)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,3 +123,26 @@ def replace_stmt(func: PrimFunc, old: Stmt, new: Stmt) -> PrimFunc:
     if body is func.body:
         raise LookupError("statement to replace is not in the function")
     return PrimFunc(func.name, func.params, body, func.loc)
+
+
+def operators(stmt: Stmt) -> Counter[str]:
+    """The binary operators and function calls of a store's value, counted (not those of
+    its indices): what a match "operator for operator" (a tile against an intrinsic's
+    semantics) needs the same of both sides. Counter() for any other statement."""
+    found: Counter[str] = Counter()
+    if not isinstance(stmt, BufferStore):
+        return found
+    pending: list[Node] = [stmt.value]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, BinOp):
+            found[node.op] += 1
+            pending += [node.a, node.b]
+        elif isinstance(node, Call):
+            found[node.name] += 1
+            pending += list(node.args)
+        elif isinstance(node, Cast):
+            pending.append(node.value)
+        elif isinstance(node, Select):
+            pending += [node.cond, node.true_value, node.false_value]
+    return found

@@ -102,7 +102,12 @@ def _match_commuted(outer: Block, loops: list[For], inner: BlockRealize, intrin:
                     ) -> tuple[BufferRegion | Expr, ...]:
     """The call's arguments for the tile written as it is, or with the operands of some
     ``+``/``*`` swapped (``B * A`` computes what ``A * B`` does, but binds the buffers to the
-    other operands). The refusal reported is the one for the tile as written."""
+    other operands). The refusal reported is the one for the tile as written. Swapping never
+    changes which operators the store holds, so a tile whose operators are not the
+    intrinsic's is tried as written only (a block tried against every vector instruction
+    would otherwise try up to 64 orders against each)."""
+    if tree.operators(inner.block.body) != tree.operators(intrin.semantics):
+        return _Tile(outer, loops, inner, intrin).match()
     first: ScheduleError | None = None
     for body in _commutations(inner.block.body):
         block = dataclasses.replace(inner.block, body=body)

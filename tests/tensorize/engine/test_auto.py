@@ -23,6 +23,12 @@ EXPECTED = ([("npu", k) for k in INT8] + [("arm", k) for k in INT8]
             + [("cuda", k) for k in INT8]
             + [("arm", "depthwise_conv2d_int8"),
                ("cuda", "gemm_fp16"), ("cuda", "matmul_relu_fp16"), ("cuda", "gemm_u8s8")])
+# Every NPU pair and three kernels of each other target run by default, the rest with -m slow
+# (CI runs both): the default run stays within its time.
+DEFAULT_KERNELS = {"gemm_int8", "conv2d_nhwc_int8", "matmul_requant_int8",
+                   "depthwise_conv2d_int8", "gemm_fp16", "gemm_u8s8"}
+EXPECTED_PARAMS = [pair if pair[0] == "npu" or pair[1] in DEFAULT_KERNELS
+                   else pytest.param(*pair, marks=pytest.mark.slow) for pair in EXPECTED]
 NOT_TENSORIZED = [("npu", "gemm_fp16"), ("npu", "gemm_u8s8"), ("npu", "add"),
                   ("arm", "gemm_u8s8"), ("npu", "depthwise_conv2d_int8")]
 
@@ -38,7 +44,7 @@ def assert_computes_the_same(original, tensorized, seed=0):
             np.testing.assert_allclose(got[name], expected, rtol=2e-2, atol=2e-2, err_msg=name)
 
 
-@pytest.mark.parametrize(("target", "name"), EXPECTED)
+@pytest.mark.parametrize(("target", "name"), EXPECTED_PARAMS)
 def test_suite_kernel_tensorizes_and_computes_the_same(target, name, registry, context):
     func = suite()[name]
     result = auto_tensorize(func, target, registry=registry, config=context(target).machine)
