@@ -1,8 +1,13 @@
-"""The documented tables of bench/bench_machines.py (README.md, docs/npu_backend.md) show
-what the bench prints: a stale cycle count, utilisation or bound fails the slow pass."""
+"""Documented tables whose command is stated in the prose beside them show what that command
+prints: bench_machines.py's (README.md, docs/npu_backend.md), bench_npu.py's, and the NPU
+and arm rows of the README's network table. A stale count (cycles, instructions, words,
+layers tensorized, utilisation, bound) fails the slow pass; the tables' timings are
+measurements stated beside the command that made them and are not compared."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +60,83 @@ def test_a_stale_cell_is_reported_at_its_line(tmp_path):
     assert [(f.line, f.message) for f in findings] == [
         (6, "column 'cycles' documents 99 (the bench prints 98)")]
     assert [n for n, _ in table_rows(table)] == [5, 6]
+
+
+def _bench(*args: str) -> str:
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=900, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+# bench_npu.py prints, per kernel: name (several words), tensorize, compile, simulate, total,
+# words, executed, cycles, MAC util, peak RSS: counted from the end.
+NPU_TABLE = DocTable(ROOT / "README.md",
+                     "| machine | kernel | tensorize | compile | simulate | words | "
+                     "instructions run | simulated cycles | MAC utilisation | peak RSS |",
+                     {"words": -5, "instructions run": -4, "simulated cycles": -3,
+                      "MAC utilisation": -2})
+
+
+@pytest.mark.slow
+def test_the_documented_npu_bench_table_is_what_the_bench_prints():
+    rows = []
+    for machine in ((), ("--machine", "examples/machines/npu32x32.yaml")):
+        out = _bench(str(ROOT / "bench" / "bench_npu.py"), *machine)
+        table = out[out.index("kernel "):].split("\n\n")[0].splitlines()[1:]
+        rows += [line.split() for line in table if line.strip()]
+    assert not check_table(NPU_TABLE, rows)
+
+
+MODELS_HEADER = ("| network | target | run (tensorize, compile, simulate or run, host layers) "
+                 "| tensorized | figure | every layer exact |")
+NETWORKS = {"ResNet-50": "resnet50", "MobileNet-v2": "mobilenetv2", "BERT-base": "bert_layer"}
+
+
+@pytest.mark.slow
+def test_the_documented_npu_figures_of_the_networks_are_what_the_bench_prints():
+    # The NPU rows: their counts (cycles, utilisation, layers tensorized) are deterministic;
+    # the run times are timings, stated beside the command that made them.
+    printed = {line.split()[0]: line for line in _bench(
+        str(ROOT / "bench" / "bench_models.py"), "--targets", "npu").splitlines()
+        if not line.startswith(("#", " "))}
+    network = None
+    checked = 0
+    for number, cells in table_rows(DocTable(ROOT / "README.md", MODELS_HEADER, {})):
+        network = next((key for name, key in NETWORKS.items()
+                        if cells["network"].startswith(name)), network)
+        if cells["target"] != "npu":
+            continue
+        line = printed[network]
+        tensorized = cells["tensorized"].replace(" ", "")
+        assert f"tensorized {tensorized}" in line, (number, line)
+        for figure in re.findall(r"\d[\d,]*(?:\.\d+)?", cells["figure"]):
+            assert figure in line, f"README.md:{number}: {figure} is not in: {line}"
+        assert ("exact yes" in line) == (cells["every layer exact"] == "yes")
+        checked += 1
+    assert checked == len(NETWORKS)
+
+
+@pytest.mark.slow
+def test_the_documented_arm_figures_of_the_networks_are_what_the_tool_prints(tmp_path):
+    # The arm rows, from `tensorize model MODEL --target arm --json` as the README says:
+    # instructions executed under the emulator and the MACs per instruction are counts.
+    _bench(str(ROOT / "examples" / "models" / "build_models.py"), str(tmp_path))
+    network = None
+    checked = 0
+    for number, cells in table_rows(DocTable(ROOT / "README.md", MODELS_HEADER, {})):
+        network = next((key for name, key in NETWORKS.items()
+                        if cells["network"].startswith(name)), network)
+        if cells["target"] != "arm":
+            continue
+        run = json.loads(_bench("-m", "tensorize", "model", str(tmp_path / f"{network}_int8.onnx"),
+                                "--target", "arm", "--json"))
+        totals = run["totals"]
+        assert cells["tensorized"] == f"{totals['tensorized']} / {totals['layers']}", number
+        figures = re.findall(r"\d[\d,]*(?:\.\d+)?", cells["figure"])
+        assert figures[0] == f"{totals['instructions']:,}", f"README.md:{number}"
+        if len(figures) > 1:
+            assert figures[1] == f"{totals['macs'] / totals['instructions']:.2f}", number
+        assert run["ok"] == (cells["every layer exact"] == "yes")
+        checked += 1
+    assert checked == len(NETWORKS)
