@@ -56,7 +56,7 @@ from simulator.loops import placed, span, structure
 from targets.npu.coalesce import bank_rows, coalesce, merged
 from targets.npu.memory import InDram, OnChip, element_bytes
 from targets.npu.reroll import Fold, Mark, RerollFailed, reroll
-from targets.npu.tokens import insert_tokens
+from targets.npu.tokens import Merge, insert_tokens, stuck
 
 _QUEUE_OF_KIND = {"load": Queue.LOAD, "store": Queue.STORE, "compute": Queue.COMPUTE,
                   "fill": Queue.COMPUTE}
@@ -111,7 +111,7 @@ def emit_stage(stmt: Stmt, lookup, on_chip: Mapping[Buffer, OnChip],
     while True:
         emitter = _Emitter(lookup, on_chip, dram, stmt, walked, bank_rows(config), loops)
         emitter.stmt(stmt, {}, None)
-        items = insert_tokens(coalesce(emitter.items, config), sizes)
+        items = _tokens(coalesce(emitter.items, config), sizes, config)
         try:
             program = reroll(items)
         except RerollFailed as failed:
@@ -119,6 +119,20 @@ def emit_stage(stmt: Stmt, lookup, on_chip: Mapping[Buffer, OnChip],
             continue
         _check_tokens_balance(program)
         return Emitted(tuple(program), dict(emitter.calls))
+
+
+def _tokens(items: list, sizes: dict[str, int], config: MachineConfig) -> list:
+    """``items`` with dependency tokens (:func:`.tokens.insert_tokens`) that cannot deadlock
+    on the machine's token and instruction queues (:func:`.tokens.stuck`): each dependency
+    its own token where that runs, else as few merged into one per run as make it run."""
+    depths = (config.queues.token_depth, config.queues.instruction_depth)
+    for merge in Merge:
+        program = insert_tokens(items, sizes, merge)
+        why = stuck(program, *depths)
+        if why is None:
+            return program
+    raise ExecutionError(f"NPU program deadlocks on its dependency tokens (token_depth "
+                         f"{depths[0]}, instruction_depth {depths[1]}): {why}")
 
 
 def _check_tokens_balance(program: list[Instruction]) -> None:

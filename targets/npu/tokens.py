@@ -8,13 +8,17 @@ the n-th push), so for each channel the emitter marks the dependency's source to
 the dependent to pop, skipping dependencies an earlier pop already covers (queues retire in
 order). A dependency between the load and store queues goes through a compute-queue NOP.
 
-Every wait is on an instruction earlier in program order, so the program cannot deadlock
-on its tokens.
+Every wait is on an instruction earlier in program order, so with unbounded channels the
+program could not deadlock; a channel holds only ``token_depth`` tokens, though, and a push
+into a full one waits, as does the fetch unit for a full instruction queue. Pushing one token
+for a whole run of a queue's instructions (:class:`Merge`) keeps the tokens outstanding
+few, and :func:`stuck` checks that the program runs to its end.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -104,23 +108,43 @@ class _LastAccess:
             self.write[mem][queue, lo:hi] = index
 
 
-def insert_tokens(program: Sequence[Instruction | T], sizes: dict[str, int]
-                  ) -> list[Instruction | T]:
+class Merge(enum.Enum):
+    """Which dependencies on a run of one queue's instructions (:func:`_run_end`) share one
+    token, pushed by the run's last instruction; fewer tokens, later starts."""
+
+    NONE = "none"    # each dependency its own token: a dependent starts soonest
+    LATER = "later"  # those whose dependent comes after the queue has begun a later run
+    ALL = "all"      # every one
+
+
+def insert_tokens(program: Sequence[Instruction | T], sizes: dict[str, int],
+                  merge: Merge = Merge.NONE) -> list[Instruction | T]:
     """``program`` with dependency flags set (and NOPs added where the load and store queues
     must wait for each other), ending with FINISH. ``sizes`` gives the rows of inp/wgt/acc
     and the DRAM bytes. Items that are not instructions (the emitter's loop marks) stay in
-    place and take part in no hazard."""
+    place and take part in no hazard.
+
+    ``merge`` picks the dependencies whose token the run's last instruction pushes: that
+    token covers the whole run, since a queue retires in order. With ``Merge.LATER`` a
+    tile's stores that the tile after next overwrites cost one token, not one per column
+    block, while a dependent right after a run (a GEMM on the DMA just before it) keeps its
+    own token, so it starts before the run ends."""
     sizes = dict(sizes)
     sizes["dram"] = sizes["dram"] // DRAM_CHUNK + 1
     out: list[Instruction] = []
     flags: list[dict[str, bool]] = []
     last = _LastAccess(sizes)
     covered = {}  # (from queue, to queue) -> highest source index a pop has covered
+    newest = [-1, -1, -1]  # per queue, the index of its latest instruction so far
 
     def depend(src: int, dst: int) -> None:
         src_q, dst_q = int(out[src].queue), int(out[dst].queue)
         if covered.get((src_q, dst_q), -1) >= src:
             return
+        if merge is not Merge.NONE and newest[src_q] > src:
+            end = _run_end(out, src)
+            if merge is Merge.ALL or newest[src_q] > end:
+                src = end
         flags[src]["push_next" if dst_q > src_q else "push_prev"] = True
         flags[dst]["pop_prev" if src_q < dst_q else "pop_next"] = True
         covered[(src_q, dst_q)] = src
@@ -138,12 +162,14 @@ def insert_tokens(program: Sequence[Instruction | T], sizes: dict[str, int]
             # load <-> store: a compute NOP takes the token and passes it on.
             out.append(Nop(Queue.COMPUTE))
             flags.append({})
+            newest[int(Queue.COMPUTE)] = len(out) - 1
             depend(latest[far[0]], len(out) - 1)
-            covered[(far[0], queue)] = latest[far[0]]
+            covered[(far[0], queue)] = covered[(far[0], int(Queue.COMPUTE))]
             latest[int(Queue.COMPUTE)] = len(out) - 1
         out.append(insn)
         flags.append({})
         index = len(out) - 1
+        newest[queue] = index
         for other in range(3):
             if latest[other] >= 0 and abs(other - queue) == 1:
                 depend(latest[other], index)
@@ -152,6 +178,119 @@ def insert_tokens(program: Sequence[Instruction | T], sizes: dict[str, int]
     flags.append({})
     return [insn if not f else dataclasses.replace(insn, deps=Deps(**{**_flags(insn), **f}))
             for insn, f in zip(out, flags)]
+
+
+def stuck(program: Sequence[Instruction | T], token_depth: int, instruction_depth: int
+          ) -> str | None:
+    """None when ``program`` runs to its end with ``token_depth`` tokens per channel and
+    ``instruction_depth`` instructions waiting in each queue, else what each queue is stuck on.
+
+    Runs the program on its tokens alone, without data or time (:class:`_Tokens`). Each
+    party (the fetch unit and the three queues) waits on one channel at a time, so whether
+    they stick does not depend on the timing (a Kahn network with bounded channels): this
+    run sticks exactly when the simulator's does. Loop marks are skipped, so a program with
+    a gap in a folded loop is checked on the iterations it shows."""
+    run = _Tokens(program, token_depth, instruction_depth)
+    moved = True
+    while moved:
+        moved = run.fetch()
+        for q in range(3):
+            while run.step(q):
+                moved = True
+    return run.stuck()
+
+
+class _Tokens:
+    """A program's fetch unit and queues, moved on their tokens alone: the fetch unit
+    dispatches instructions in program order, each into its queue, waiting while that queue
+    holds ``instruction_depth`` not yet started; a queue starts its next dispatched
+    instruction once each channel it pops from holds a token, then pushes each token it
+    gives in turn, waiting while that channel holds ``token_depth``."""
+
+    def __init__(self, program: Sequence[Instruction | T], token_depth: int,
+                 instruction_depth: int) -> None:
+        self.order = [int(i.queue) for i in program if isinstance(i, _INSTRUCTIONS)]
+        self.queues = [[i for i in program if isinstance(i, _INSTRUCTIONS) and i.queue == q]
+                       for q in Queue]
+        self.token_depth, self.instruction_depth = token_depth, instruction_depth
+        self.held = {(a, b): 0 for a in range(3) for b in range(3) if abs(a - b) == 1}
+        self.fetched = 0
+        self.dispatched = [0, 0, 0]
+        self.started = [0, 0, 0]
+        self.pushing: list[list[tuple[int, int]]] = [[], [], []]
+
+    def fetch(self) -> bool:
+        """Dispatch while there is room; whether any instruction was."""
+        before = self.fetched
+        while self.fetched < len(self.order):
+            q = self.order[self.fetched]
+            if self.dispatched[q] - self.started[q] >= self.instruction_depth:
+                break
+            self.dispatched[q] += 1
+            self.fetched += 1
+        return self.fetched > before
+
+    def step(self, q: int) -> bool:
+        """Move queue ``q`` one push or one instruction on; False when it cannot."""
+        pushing = self.pushing[q]
+        if pushing:
+            if self.held[pushing[0]] >= self.token_depth:
+                return False
+            self.held[pushing.pop(0)] += 1
+            return True
+        if self.started[q] == self.dispatched[q]:
+            return False
+        pops, pushes = _channels(self.queues[q][self.started[q]], q)
+        if any(self.held[c] == 0 for c in pops):
+            return False
+        for c in pops:
+            self.held[c] -= 1
+        pushing.extend(pushes)
+        self.started[q] += 1
+        return True
+
+    def stuck(self) -> str | None:
+        """None when every instruction has run and pushed its tokens, else why not."""
+        if self.fetched == len(self.order) and not any(self.pushing) and \
+                self.started == [len(insns) for insns in self.queues]:
+            return None
+        return "; ".join(self._waits(q) for q in range(3))
+
+    def _waits(self, q: int) -> str:
+        name = Queue(q).name.lower()
+        if self.pushing[q]:
+            return f"{name} waits to push into {_channel(self.pushing[q][0])}"
+        if self.started[q] == len(self.queues[q]):
+            return f"{name} has finished"
+        if self.started[q] == self.dispatched[q]:
+            full = Queue(self.order[self.fetched]).name.lower()
+            return f"{name} waits for its next instruction (fetch waits on the full {full} queue)"
+        pops, _ = _channels(self.queues[q][self.started[q]], q)
+        return f"{name} (its instruction {self.started[q]}) waits to pop from " + \
+            " and ".join(_channel(c) for c in pops)
+
+
+def _channels(insn: Instruction, q: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(The channels ``insn`` of queue ``q`` pops from, those it pushes into, in order)."""
+    deps = insn.deps
+    pops = [(q - 1, q)] * deps.pop_prev + [(q + 1, q)] * deps.pop_next
+    pushes = [(q, q - 1)] * deps.push_prev + [(q, q + 1)] * deps.push_next
+    return pops, pushes
+
+
+def _channel(channel: tuple[int, int]) -> str:
+    return "->".join(Queue(q).name.lower() for q in channel)
+
+
+def _run_end(program: Sequence[Instruction | T], index: int) -> int:
+    """The last instruction of the run holding ``program[index]``: the instructions of its
+    queue that follow it with nothing in between (no other queue's instruction, no loop
+    mark)."""
+    queue = program[index].queue
+    while index + 1 < len(program) and isinstance(program[index + 1], _INSTRUCTIONS) \
+            and program[index + 1].queue == queue:
+        index += 1
+    return index
 
 
 def _flags(insn: Instruction) -> dict[str, bool]:

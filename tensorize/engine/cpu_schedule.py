@@ -278,6 +278,8 @@ def schedule_cpu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
         factors[names[row]] = tiling.rows
     operands = _operand_buffers(sch, block_name, intrinsic)
     packed = {op.name: _pack(sch, block_name, operands[op.name]) for op in intrinsic.inputs}
+    walks = {buffer: _stage_factors(sch, block_name, buffer, factors)
+             for buffer in packed.values()}
     layouts = {op: _tiled_layout(sch, block_name, buffer, factors)
                for op, buffer in packed.items()}
     block = sch.get_block(block_name)
@@ -309,7 +311,7 @@ def schedule_cpu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
                          stage_at=stage_at)
     if not together:
         unrolled += _split_steps(sch, ko, cpu)[1]
-    _unroll_and_pack(sch, cpu, intrinsic, unrolled, packed, factors)
+    _unroll_and_pack(sch, cpu, intrinsic, unrolled, packed, walks)
 
 
 def schedule_matrix(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry: Registry,
@@ -335,6 +337,8 @@ def schedule_matrix(sch: Schedule, block_name: str, intrinsic: Intrinsic, regist
     factors = {names[-3]: tiling.rows * ti, names[-2]: tiling.vectors * tj, names[-1]: tk}
     operands = _operand_buffers(sch, block_name, intrinsic)
     packed = {op.name: _pack(sch, block_name, operands[op.name]) for op in intrinsic.inputs}
+    walks = {buffer: _stage_factors(sch, block_name, buffer, factors)
+             for buffer in packed.values()}
     layouts = {op: _tiled_layout(sch, block_name, buffer, factors)
                for op, buffer in packed.items()}
     loops = sch.get_loops(sch.get_block(block_name))[-len(names):]
@@ -347,7 +351,7 @@ def schedule_matrix(sch: Schedule, block_name: str, intrinsic: Intrinsic, regist
     _stage_and_tensorize(sch, block_name, intrinsic, registry, cpu, packed, operands, layouts,
                          (no, ko, mt), None, (ti, tj))
     _, ku = _split_steps(sch, ko, cpu)
-    _unroll_and_pack(sch, cpu, intrinsic, [*ku, mu, nu], packed, factors)
+    _unroll_and_pack(sch, cpu, intrinsic, [*ku, mu, nu], packed, walks)
 
 
 def _load_group(sch: Schedule, ko: Any, cpu: CpuTarget, registry: Registry,
@@ -416,11 +420,12 @@ def _split_steps(sch: Schedule, ko: Any, cpu: CpuTarget) -> tuple[Any, list[Any]
 
 
 def _unroll_and_pack(sch: Schedule, cpu: CpuTarget, intrinsic: Intrinsic,
-                     unrolled: list[Any], packed: dict[str, str], factors: dict[str, int]
-                     ) -> None:
+                     unrolled: list[Any], packed: dict[str, str],
+                     walks: Mapping[str, dict[str, int]]) -> None:
     """Unroll the register tile's loops and the k steps of an iteration (the loop's
     counter, pointer steps and branch are then spread over more calls), and walk each
-    packing stage in its packed layout's order: a register's worth of its source rows at a
+    packing stage in its packed layout's order (``walks``: per packed buffer, the factors
+    by its stage's iterators): a register's worth of its source rows at a
     time for an input staged in registers (whose registers gather several short runs),
     one tile at a time for one the instruction reads from memory (x86's broadcast rows of
     A: there the wider walk made the ResNet convolution 10% slower, natively timed)."""
@@ -428,7 +433,7 @@ def _unroll_and_pack(sch: Schedule, cpu: CpuTarget, intrinsic: Intrinsic,
         sch.unroll(loop)
     for op, buffer in packed.items():
         staged = intrinsic.operand(op).scope == cpu.register_scope
-        _tile_packing(sch, buffer, factors, cpu.vector_bytes if staged else 0)
+        _tile_packing(sch, buffer, walks[buffer], cpu.vector_bytes if staged else 0)
 
 
 def _pad_to_tile(sch: Schedule, block_name: str, row: int | None, rows: int, columns: int
@@ -502,10 +507,11 @@ def _tiled_layout(sch: Schedule, block_name: str, buffer: str, factors: dict[str
 _TRANSPOSED_BYTES = 128
 
 
-def _tile_packing(sch: Schedule, buffer: str, factors: dict[str, int], vector_bytes: int
+def _tile_packing(sch: Schedule, buffer: str, factors: Mapping[str, int], vector_bytes: int
                   ) -> None:
     """Walk the stage that fills packed ``buffer`` in the packed order: each loop whose
-    dimension the layout splits by ``f`` splits by ``f`` too, the tile's loops go inside and
+    dimension the layout splits by ``f`` (``factors``, keyed by the stage's own iterators:
+    :func:`_stage_factors`) splits by ``f`` too, the tile's loops go inside and
     are unrolled, so each tile is written contiguously and LLVM can move it in words rather
     than bytes. The dimension contiguous in the source is walked ``vector_bytes`` at a time
     where its extent allows (several tiles at once), so each run read is a whole register
@@ -550,6 +556,26 @@ def _tile_packing(sch: Schedule, buffer: str, factors: dict[str, int], vector_by
     sch.reorder(*outer, *wide, *inner)
     for loop in wide + inner:
         sch.unroll(loop)
+
+
+def _stage_factors(sch: Schedule, block_name: str, buffer: str,
+                   factors: Mapping[str, int]) -> dict[str, int]:
+    """The tile's ``factors`` (keyed by the block's iterators) keyed by the iterators of the
+    copy that fills ``buffer``, before the tiled layout is applied. The copy may name them
+    apart from the block (a unit row fused into the columns: the block's ``vi_vj`` is the
+    copy's ``vj``; the packing, walked byte by byte, then cost 2.5 instructions a byte of B
+    in a 1 x 1024 x 1024 GEMV), so they are paired by the dimension of ``buffer`` each
+    indexes. Empty when there is no such copy or either indexes ``buffer`` otherwise than
+    with plain iterators."""
+    producer = _copies_of(sch, buffer, reads=False)
+    dims = _index_vars(sch, block_name, buffer)
+    if producer is None or dims is None:
+        return {}
+    store = sch.get(sch.get_block(producer)).block.body
+    if not isinstance(store, BufferStore) or not all(isinstance(i, Var) for i in store.indices):
+        return {}
+    return {index.name: factors[dim] for index, dim in zip(store.indices, dims)
+            if factors.get(dim, 1) > 1}
 
 
 def _source_contiguous(sch: Schedule, block_name: str) -> tuple[str | None, int]:
