@@ -62,6 +62,7 @@ def test_fragment_loads_and_copies_of_the_gemms_are_conflict_free(name):
         assert conflicts == 0, f"{name}: {conflicts} conflicts in {phases} {kind} phases"
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 @needs_compiler
 def test_the_former_32_byte_row_pitch_conflicts_2_ways_on_every_fragment_load(monkeypatch,
                                                                             registry):
@@ -73,6 +74,7 @@ def test_the_former_32_byte_row_pitch_conflicts_2_ways_on_every_fragment_load(mo
     assert phases > 0 and conflicts == phases
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 @needs_compiler
 def test_copies_dealt_along_rows_conflict(monkeypatch, registry):
     # The row-major deal order: a phase of 8 threads writes 2 rows of 4 pieces, which an

@@ -47,6 +47,7 @@ def test_importing_the_backend_makes_no_build_directory(tmp_path):
     assert _left(tmp_path) == []
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
                     reason="no host C++ compiler to build the emulation")
 def test_the_build_directory_made_by_a_run_is_removed_at_exit(tmp_path):

@@ -100,6 +100,7 @@ def test_occupancy_fraction_and_arguments(registry):
         occupancy(sm_80, 32, 0, 0)
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 @pytest.mark.skipif(cuda.nvcc_path() is None, reason="nvcc not installed")
 def test_resource_usage_of_the_double_buffered_gemm():
     # Three stages of A and B tiles, 2 x 1024 bytes each (16-byte rows need no padding to be

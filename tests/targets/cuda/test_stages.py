@@ -48,6 +48,7 @@ def test_the_dynamic_shared_three_stage_gemm_is_exact(copies):
     np.testing.assert_allclose(actual, expected, rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 @pytest.mark.skipif(cuda.nvcc_path() is None, reason="nvcc not installed")
 def test_ptxas_sees_no_static_shared_memory_and_no_spills():
     kernel, _, _ = _large_tile_gemm()
@@ -58,6 +59,7 @@ def test_ptxas_sees_no_static_shared_memory_and_no_spills():
     assert "cp.async.wait_group 1;" in ptx
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 @needs_compiler
 @pytest.mark.parametrize("stages", [2, 4])
 def test_other_stage_counts_wait_for_all_but_n_minus_2_groups(stages, registry):
@@ -72,6 +74,7 @@ def test_other_stage_counts_wait_for_all_but_n_minus_2_groups(stages, registry):
                                       expected)
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 @needs_compiler
 def test_a_rasterised_grid_computes_every_tile_once(registry):
     # 256 x 384 x 32 int8 in 128 x 128 tiles: a 3 x 2 grid, run in swizzled block order.

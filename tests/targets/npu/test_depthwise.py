@@ -100,6 +100,7 @@ def test_channels_the_gemm_width_does_not_divide_stay_on_the_host(registry, mach
     assert result.func is func
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 def test_a_machine_from_yaml_uses_its_own_gemm_width(tmp_path):
     machine = Npu("npu8x32", 8, 32, i=8, k=8, banks=4)
     path = machine.write(tmp_path)

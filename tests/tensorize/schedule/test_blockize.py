@@ -68,6 +68,7 @@ def test_blockize_after_tiling_keeps_results(name, factor):
     assert_same_results(func, sch.func)
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 @settings(max_examples=25, deadline=None)
 @given(factors=st.tuples(*[st.integers(1, 5)] * 3), outer_first=st.booleans(),
        at=st.integers(0, 5))
