@@ -252,16 +252,6 @@ def row(label: str, best: float, median: float, macs: int) -> str:
             f"{macs / best / 1e9:8.1f}")
 
 
-def s8s8_gemm(m: int, n: int, k: int) -> ir.PrimFunc:
-    """C = A @ B, both int8, accumulated in int32."""
-    a = te.placeholder((m, k), "int8", "A")
-    b = te.placeholder((k, n), "int8", "B")
-    rk = te.reduce_axis(k, "k")
-    c = te.compute((m, n), lambda i, j: te.sum(
-        ir.cast("int32", a[i, rk]) * ir.cast("int32", b[rk, j]), axis=rk), "C")
-    return te.create_prim_func([a, b, c], "gemm_s8s8")
-
-
 def print_best(best: dict[str, tuple[float, float]], macs: int) -> None:
     """One line per contender: best wall and CPU milliseconds, and GMAC/s."""
     print(f"  {'':44} {'wall ms':>9} {'CPU ms':>9} {'GMAC/s':>8}")
@@ -273,7 +263,7 @@ def print_best(best: dict[str, tuple[float, float]], macs: int) -> None:
 def s8s8_table(registry, rng: np.random.Generator) -> None:
     """int8 x int8 GEMMs: tensorize (A shifted) beside MatMulInteger, B input and prepacked."""
     for size in (256, 1024):
-        func = s8s8_gemm(size, size, size)
+        func = suite_kernels.builders()["gemm_int8"](size, size, size)
         inputs = {"A": rng.integers(-128, 128, (size, size), dtype=np.int8),
                   "B": rng.integers(-128, 128, (size, size), dtype=np.int8)}
         result = auto_tensorize(func, "x86", registry=registry)
@@ -317,7 +307,7 @@ def threads_table(registry, rng: np.random.Generator) -> None:
     size = 1024
     macs = size ** 3
     for name, func, a_low in (("u8 x s8", suite_kernels.builders()["gemm_u8s8"](
-            size, size, size), 0), ("s8 x s8", s8s8_gemm(size, size, size), -128)):
+            size, size, size), 0), ("s8 x s8", suite_kernels.builders()["gemm_int8"](size, size, size), -128)):
         a_type = func.params[0].dtype.numpy
         inputs = {"A": rng.integers(a_low, a_low + 256, (size, size), dtype=a_type),
                   "B": rng.integers(-128, 128, (size, size), dtype=np.int8)}

@@ -34,13 +34,16 @@ TABLES = [
 ]
 
 
+def _bench(*args: str) -> str:
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=900, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 @pytest.fixture(scope="module")
 def printed() -> list[list[str]]:
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_machines.py")],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600,
-                          env={"PYTHONPATH": str(ROOT), "PATH": ""})
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.split("\n\n")[0].splitlines()[1:]
+    lines = _bench(str(ROOT / "bench" / "bench_machines.py")).split("\n\n")[0].splitlines()[1:]
     return [line.split() for line in lines]
 
 
@@ -60,13 +63,6 @@ def test_a_stale_cell_is_reported_at_its_line(tmp_path):
     assert [(f.line, f.message) for f in findings] == [
         (6, "column 'cycles' documents 99 (the bench prints 98)")]
     assert [n for n, _ in table_rows(table)] == [5, 6]
-
-
-def _bench(*args: str) -> str:
-    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=900, env={"PYTHONPATH": str(ROOT), "PATH": ""})
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 # bench_npu.py prints, per kernel: name (several words), tensorize, compile, simulate, total,
@@ -93,6 +89,17 @@ MODELS_HEADER = ("| network | target | run (tensorize, compile, simulate or run,
 NETWORKS = {"ResNet-50": "resnet50", "MobileNet-v2": "mobilenetv2", "BERT-base": "bert_layer"}
 
 
+def _network_rows(target: str):
+    """(line, cells, network key) of the README network table's rows for ``target``; a row
+    that leaves the network blank continues the one above."""
+    network = None
+    for number, cells in table_rows(DocTable(ROOT / "README.md", MODELS_HEADER, {})):
+        network = next((key for name, key in NETWORKS.items()
+                        if cells["network"].startswith(name)), network)
+        if cells["target"] == target:
+            yield number, cells, network
+
+
 @pytest.mark.slow
 def test_the_documented_npu_figures_of_the_networks_are_what_the_bench_prints():
     # The NPU rows: their counts (cycles, utilisation, layers tensorized) are deterministic;
@@ -100,13 +107,8 @@ def test_the_documented_npu_figures_of_the_networks_are_what_the_bench_prints():
     printed = {line.split()[0]: line for line in _bench(
         str(ROOT / "bench" / "bench_models.py"), "--targets", "npu").splitlines()
         if not line.startswith(("#", " "))}
-    network = None
     checked = 0
-    for number, cells in table_rows(DocTable(ROOT / "README.md", MODELS_HEADER, {})):
-        network = next((key for name, key in NETWORKS.items()
-                        if cells["network"].startswith(name)), network)
-        if cells["target"] != "npu":
-            continue
+    for number, cells, network in _network_rows("npu"):
         line = printed[network]
         tensorized = cells["tensorized"].replace(" ", "")
         assert f"tensorized {tensorized}" in line, (number, line)
@@ -122,13 +124,8 @@ def test_the_documented_arm_figures_of_the_networks_are_what_the_tool_prints(tmp
     # The arm rows, from `tensorize model MODEL --target arm --json` as the README says:
     # instructions executed under the emulator and the MACs per instruction are counts.
     _bench(str(ROOT / "examples" / "models" / "build_models.py"), str(tmp_path))
-    network = None
     checked = 0
-    for number, cells in table_rows(DocTable(ROOT / "README.md", MODELS_HEADER, {})):
-        network = next((key for name, key in NETWORKS.items()
-                        if cells["network"].startswith(name)), network)
-        if cells["target"] != "arm":
-            continue
+    for number, cells, network in _network_rows("arm"):
         run = json.loads(_bench("-m", "tensorize", "model", str(tmp_path / f"{network}_int8.onnx"),
                                 "--target", "arm", "--json"))
         totals = run["totals"]

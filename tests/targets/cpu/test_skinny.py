@@ -9,25 +9,16 @@ from targets import cpu
 from tensorize.engine import auto_tensorize
 from tensorize.engine.cpu_schedule import choose_tiling
 from tests.targets.cpu.conftest import run_here
+from tests.targets.cpu.test_operand_shift import s8_inputs
 from tests.tensorize.schedule.kernels import gemm_int8
 
 ROWS = [1, 2, 3, 8]
 
 
-def _inputs(m: int, n: int, k: int, seed: int) -> dict[str, np.ndarray]:
-    """int8 A and B over their whole range, both ends included."""
-    rng = np.random.default_rng(seed)
-    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
-    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-    a.flat[:2] = (-128, 127)
-    b.flat[:2] = (127, -128)
-    return {"A": a, "B": b}
-
-
 def _run(target: str, m: int, n: int, k: int, registry, seed: int = 0) -> cpu.CpuRun:
     result = auto_tensorize(gemm_int8(m, n, k), target, registry=registry)
     assert result.tensorized, f"{m} x {n} x {k} is not tensorized for {target}"
-    inputs = _inputs(m, n, k, seed)
+    inputs = s8_inputs(m, n, k, seed)
     run = run_here(cpu.emit(result.func, target, registry=registry), inputs)
     expected = inputs["A"].astype(np.int32) @ inputs["B"].astype(np.int32)
     np.testing.assert_array_equal(run.outputs["C"], expected)

@@ -9,25 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import ir
 from intrinsics import default_registry
-from ir import te
 from simulator import load_machine
 from targets import npu
 from tensorize.engine import auto_tensorize
 from tensorize.engine.npu_schedule import gemm_shape
 from tensorize.engine.npu_traffic import GemmShape, NpuTiling, best, candidates, fits, traffic
+from tests.tensorize.schedule.kernels import gemm_int8
 
 MACHINES = Path(__file__).resolve().parents[3] / "examples" / "machines"
-
-
-def gemm(m: int, n: int, k: int) -> ir.PrimFunc:
-    A = te.placeholder((m, k), "int8", "A")
-    B = te.placeholder((k, n), "int8", "B")
-    rk = te.reduce_axis(k, "k")
-    C = te.compute((m, n), lambda i, j: te.sum(
-        ir.cast("int32", A[i, rk]) * ir.cast("int32", B[rk, j]), axis=rk), "C")
-    return te.create_prim_func([A, B, C], "gemm")
 
 
 def machine(name: str | None):
@@ -42,7 +32,7 @@ def simulate(m: int, n: int, k: int, name: str | None, tiling: NpuTiling | None)
     """Tensorize and run a random int8 GEMM; the shape the schedule saw, the run, and
     whether C equals numpy's product exactly."""
     config, registry = machine(name)
-    result = auto_tensorize(gemm(m, n, k), "npu", registry=registry, config=config,
+    result = auto_tensorize(gemm_int8(m, n, k), "npu", registry=registry, config=config,
                             tiling=tiling)
     (outcome,) = result.tensorized
     rng = np.random.default_rng(m * n + k)
