@@ -1,4 +1,5 @@
 # corpus: a kernel whose buffers would need 48 GiB (random inputs alone: MemoryError)
+# slow: yes
 # args: run {file} --target npu
 # expect: {file}: kernel big requires its buffers to fit in 4.0 GiB (--max-bytes), got 48.0 GiB
 # expect: C (65536, 65536) int32: 16.0 GiB

@@ -58,6 +58,7 @@ def test_the_grouped_convolution_runs_exactly_under_the_emulator(registry) -> No
     np.testing.assert_array_equal(run.outputs["O"], _reference(inputs["I"], inputs["W"]))
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 def test_a_load_whose_tile_is_not_one_run_is_refused_and_the_next_taken(
         monkeypatch: pytest.MonkeyPatch, registry) -> None:
     # As the engine once did: every stage taken for one panel, so the k steps are grouped

@@ -37,6 +37,7 @@ def _counts(func) -> tuple[int, int, list[str]]:
     return plain, with_i8mm, [b.intrinsic for b in chosen.tensorized]
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
                                   for n in KERNELS])
 def test_turning_i8mm_on_never_makes_a_kernel_slower(name) -> None:

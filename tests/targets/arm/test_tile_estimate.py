@@ -59,6 +59,7 @@ SHAPES = [(31, 17, 15),
               "executes 952 instructions where SDOT 4 x 4 executes 853 (docs/arm_backend.md)")])]
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_the_estimates_pick_is_never_slower_than_the_other_family(shape) -> None:
     picked, other = _pick_and_other(gemm_int8(*shape))

@@ -52,7 +52,8 @@ def test_a_sliced_kernel_computes_its_rows() -> None:
         np.testing.assert_array_equal(got, want[start:start + rows])
 
 
-@pytest.mark.parametrize("threads, a_type", [(3, "int8"), (2, "uint8")])
+@pytest.mark.parametrize("threads, a_type", [
+    (3, "int8"), pytest.param(2, "uint8", marks=pytest.mark.slow)])
 def test_threads_run_natively_and_exactly(threads, a_type, registry) -> None:
     # 47 rows: parts of 16, 16 and 15 rows, or 32 and 15; A's rows of 17 bytes start off
     # the 64-byte alignment (copied), C's of 33 int32s too.

@@ -69,6 +69,7 @@ def test_tune_keeps_the_tile_that_executed_fewest_instructions(gemm, capsys):
     assert "all 800 elements equal (exact)" in out
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 def test_a_later_run_takes_the_tile_from_the_cache_without_measuring(gemm, capsys, tmp_path,
                                                                      monkeypatch):
     out, measured = _tune(gemm, capsys)

@@ -99,6 +99,7 @@ def test_wrong_emulated_numbers_fail_the_run(gemm, capsys, monkeypatch):
     assert "FAIL emulate     C: the CUDA source" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 def test_emit_code_writes_the_source_and_its_launches(gemm, tmp_path):
     out = tmp_path / "gemm.cu"
     assert main(["run", gemm, *CUDA, "--quiet", "--emit", "code",
@@ -109,6 +110,7 @@ def test_emit_code_writes_the_source_and_its_launches(gemm, tmp_path):
     assert "wmma::mma_sync" in text and "__global__" in text
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 def test_json_report_lists_the_launches(gemm, capsys):
     assert main(["run", gemm, *CUDA, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

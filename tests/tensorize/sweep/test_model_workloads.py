@@ -94,6 +94,7 @@ def _check_against_model_command(outcome, out, sweep, model, capsys):
                                                 for r in records.values())
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 def test_each_layer_has_the_cycles_tensorize_model_reports(write_sweep, tiny_model, tmp_path,
                                                            capsys):
     sweep = load_sweep(_sweep(write_sweep, tiny_model))

@@ -27,6 +27,7 @@ workloads:
 """
 
 
+@pytest.mark.slow  # in CI's slow pass, for the default run's time
 def test_each_row_has_the_cycles_tensorize_run_measures(write_sweep, tmp_path, capsys):
     kernel = tmp_path / "gemm.py"
     kernel.write_text(KERNEL)
