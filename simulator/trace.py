@@ -18,6 +18,8 @@ import os
 from array import array
 from collections.abc import Iterator, Sequence
 
+import numpy as np
+
 from simulator.assembler import format_instruction
 from simulator.isa import Instruction
 from simulator.loops import expand
@@ -58,6 +60,10 @@ class Records(Sequence[Record]):
         data = self._data
         for n in range(0, len(data), 4):
             yield (data[n], data[n + 1], data[n + 2], data[n + 3])
+
+    def table(self) -> np.ndarray:
+        """The records as an ``(n, 4)`` int64 array (a copy): unit, begin, end, number."""
+        return np.frombuffer(self._data, dtype=np.int64).reshape(-1, 4).copy()
 
 
 def assign_lanes(records: Sequence[Record]) -> list[int]:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensorize.cli import argtypes
 from tensorize.cli.errors import UsageError
+from tensorize.cli.outputs import check_output_path
 from tensorize.cli.progress import phase_printer
 from tensorize.cli.registry_args import add_registry_arguments
 
@@ -47,6 +48,7 @@ _EXAMPLES = """
 examples:
   tensorize model resnet50_int8.onnx --target npu               # per-layer table
   tensorize model resnet50_int8.onnx --target npu --report out  # + CSV, JSON, plots, HTML
+  tensorize model resnet50_int8.onnx --target npu --trace t.json # network timeline (Perfetto)
   tensorize model model.onnx --target host --json               # every layer vs onnxruntime
   tensorize model model.onnx --target arm                       # instructions, emulated
 """
@@ -69,6 +71,10 @@ def register(subparsers: Any) -> None:
                         help="print the records, totals and notes as JSON instead of the table")
     parser.add_argument("--report", metavar="DIR",
                         help="write the report (CSV, JSON, plots, HTML page) into DIR")
+    parser.add_argument("--trace", metavar="FILE",
+                        help="NPU: write the network's timeline to FILE (Chrome trace JSON "
+                             "for ui.perfetto.dev: a slice per layer, each unit's busy "
+                             "spans, host layers as markers)")
     parser.add_argument("--seed", type=argtypes.seed, default=0,
                         help="random seed for the inputs, a non-negative integer (0)")
     parser.add_argument("--quiet", action="store_true",
@@ -82,10 +88,12 @@ def handle(args: argparse.Namespace) -> int:
     from ir.onnx import import_model
     from tensorize.model import run_model
     from tensorize.model.report import format_table, write_report
+    from tensorize.model.timeline import write_network_trace
 
     ctx = _context(args)
     if args.report and Path(args.report).exists() and not Path(args.report).is_dir():
         raise UsageError(f"--report requires a directory, got the file {args.report}")
+    trace = _trace_path(args)
     start = time.perf_counter()
     graph = import_model(args.model)
     import_s = time.perf_counter() - start
@@ -101,6 +109,9 @@ def handle(args: argparse.Namespace) -> int:
     if nothing:
         failures.append(f"not tensorized: no layer of {args.model} ran on an intrinsic of "
                         f"{args.target}")
+    if trace is not None:
+        write_network_trace(trace, run.records, run.timelines, ctx.machine.name,
+                            Path(args.model).name, ctx.machine.clock_mhz)
     files = None
     if args.report:
         files = write_report(args.report, Path(args.model).name, args.target, run.records,
@@ -112,13 +123,25 @@ def handle(args: argparse.Namespace) -> int:
             data["errors"] = failures
         if files is not None:
             data["report"] = {"files": [str(f) for f in files], "notes": list(files.notes)}
+        if trace is not None:
+            data["trace"] = str(trace)
         print(json.dumps(data, indent=2))
     else:
         print(format_table(run.records, run.totals, run.machine))
-        _print_summary(run, files)
+        _print_summary(run, files, trace)
     for failure in failures:
         print(f"error: {failure}", file=sys.stderr)
     return EXIT_FAILED if failures else EXIT_OK
+
+
+def _trace_path(args: argparse.Namespace) -> Path | None:
+    """The --trace file, checked writable before the run (None without --trace)."""
+    if args.trace is None:
+        return None
+    if args.target != "npu":
+        raise UsageError("--trace applies to --target npu only (the timeline is the "
+                         "simulated NPU's)")
+    return check_output_path("--trace", args.trace, Path(args.model))
 
 
 def _passed(check: str) -> bool:
@@ -154,7 +177,7 @@ def _progress(index: int, total: int, layer: Any, record: dict[str, Any]) -> Non
           file=sys.stderr, flush=True)
 
 
-def _print_summary(run: Any, files: Any) -> None:
+def _print_summary(run: Any, files: Any, trace: Path | None) -> None:
     timings = ", ".join(f"{k} {v:.2f} s" for k, v in run.timings.items())
     print(f"\n{run.tensorized} of {len(run.records)} layers tensorized on {run.target}; "
           f"every layer against onnxruntime: {'ok' if run.ok else 'MISMATCH'}; the tool's "
@@ -163,3 +186,5 @@ def _print_summary(run: Any, files: Any) -> None:
         print(f"report: {len(files)} files written, open {files[-1]}")
         for note in files.notes:
             print(f"  {note}")
+    if trace is not None:
+        print(f"timeline: {trace} (open in ui.perfetto.dev)")

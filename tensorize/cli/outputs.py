@@ -53,7 +53,8 @@ def _check_output_path(option: str, name: str, kernel: Path) -> Path:
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UsageError(f"{option} {name} requires a writable directory, got {folder}, which "
                          "this user cannot write")
-    if path.resolve() == kernel.resolve() or (path.exists() and os.path.samefile(path, kernel)):
+    if path.resolve() == kernel.resolve() or (
+            path.exists() and kernel.exists() and os.path.samefile(path, kernel)):
         raise UsageError(f"{option} {name} would overwrite the kernel file {kernel}; choose "
                          "another path")
     return path

@@ -27,6 +27,7 @@ import numpy as np
 from ir import BlockRealize, IterKind
 from intrinsics import runnable
 from ir.onnx import Layer
+from tensorize.model.timeline import LayerTimeline, layer_timeline
 from tensorize.schedule import tree
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ class LayerRun:
     # The form of the layer that ran, when not the layer itself (its fused form, whose
     # epilogue ran on the device): the report names that form's host work.
     ran: Layer | None = None
+    # Where the layer's NPU cycles went, unit by unit (simulated layers only).
+    timeline: LayerTimeline | None = None
 
 
 class Timings(dict):
@@ -302,7 +305,7 @@ class NpuExecutor(Executor):
                         utilisation=layer.macs / (cycles * peak) if cycles else None,
                         dram_bytes=measure.dram_bytes,
                         bound="compute" if measure.roofline.binds == "compute" else "memory",
-                        notes=notes, ran=layer)
+                        notes=notes, ran=layer, timeline=layer_timeline(measure.sims))
 
 
 class CpuExecutor(Executor):

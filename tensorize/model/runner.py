@@ -26,6 +26,7 @@ from tensorize.model.check import compare
 from tensorize.model.executors import LayerRun, executor_for
 from tensorize.model.reference import fused_nodes, run_reference
 from tensorize.model.report import compute_totals, roofline_bound
+from tensorize.model.timeline import LayerTimeline
 
 if TYPE_CHECKING:
     from tensorize.runners.context import RunContext
@@ -52,6 +53,8 @@ class ModelRun:
     notes: list[str | None] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     machine: dict[str, Any] = field(default_factory=dict)
+    # Per layer, where its NPU cycles went (None: not simulated): the network's timeline.
+    timelines: list[LayerTimeline | None] = field(default_factory=list)
 
     @property
     def tensorized(self) -> int:
@@ -95,7 +98,7 @@ def run_model(graph: Graph, ctx: RunContext, progress: Progress | None = None,
     fused = fused_nodes(graph)
     timings = {"reference": time.perf_counter() - start}
     values: dict[str, np.ndarray] = dict(inputs)
-    records, notes, passed = [], [], []
+    records, notes, passed, timelines = [], [], [], []
     measures = Measures.of(ctx, executor.roofline)
     run_start = time.perf_counter()
     for index, layer in enumerate(graph.layers):
@@ -114,13 +117,14 @@ def run_model(graph: Graph, ctx: RunContext, progress: Progress | None = None,
             note = "; ".join(filter(None, [note, handed_on]))
         notes.append(note)
         passed.append(ok)
+        timelines.append(result.timeline)
         if progress is not None:
             progress(index, len(graph.layers), layer, entry)
     timings["run"] = time.perf_counter() - run_start
     timings.update((f"run: {kind}", seconds) for kind, seconds in executor.timings.items())
     totals = compute_totals(records)
     return ModelRun(graph.path, ctx.target, records, totals, executor.roofline, all(passed),
-                    notes, timings, measures.machine)
+                    notes, timings, measures.machine, timelines)
 
 
 def _notes(layer: Layer, result: LayerRun, fused_by_ort: str | None) -> str | None:

@@ -18,13 +18,42 @@ def qdq_path(tmp_path_factory):
                        "cnn_int8.onnx")
 
 
-def test_npu_json_every_layer_exact(qdq_path, capsys):
-    assert main(["model", str(qdq_path), "--target", "npu", "--json", "--quiet"]) == 0
+def test_npu_json_every_layer_exact(qdq_path, tmp_path, capsys):
+    trace = tmp_path / "timeline.json"
+    assert main(["model", str(qdq_path), "--target", "npu", "--json", "--quiet",
+                 "--trace", str(trace)]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] and data["target"] == "npu"
     assert data["totals"]["tensorized"] >= 2 and data["totals"]["cycles"] > 0
     assert all("MISMATCH" not in r["check"] for r in data["layers"])
     assert data["roofline"]["peak_macs_per_cycle"] == 256
+    assert data["trace"] == str(trace)
+    _check_network_trace(json.loads(trace.read_text()), data)
+
+
+def _check_network_trace(trace, data):
+    """The timeline holds each simulated layer once, end to end in run order with its
+    cycles, each host layer as a marker with its reason, and unit spans inside their layer."""
+    clock = data["machine"]["clock_mhz"]
+    events = trace["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X" and e["tid"] == 0]
+    simulated = [r for r in data["layers"] if r["cycles"]]
+    assert [e["name"] for e in slices] == [r["name"] for r in simulated]
+    start = 0
+    for event, layer in zip(slices, simulated):
+        assert event["ts"] == pytest.approx(start / clock)
+        assert event["dur"] == pytest.approx(layer["cycles"] / clock)
+        start += layer["cycles"]
+    assert trace["otherData"]["cycles"] == data["totals"]["cycles"] == start
+    markers = {e["name"]: e["args"]["why"] for e in events if e["ph"] == "i"}
+    assert markers == {r["name"]: r["why_not"] for r in data["layers"] if not r["cycles"]}
+    layer_at = {e["name"]: e for e in slices}
+    spans = [e for e in events if e["ph"] == "X" and e["tid"] >= 2]
+    assert {e["cat"] for e in spans} >= {"load", "gemm", "store", "dram"}
+    for span in spans:
+        layer = layer_at[span["name"]]
+        assert layer["ts"] - 1e-9 <= span["ts"]
+        assert span["ts"] + span["dur"] <= layer["ts"] + layer["dur"] + 1e-9
 
 
 def test_host_table_progress_and_report(qdq_path, tmp_path, capsys):
@@ -40,6 +69,12 @@ def test_nothing_tensorized_fails(tmp_path, capsys):
     path = models.save(models.small_cnn(size=8), tmp_path, "cnn.onnx")
     assert main(["model", str(path), "--target", "npu", "--quiet"]) == 1
     assert "not tensorized" in capsys.readouterr().err
+
+
+def test_trace_is_for_the_npu_only(qdq_path, tmp_path, capsys):
+    assert main(["model", str(qdq_path), "--trace", str(tmp_path / "t.json")]) == 2
+    assert "--trace applies to --target npu only" in capsys.readouterr().err
+    assert not (tmp_path / "t.json").exists()
 
 
 def test_bad_model_and_usage_exit_2(tmp_path, capsys):
