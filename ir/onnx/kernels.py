@@ -17,6 +17,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import numpy as np
+
 import ir
 from ir import te
 from ir.function import PrimFunc
@@ -163,6 +165,19 @@ def _requantised(acc: te.Tensor, q: Requantisation) -> tuple[te.Tensor, te.Tenso
     """``acc``'s epilogue blocks (channel last): the bias add, the requantisation (int32)
     and the narrowing to int8; returns the ``Bias`` and ``Scale`` placeholders and the
     int8 output."""
+    bias, scale, requantised = _requantise(acc, q)
+    return bias, scale, _narrowed(requantised)
+
+
+def _narrowed(values: te.Tensor) -> te.Tensor:
+    """int32 ``values`` saturated to int8 (the block a narrowing store computes)."""
+    return te.compute(values.shape, lambda *i: ir.cast(
+        "int8", ir.min_(ir.max_(values[i], -128), 127)), "narrowed")
+
+
+def _requantise(acc: te.Tensor, q: Requantisation) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
+    """The bias add and the requantisation of :func:`_requantised`, without the narrowing:
+    the ``Bias`` and ``Scale`` placeholders and the int32 result in ``[q.low, q.high]``."""
     channels = acc.shape[-1]
     bias = te.placeholder((channels,), "int32", "Bias")
     scale = te.placeholder((channels,), "float32", "Scale")
@@ -176,10 +191,7 @@ def _requantised(acc: te.Tensor, q: Requantisation) -> tuple[te.Tensor, te.Tenso
         rounded = ir.cast("int32", clamped + rounder - rounder)
         return ir.min_(ir.max_(rounded + q.zero_point, q.low), q.high)
 
-    requantised = te.compute(acc.shape, requantise, "requantised")
-    narrowed = te.compute(acc.shape, lambda *i: ir.cast(
-        "int8", ir.min_(ir.max_(requantised[i], -128), 127)), "narrowed")
-    return bias, scale, narrowed
+    return bias, scale, te.compute(acc.shape, requantise, "requantised")
 
 
 @functools.cache
@@ -194,3 +206,92 @@ def matmul_requantised(m: int, k: int, n: int, q: Requantisation) -> PrimFunc:
         ir.cast("int32", A[i, r]) * ir.cast("int32", B[r, j]), axis=r), "matmul")
     bias, scale, out = _requantised(acc, q)
     return te.create_prim_func([A, B, bias, scale, out], "matmul_requantised")
+
+
+@dataclass(frozen=True, slots=True)
+class ResidualAdd:
+    """A residual block's end after an integer layer: onnxruntime's QLinearAdd of the
+    layer's int8 output ``a`` and a skip tensor ``b`` (int8, the layer's shape), then, with
+    ``relu``, a ReLU. The scales and zero points reach the kernel as data (the ``AddParams``
+    rows of :func:`qadd_parameters`), so layers of one shape share one kernel; the kernel
+    knows only the output's ``zero_point`` (where a ReLU clips) and range ``[low, high]``."""
+
+    zero_point: int
+    relu: bool = False
+    low: int = -128
+    high: int = 127
+
+
+def qadd_parameters(a_scale: float, a_zero_point: int, b_scale: float, b_zero_point: int,
+                    y_scale: float, y_zero_point: int, channels: int) -> np.ndarray:
+    """The ``AddParams`` input of :func:`matmul_requantised_add` (3 x ``channels`` float32):
+    rows ``ratio_a = a_scale / y_scale``, ``ratio_b = b_scale / y_scale`` and ``offset =
+    y_zp - fma(ratio_a, a_zp, ratio_b * b_zp)``, each computed in float32 as onnxruntime's
+    QLinearAdd computes them (:func:`ir.onnx.host_ops.qlinear_add`), repeated per channel."""
+    f32 = np.float32
+    ratio_a = f32(a_scale) / f32(y_scale)
+    ratio_b = f32(b_scale) / f32(y_scale)
+    b_term = np.float64(ratio_b * f32(b_zero_point))
+    # A fused multiply-add: the float64 product of two float32 values is exact.
+    a_term = np.float64(ratio_a) * np.float64(a_zero_point) + b_term
+    offset = f32(y_zero_point) - f32(a_term)
+    return np.repeat(np.array([[ratio_a], [ratio_b], [offset]], np.float32), channels, axis=1)
+
+
+def _quantised_add(a: te.Tensor, b: te.Tensor, params: te.Tensor, add: ResidualAdd
+                   ) -> te.Tensor:
+    """``clip(rint(fma(f32(a), ratio_a, fma(f32(b), ratio_b, offset))), lo, hi)`` as int32,
+    the parameters ``params[0..2, j]`` per channel; a fused multiply-add is written as its
+    float64 value rounded to float32 (the float64 product of two float32 values is exact).
+    With ``relu`` the lower bound is the zero point: ReLU on the quantised values."""
+    low = max(add.low, add.zero_point) if add.relu else add.low
+
+    def fma(x: ir.Expr, y: ir.Expr, z: ir.Expr) -> ir.Expr:
+        wide = ir.cast("float64", x) * ir.cast("float64", y) + ir.cast("float64", z)
+        return ir.cast("float32", wide)
+
+    def value(*i: ir.Expr) -> ir.Expr:
+        channel = i[-1]
+        inner = fma(ir.cast("float32", b[i]), params[1, channel], params[2, channel])
+        total = fma(ir.cast("float32", a[i]), params[0, channel], inner)
+        rounded = ir.Call("rint", (total,), ir.dtype("float32"))
+        clipped = ir.min_(ir.max_(rounded, ir.cast("float32", ir.const(low, "int32"))),
+                          ir.cast("float32", ir.const(add.high, "int32")))
+        return ir.cast("int32", clipped)
+
+    return te.compute(a.shape, value, "added")
+
+
+@functools.cache
+def matmul_requantised_add(m: int, k: int, n: int, q: Requantisation,
+                           add: ResidualAdd) -> PrimFunc:
+    """:func:`matmul_requantised` followed by :class:`ResidualAdd`: parameters ``A`` (m x k
+    int8), ``B`` (k x n int8), ``Bias`` (n int32), ``Scale`` (n float32), ``Skip`` (m x n
+    int8, the residual input), ``AddParams`` (3 x n float32, :func:`qadd_parameters`) and
+    the int8 output. The requantised values feed the add as they are: ``q``'s bounds lie in
+    int8, so they equal the narrowed tensor onnxruntime adds. Cached like :func:`matmul`."""
+    if not -128 <= q.low <= q.high <= 127:
+        raise ValueError(f"matmul_requantised_add requires the layer's output in int8, got "
+                         f"bounds [{q.low}, {q.high}]")
+    r = te.reduce_axis(k, "k")
+    A = te.placeholder((m, k), "int8", "A")
+    B = te.placeholder((k, n), "int8", "B")
+    acc = te.compute((m, n), lambda i, j: te.sum(
+        ir.cast("int32", A[i, r]) * ir.cast("int32", B[r, j]), axis=r), "matmul")
+    bias, scale, requantised = _requantise(acc, q)
+    skip = te.placeholder((m, n), "int8", "Skip")
+    params = te.placeholder((3, n), "float32", "AddParams")
+    out = _narrowed(_quantised_add(requantised, skip, params, add))
+    return te.create_prim_func([A, B, bias, scale, skip, params, out],
+                               "matmul_requantised_add")
+
+
+@functools.cache
+def requantised(m: int, n: int, q: Requantisation) -> PrimFunc:
+    """The epilogue of :func:`matmul_requantised` as a kernel of its own, on an int32 ``X``
+    (m x n) already summed: parameters ``X``, ``Bias`` and ``Scale`` (one per column) and
+    the int8 output. A device that runs it after a GEMM that stored its int32 sums runs
+    the layer unfused (cached like :func:`matmul`)."""
+    X = te.placeholder((m, n), "int32", "X")
+    bias, scale, out = _requantised(X, q)
+    return te.create_prim_func([X, bias, scale, out], "requantised")

@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from intrinsics import Intrinsic, Registry, feature_names
 from ir import BlockRealize, IterKind, PrimFunc, ScheduleError, TensorizeError
 from simulator import MachineConfig
-from tensorize.engine import cpu_schedule, cuda_grouped, cuda_schedule, npu_schedule
+from tensorize.engine import (cpu_schedule, cuda_grouped, cuda_schedule, npu_schedule,
+                              npu_vector)
 from tensorize.engine.count import count_calls
 from tensorize.engine.gemm_view import to_intrinsic_shape
 from tensorize.engine.generic_schedule import schedule_generic
@@ -67,6 +68,13 @@ RESHAPES: Mapping[str, Callable[..., bool]] = {
     "npu": npu_schedule.reshape,
     "cuda": cuda_grouped.reshape,
     "cpu": cpu_schedule.reshape,
+}
+# What a kind does with a kernel of elementwise blocks alone, which no compute intrinsic
+# that reduces matches: ``(applies(sch), schedule(sch, registry, config))``; the schedule
+# raises ScheduleError with the reason when it cannot (the NPU: a requantisation, residual
+# add or ReLU run a tile at a time on the vector unit, ``npu_vector``).
+ELEMENTWISE: Mapping[str, tuple[Callable[[Schedule], bool], Callable[..., None]]] = {
+    "npu": (npu_vector.elementwise_only, npu_vector.schedule_vector),
 }
 # Kinds whose reshape wastes nothing (cuda: a grouped convolution as a batched GEMM; cpu: an
 # int8 operand shifted to VPDPBUSD's uint8, one pass over it and one sum of the other), so it
@@ -237,8 +245,32 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry,
             outcome = refusals[0]
             sch.restore(before)
         outcomes.append(outcome)
+    if kind in ELEMENTWISE and not any(o.intrinsic for o in outcomes) \
+            and ELEMENTWISE[kind][0](sch):
+        outcomes = _elementwise(sch, kind, registry, config, outcomes)
     return Tensorized(func, sch, target, tuple(_fused(sch.func, outcomes)), tuple(explain),
                       time.perf_counter() - start)
+
+
+def _elementwise(sch: Schedule, kind: str, registry: Registry, config: MachineConfig | None,
+                 outcomes: list[BlockOutcome]) -> list[BlockOutcome]:
+    """A kernel of elementwise blocks alone, by the kind's elementwise schedule
+    (:data:`ELEMENTWISE`): each block reported with the intrinsic its tile calls, or, when
+    the schedule refuses, every block with the refusal (``sch`` restored)."""
+    before = sch.snapshot()
+    try:
+        ELEMENTWISE[kind][1](sch, registry, config)
+    except ScheduleError as err:
+        sch.restore(before)
+        return [replace(o, reason=f"{o.reason}; as a vector kernel: {err.message}")
+                for o in outcomes]
+    called = {}
+    for stmt, _ in tree.walk_stmts(sch.func):
+        if isinstance(stmt, BlockRealize):
+            called.update((stmt.block.name, value) for key, value in stmt.block.annotations
+                          if key == "tensorized")
+    return [BlockOutcome(o.block, called.get(f"{o.block}_o") or called.get(o.block),
+                         "a tile at a time on the vector unit") for o in outcomes]
 
 
 def _matches(sch: Schedule, block: str, candidates: list[Intrinsic], registry: Registry,
