@@ -57,8 +57,8 @@ def onnxruntime_seconds(path: Path, graph, runs: int = 3) -> float:
     return best
 
 
-def bench(name: str, target: str, folder: Path, small: bool, profile: int) -> None:
-    """Build, import and run one network on one target; print its line."""
+def model_path(name: str, folder: Path, small: bool) -> Path:
+    """The int8 network ``name`` in ``folder``, built and quantised there first if missing."""
     sizes = networks.SMALL[name] if small else {}
     path = folder / f"{name}{'_small' if small else ''}_int8.onnx"
     if not path.exists():
@@ -66,6 +66,12 @@ def bench(name: str, target: str, folder: Path, small: bool, profile: int) -> No
         onnx.save(networks.quantize(getattr(networks, name)(**sizes)), str(path))
         print(f"# built and quantised {name} in {time.perf_counter() - start:.1f} s",
               file=sys.stderr)
+    return path
+
+
+def bench(name: str, target: str, folder: Path, small: bool, profile: int) -> None:
+    """Build, import and run one network on one target; print its line."""
+    path = model_path(name, folder, small)
     start = time.perf_counter()
     graph = import_model(path)
     import_s = time.perf_counter() - start

@@ -43,10 +43,8 @@ class FusedGemm:
     def layer(self, base: Layer, tile: tuple[int, int, int]) -> Layer:
         """``base`` computed by this GEMM with every dimension padded to a multiple of
         ``tile`` (rows, depth, columns)."""
-        k, n = self.weights.shape
-        mp, kp, np_ = (_round_up(size, unit) for size, unit in zip((self.m, k, n), tile))
-        # A GEMM of one row has no row loop to map (a loop of one iteration is dropped).
-        mp = max(mp, 2)
+        mp, kp, np_ = self._padded_sizes(tile)
+        n = self.weights.shape[1]
         weights = _padded(self.weights, (kp, np_))
         operands = {"B": weights, "Bias": _padded(self.bias, (np_,)),
                     "Scale": _padded(self.scale, (np_,))}
@@ -61,6 +59,42 @@ class FusedGemm:
         return Layer(base.name, base.op, base.inputs, base.output, base.input_shapes,
                      base.output_shape, base.output_dtype, base.macs, base.detail, func,
                      pack, unpack, epilogue=self.host_work)
+
+    def _padded_sizes(self, tile: tuple[int, int, int]) -> tuple[int, int, int]:
+        """The GEMM's ``m``, ``k`` and ``n``, each rounded up to whole ``tile``s."""
+        k, n = self.weights.shape
+        mp, kp, np_ = (_round_up(size, unit) for size, unit in zip((self.m, k, n), tile))
+        # A GEMM of one row has no row loop to map (a loop of one iteration is dropped).
+        return max(mp, 2), kp, np_
+
+    def unfused(self, base: Layer, tile: tuple[int, int, int]) -> tuple[Layer, Layer]:
+        """``base`` as two kernels, padded as :meth:`layer` pads: the GEMM storing its int32
+        sums (``m x n`` padded, as they are), then the epilogue as a kernel of its own
+        (:func:`ir.onnx.kernels.requantised`) reading them back, whose output is the layer's:
+        the same work as :meth:`layer` without the sums staying where they are summed."""
+        mp, kp, np_ = self._padded_sizes(tile)
+        n = self.weights.shape[1]
+        weights = _padded(self.weights, (kp, np_))
+        epilogue = {"Bias": _padded(self.bias, (np_,)), "Scale": _padded(self.scale, (np_,))}
+
+        def pack_gemm(arrays: Arrays) -> dict[str, np.ndarray]:
+            return {"A": _padded(self.rows(arrays), (mp, kp)), "B": weights}
+
+        def pack_epilogue(arrays: Arrays) -> dict[str, np.ndarray]:
+            return {"X": arrays[0], **epilogue}
+
+        def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
+            return self.output(np.ascontiguousarray(out[:self.m, :n]))
+
+        sums = Layer(base.name, base.op, base.inputs, f"{base.output} (int32 sums)",
+                     base.input_shapes, (mp, np_), "int32", base.macs, base.detail,
+                     kernels.matmul(0, mp, kp, np_, "int8", False), pack_gemm,
+                     lambda out, arrays: out, epilogue=self.host_work)
+        requantised = Layer(f"{base.name} epilogue", "requantisation", (sums.output,),
+                            base.output, ((mp, np_),), base.output_shape, base.output_dtype,
+                            0, "", kernels.requantised(mp, np_, self.requantisation),
+                            pack_epilogue, unpack)
+        return sums, requantised
 
 
 def _round_up(size: int, unit: int) -> int:

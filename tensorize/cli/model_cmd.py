@@ -71,6 +71,10 @@ def register(subparsers: Any) -> None:
                         help="print the records, totals and notes as JSON instead of the table")
     parser.add_argument("--report", metavar="DIR",
                         help="write the report (CSV, JSON, plots, HTML page) into DIR")
+    parser.add_argument("--unfused", action="store_true",
+                        help="NPU: run each layer's bias and requantisation as a program of "
+                             "its own after its GEMM's, which stores its int32 sums (the "
+                             "network's figures without fusion, to compare)")
     parser.add_argument("--trace", metavar="FILE",
                         help="NPU: write the network's timeline to FILE (Chrome trace JSON "
                              "for ui.perfetto.dev: a slice per layer, each unit's busy "
@@ -101,7 +105,8 @@ def handle(args: argparse.Namespace) -> int:
         print(f"imported {args.model}: {len(graph.layers)} layers, {graph.macs:,} MACs "
               f"({import_s:.2f} s)", file=sys.stderr)
     progress = None if args.quiet else _progress
-    run = run_model(graph, ctx, progress, phase_printer(not (args.quiet or args.json)))
+    run = run_model(graph, ctx, progress, phase_printer(not (args.quiet or args.json)),
+                    fusion=not args.unfused)
     run.timings["import"] = import_s
     failures = [f"layer {r['index']} {r['name']}: {r['check']}" for r in run.records
                 if not _passed(r["check"])]
@@ -155,8 +160,9 @@ def _context(args: argparse.Namespace) -> RunContext:
     from ir.errors import TensorizeError
     from tensorize.runners.context import make_context
 
-    if args.machine and args.target != "npu":
-        raise UsageError("--machine applies to --target npu only")
+    for option, given in (("--machine", args.machine), ("--unfused", args.unfused)):
+        if given and args.target != "npu":
+            raise UsageError(f"{option} applies to --target npu only")
     machine = None
     if args.machine:
         from targets.npu import load_machine, machine_registry

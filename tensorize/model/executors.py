@@ -162,11 +162,15 @@ def _epilogue_blocks_on_host(planned, func) -> list[str]:
 
 
 def _compute_block(func) -> str | None:
+    """The block whose outcome stands for the kernel's: its reduction, or the first block
+    of a kernel of elementwise blocks alone."""
+    names = []
     for stmt, _ in tree.walk_stmts(func):
-        if isinstance(stmt, BlockRealize) and any(
-                iv.kind is IterKind.REDUCE for iv in stmt.block.iter_vars):
-            return stmt.block.name
-    return None
+        if isinstance(stmt, BlockRealize) and stmt.block.name != "root":
+            if any(iv.kind is IterKind.REDUCE for iv in stmt.block.iter_vars):
+                return stmt.block.name
+            names.append(stmt.block.name)
+    return names[0] if names else None
 
 
 def _outcome(result, block: str | None):
@@ -193,7 +197,7 @@ class NpuExecutor(Executor):
 
     target = "npu"
 
-    def __init__(self, ctx: RunContext) -> None:
+    def __init__(self, ctx: RunContext, fusion: bool = True) -> None:
         super().__init__()
         if ctx.machine is None:
             from ir.errors import TensorizeError
@@ -201,6 +205,7 @@ class NpuExecutor(Executor):
             raise TensorizeError("an NPU model run requires the run context's machine "
                                  "(make_context sets it for kind npu), got none")
         self.ctx = ctx
+        self.fusion = fusion
         self.registry = ctx.registry
         self.config = ctx.machine
         self._plans: dict[int, tuple[Any, Any, Any]] = {}
@@ -271,10 +276,14 @@ class NpuExecutor(Executor):
     def run_func(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
         """The layer's kernel on the simulated NPU, as one program with its epilogue on
         the vector unit where the machine can (:meth:`_fused`), else with the epilogue on
-        the host (or its first variant that tensorizes); the host when none tensorizes."""
-        from tensorize.runners.npu import run_planned
-
+        the host (or its first variant that tensorizes); the host when none tensorizes.
+        Without fusion, a layer with a fused form runs it as two programs where the
+        machine can (:meth:`_unfused`)."""
         start = time.perf_counter()
+        if not self.fusion and layer.fused is not None:
+            stages = self._unfused(layer)
+            if not isinstance(stages, str):
+                return self._run_stages(layer, arrays, stages, start)
         fused = self._fused(layer) if layer.fused is not None else None
         if isinstance(fused, tuple):
             layer, outcome, plan = fused
@@ -285,6 +294,18 @@ class NpuExecutor(Executor):
         if plan is None:
             return self._fallback(layer, arrays, _reason(outcome))
         planned, calls = plan
+        output, measure = self._simulate(layer, planned, arrays)
+        host_stages = measure.host_stages
+        notes = [f"host stages: {', '.join(host_stages)}"] if host_stages else []
+        if epilogue_note:
+            notes.append(epilogue_note)
+        return self._record(layer, output, outcome.intrinsic, calls, [measure], notes, start)
+
+    def _simulate(self, layer: Layer, planned: Any, arrays: list[np.ndarray]
+                  ) -> tuple[np.ndarray, Any]:
+        """``layer``'s plan run on its inputs: its output and the measure."""
+        from tensorize.runners.npu import run_planned
+
         with self.timings.measure("pack"):
             packed = layer.pack(arrays)
         measure = run_planned(planned, packed, self.config)
@@ -292,20 +313,54 @@ class NpuExecutor(Executor):
             self.timings.add("simulate" if stage.on_npu else "host stages", stage.seconds)
         with self.timings.measure("unpack and epilogue"):
             output = layer.unpack(measure.run.outputs[layer.func.params[-1].name], arrays)
-        cycles = measure.cycles
+        return output, measure
+
+    def _record(self, layer: Layer, output: np.ndarray, intrinsic: str, calls: int,
+                measures: list[Any], notes: list[str], start: float) -> LayerRun:
+        """The layer's run from the measures of its programs (run one after another)."""
+        from simulator import Roofline
+
+        cycles = sum(m.cycles for m in measures)
+        roofline = Roofline.of(sum(m.macs for m in measures),
+                               sum(m.roofline.min_dram_bytes for m in measures), self.config)
         peak = self.config.array.rows * self.config.array.cols
-        host_stages = measure.host_stages
-        notes = [f"host stages: {', '.join(host_stages)}"] if host_stages else []
-        if epilogue_note:
-            notes.append(epilogue_note)
+        sims = [sim for m in measures for sim in m.sims]
         # The layer's own MACs (padding excluded) over the array's peak: the report's
         # utilisation of the layer, not of the padded tiles the array ran.
-        return LayerRun(output, "tensorized", outcome.intrinsic, None, calls, cycles,
+        return LayerRun(output, "tensorized", intrinsic, None, calls, cycles,
                         seconds=time.perf_counter() - start,
                         utilisation=layer.macs / (cycles * peak) if cycles else None,
-                        dram_bytes=measure.dram_bytes,
-                        bound="compute" if measure.roofline.binds == "compute" else "memory",
-                        notes=notes, ran=layer, timeline=layer_timeline(measure.sims))
+                        dram_bytes=sum(m.dram_bytes for m in measures),
+                        bound="compute" if roofline.binds == "compute" else "memory",
+                        notes=notes, ran=layer, timeline=layer_timeline(sims))
+
+    def _unfused(self, layer: Layer) -> tuple[tuple[Layer, Any, Any], ...] | str:
+        """``layer``'s fused form as two programs (:meth:`ir.onnx.fused.FusedGemm.unfused`):
+        each stage with its outcome and plan, when the engine tensorizes both; else why not."""
+        if isinstance(self._tile, str):
+            return self._tile
+        stages = []
+        for stage in layer.fused.unfused(layer, self._tile):
+            outcome, plan = self._plan(stage.func)
+            if plan is None:
+                return _reason(outcome)
+            stages.append((stage, outcome, plan))
+        return tuple(stages)
+
+    def _run_stages(self, layer: Layer, arrays: list[np.ndarray],
+                    stages: tuple[tuple[Layer, Any, Any], ...], start: float) -> LayerRun:
+        """The layer's programs one after another, each on the last one's output."""
+        measures = []
+        values = arrays
+        for stage, _, (planned, _) in stages:
+            output, measure = self._simulate(stage, planned, values)
+            measures.append(measure)
+            values = [output]
+        (first, outcome, (_, calls)), *_ = stages
+        note = ("without fusion: the GEMM stores its int32 sums and a second program "
+                "requantises them")
+        return self._record(first, values[0], outcome.intrinsic, calls, measures, [note],
+                            start)
 
 
 class CpuExecutor(Executor):
@@ -404,13 +459,13 @@ def _tensorized(ctx: RunContext, func):
     return runner_for(ctx).tensorize(ctx, func, RunOptions(), RunReport()).result
 
 
-def executor_for(ctx: RunContext) -> Executor:
+def executor_for(ctx: RunContext, fusion: bool = True) -> Executor:
     """The executor of the context's target (host, npu, or a CPU target its registry
-    declares)."""
+    declares); ``fusion`` False runs each NPU layer's epilogue as a program of its own."""
     if ctx.kind == "host":
         return Executor()
     if ctx.kind == "npu":
-        return NpuExecutor(ctx)
+        return NpuExecutor(ctx, fusion)
     if ctx.kind == "cpu":
         return CpuExecutor(ctx)
     from ir.errors import TensorizeError

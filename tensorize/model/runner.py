@@ -86,12 +86,13 @@ def random_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
 
 
 def run_model(graph: Graph, ctx: RunContext, progress: Progress | None = None,
-              phase: PhaseHook | None = None) -> ModelRun:
+              phase: PhaseHook | None = None, fusion: bool = True) -> ModelRun:
     """Run ``graph`` on the context's target layer by layer (its registry, machine and
     seed) and check every layer against onnxruntime on the same random inputs. ``progress``
     sees each layer as it finishes; ``phase`` wraps onnxruntime's reference run
-    (:func:`tensorize.model.reference.run_reference`)."""
-    executor = executor_for(ctx)
+    (:func:`tensorize.model.reference.run_reference`); ``fusion`` False runs each NPU
+    layer's epilogue as a program of its own (the figure without fusion)."""
+    executor = executor_for(ctx, fusion)
     inputs = random_inputs(graph, ctx.seed)
     start = time.perf_counter()
     expected = run_reference(graph, inputs, phase)

@@ -71,10 +71,12 @@ def test_nothing_tensorized_fails(tmp_path, capsys):
     assert "not tensorized" in capsys.readouterr().err
 
 
-def test_trace_is_for_the_npu_only(qdq_path, tmp_path, capsys):
+def test_trace_and_unfused_are_for_the_npu_only(qdq_path, tmp_path, capsys):
     assert main(["model", str(qdq_path), "--trace", str(tmp_path / "t.json")]) == 2
     assert "--trace applies to --target npu only" in capsys.readouterr().err
     assert not (tmp_path / "t.json").exists()
+    assert main(["model", str(qdq_path), "--target", "x86", "--unfused"]) == 2
+    assert "--unfused applies to --target npu only" in capsys.readouterr().err
 
 
 def test_bad_model_and_usage_exit_2(tmp_path, capsys):

@@ -146,8 +146,14 @@ def test_a_convolution_with_one_output_pixel_is_tensorized(tmp_path, context):
     assert conv["macs"] == 16 * 8 * 3 * 3 and run.ok
 
 
-def test_npu_runs_each_layer_epilogue_on_the_vector_unit(cnn_int8, context):
-    run = run_model(cnn_int8, context("npu"))
+@pytest.fixture(scope="module")
+def npu_fused_and_not(cnn_int8, context):
+    return run_model(cnn_int8, context("npu")), run_model(cnn_int8, context("npu"),
+                                                          fusion=False)
+
+
+def test_npu_runs_each_layer_epilogue_on_the_vector_unit(npu_fused_and_not):
+    run, _ = npu_fused_and_not
     assert run.ok
     fused = [(r, note) for r, note in zip(run.records, run.notes)
              if r["op"] in ("QDQ Conv", "QDQ Gemm")]
@@ -156,6 +162,25 @@ def test_npu_runs_each_layer_epilogue_on_the_vector_unit(cnn_int8, context):
         assert record["placement"] == "tensorized" and record["check"] == "exact"
         assert "bias and requantisation on the vector unit, in the program" in note
         assert "host: int32 bias" not in note
+
+
+def test_without_fusion_each_epilogue_is_a_program_of_its_own(npu_fused_and_not):
+    fused, unfused = npu_fused_and_not
+    assert unfused.ok
+    pairs = [(a, b, note) for a, b, note in zip(fused.records, unfused.records, unfused.notes)
+             if a["op"] in ("QDQ Conv", "QDQ Gemm")]
+    assert len(pairs) == 3
+    for with_fusion, without, note in pairs:
+        assert without["placement"] == "tensorized" and without["check"] == "exact"
+        assert "without fusion" in note
+        # The int32 sums go out to DRAM and come back: more bytes, more cycles.
+        assert without["dram_bytes"] > with_fusion["dram_bytes"]
+        assert without["cycles"] > with_fusion["cycles"]
+    # Layers without a fused form run as they do with fusion.
+    others = [(a, b) for a, b in zip(fused.records, unfused.records)
+              if a["op"] not in ("QDQ Conv", "QDQ Gemm")]
+    assert all(a["placement"] == b["placement"] and a["cycles"] == b["cycles"]
+               for a, b in others)
 
 
 def test_a_machine_without_requantisation_keeps_the_epilogue_on_the_host(cnn_int8, context,
