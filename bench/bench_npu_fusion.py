@@ -67,9 +67,9 @@ def main() -> None:
     else:
         ctx = make_context(default_registry(), "npu")
     print(f"# {' '.join(sys.argv)}")
-    print("| network | machine | layers fused | cycles, fused | cycles, unfused | unfused / "
-          "fused | DRAM bytes, fused | DRAM bytes, unfused | bytes saved | saved bytes as "
-          "port cycles | cycles saved | exact |")
+    print("| network | machine | layers with the epilogue in the GEMM's program | cycles, "
+          "fused | cycles, unfused | unfused / fused | DRAM bytes, fused | DRAM bytes, "
+          "unfused | bytes saved | saved bytes as port cycles | cycles saved | exact |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.keep or tmp)

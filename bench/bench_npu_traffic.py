@@ -1,16 +1,23 @@
-"""DRAM traffic of the NPU's GEMM schedule on ResNet-50's matrix layers, before and after the
-traffic model chose the tiles.
+"""DRAM traffic and cycles of the NPU's GEMM schedule on ResNet-50's matrix layers, with the
+previous tile choice and the present one.
 
 Each convolution is the implicit GEMM the NPU runs (M = batch x output pixels, N = output
 channels, K = input channels x kernel area), the classifier a GEMM of one row; extents are
 padded to the GEMM intrinsic's tile as the schedule pads them, operands int8, the output
 int32. For the built-in 16x16 machine and the 32x32 one (examples/machines/npu32x32.yaml),
 prints per distinct layer shape the bytes the schedule moves over the minimum (each operand
-read once, the output written once): ``before`` with the old choice (the tallest row tile
-that fits, one call's columns, one call's depth, row tiles outside), ``after`` with the
-least-traffic tiling (tensorize/engine/npu_traffic.py), then the whole network's totals.
-With ``--simulate``, each layer's GEMM also runs on the simulator under the chosen tiling and
-its measured bytes are printed beside the model's. Figures, not assertions.
+read once, the output written once), by the traffic model (tensorize/engine/npu_traffic.py):
+
+- ``previous``: the least traffic among tiles of at most ``token_depth / 2`` column blocks
+  (the choice before the cycle model);
+- ``now``: the schedule's choice (tensorize/engine/npu_cycles.py);
+
+then the whole network's totals and the shapes within 1.2x. With ``--simulate``, each
+layer's kernel as ``tensorize model`` runs it (on a machine with a requantisation stage the
+GEMM with its bias and requantisation on the vector unit, elsewhere the GEMM alone) is
+simulated for time under both tilings, and the 54 layers' cycles are summed: the network's
+cycles of ``tensorize model resnet50_int8.onnx --target npu`` (its DRAM port, latency and
+epilogues included). Figures, not assertions.
 
     .venv/bin/python bench/bench_npu_traffic.py [--simulate]
 """
@@ -26,11 +33,12 @@ import onnx
 from onnx import numpy_helper
 
 from intrinsics import default_registry
+from ir.onnx.kernels import Requantisation, matmul_requantised
 from simulator import load_machine
 from targets import npu
 from tensorize.engine import auto_tensorize
-from tensorize.engine.npu_schedule import gemm_axes, gemm_shape
-from tensorize.engine.npu_traffic import GemmShape, NpuTiling, best, traffic
+from tensorize.engine.npu_schedule import choose_tiling, gemm_axes, gemm_shape
+from tensorize.engine.npu_traffic import GemmShape, NpuTiling, most_blocks, ranked, traffic
 from tensorize.engine.tune import timed_runs
 from tensorize.model.networks import resnet50
 
@@ -58,12 +66,14 @@ def resnet50_gemms() -> Counter[tuple[int, int, int]]:
     return gemms
 
 
-def old_choice(shape: GemmShape, config) -> NpuTiling:
-    """The schedule's choice before the traffic model: the tallest row tile dividing M that
-    fits one bank of the input and accumulator memories."""
-    limit = min(config.inp.bank_rows, config.acc.bank_rows)
-    rows = [t for t in range(shape.ti, shape.m + 1, shape.ti) if shape.m % t == 0 and t <= limit]
-    return NpuTiling(max(rows) if rows else shape.ti)
+def previous_choice(shape: GemmShape, config) -> NpuTiling:
+    """The schedule's choice before the cycle model: the least traffic among the tiles of
+    at most ``most_blocks`` column blocks (accumulator and input tiles alike)."""
+    limit = most_blocks(config)
+    return next((t for t in ranked(shape, config)
+                 if (t.cols or shape.tj) // shape.tj <= limit
+                 and (t.depth or shape.tk) // shape.tk <= limit),
+                NpuTiling(shape.ti, shape.tj, shape.tk))
 
 
 def padded(m: int, n: int, k: int, registry) -> GemmShape:
@@ -75,11 +85,19 @@ def padded(m: int, n: int, k: int, registry) -> GemmShape:
     return gemm_shape(gemm, (up(m, ti), up(n, tj), up(k, tk)))
 
 
-def simulated_bytes(m: int, n: int, k: int, config, registry) -> int:
-    """DRAM bytes of the GEMM's NPU program, simulated for time only."""
-    func = auto_tensorize(suite_kernels.builders()["gemm_int8"](m, n, k), "npu",
-                          registry=registry, config=config).func
-    return sum(run.dram_bytes for run in timed_runs(func, config, registry))
+def layer_kernel(shape: GemmShape, config):
+    """The layer's kernel as the model path runs it: the GEMM with its bias and
+    requantisation when the machine has a requantisation stage, else the GEMM alone."""
+    if config.requant is not None:
+        return matmul_requantised(shape.m, shape.k, shape.n, Requantisation(0))
+    return suite_kernels.builders()["gemm_int8"](shape.m, shape.n, shape.k)
+
+
+def simulated_cycles(shape: GemmShape, tiling: NpuTiling, config, registry) -> int:
+    """Cycles of the layer's kernel under ``tiling``, simulated for time only."""
+    func = auto_tensorize(layer_kernel(shape, config), "npu", registry=registry,
+                          config=config, tiling=tiling).func
+    return sum(run.cycles for run in timed_runs(func, config, registry))
 
 
 def report(label: str, path: Path | None, simulate: bool) -> None:
@@ -87,33 +105,45 @@ def report(label: str, path: Path | None, simulate: bool) -> None:
     config = load_machine() if path is None else npu.load_machine(path)
     registry = default_registry() if path is None else npu.machine_registry(path)
     print(f"\n{label} ({config.name}): bytes moved / minimum bytes")
-    header = f"{'M x N x K':>20} {'count':>5} {'before':>7} {'after':>7}  tiling"
-    print(header + ("   simulated bytes (model)" if simulate else ""))
-    totals = Counter()
+    header = (f"{'M x N x K':>20} {'count':>5} {'previous':>8} {'now':>6}  "
+              f"{'previous tiling':>16} {'now tiling':>16}")
+    print(header + ("   cycles previous -> now" if simulate else ""))
+    totals: Counter[str] = Counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for (m, n, k), count in sorted(resnet50_gemms().items()):
         shape = padded(m, n, k, registry)
-        before, chosen = old_choice(shape, config), best(shape, config)
-        old, new = traffic(shape, before), traffic(shape, chosen)
-        totals.update({"min": count * shape.minimum, "before": count * old,
-                       "after": count * new})
-        line = (f"{f'{m} x {n} x {k}':>20} {count:>5} {old / shape.minimum:>7.2f} "
-                f"{new / shape.minimum:>7.2f}  {chosen.describe()}")
+        before = previous_choice(shape, config)
+        now = choose_tiling(shape, config)
+        least = shape.minimum
+        for name, tiling in (("previous", before), ("now", now)):
+            totals.update({name: count * traffic(shape, tiling),
+                           f"{name} within": int(traffic(shape, tiling) <= 1.2 * least)})
+        totals.update({"min": count * least, "shapes": 1})
+        line = (f"{f'{m} x {n} x {k}':>20} {count:>5} {traffic(shape, before) / least:>8.2f} "
+                f"{traffic(shape, now) / least:>6.2f}  "
+                f"{before.describe():>16} {now.describe():>16}")
         if simulate:
-            start = time.perf_counter()
-            measured = simulated_bytes(m, n, k, config, registry)
-            line += (f"   {measured:,} ({new:,}) "
-                     f"{time.perf_counter() - start:.1f} s")
+            old = simulated_cycles(shape, before, config, registry)
+            new = old if now == before else simulated_cycles(shape, now, config, registry)
+            totals.update({"cycles previous": count * old, "cycles now": count * new})
+            line += f"   {old:,} -> {new:,}"
         print(line)
-    print(f"{'network':>20} {'':>5} {totals['before'] / totals['min']:>7.2f} "
-          f"{totals['after'] / totals['min']:>7.2f}  ({totals['after']:,} of "
-          f"{totals['min']:,} bytes at least)")
+    print(f"{'network':>20} {'':>5} {totals['previous'] / totals['min']:>8.2f} "
+          f"{totals['now'] / totals['min']:>6.2f}  "
+          f"({totals['now']:,} of {totals['min']:,} bytes at least)")
+    print(f"{'within 1.2x':>20} {'':>5} {totals['previous within']:>8} "
+          f"{totals['now within']:>6}  of {totals['shapes']} shapes")
+    if simulate:
+        print(f"{'network cycles':>20}: {totals['cycles previous']:,} -> "
+              f"{totals['cycles now']:,} ({time.perf_counter() - start:.0f} s wall, "
+              f"{time.process_time() - cpu:.0f} s CPU)")
 
 
 def main() -> None:
     """Print both machines' tables."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--simulate", action="store_true",
-                        help="also simulate each layer's GEMM and print its measured bytes")
+                        help="also simulate each layer's kernel and sum the network's cycles")
     args = parser.parse_args()
     for label, path in MACHINES.items():
         report(label, path, args.simulate)

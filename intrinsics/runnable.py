@@ -5,8 +5,8 @@ scopes are the machine's memories, each on-chip tile fits one bank of its memory
 GEMM the engine may try (a compute intrinsic that reduces and accumulates) is one the array
 executes, reads its tiles with declared loads, writes them with a declared store, and starts
 its accumulator tile at zero (a resetting variant or a fill), and each instruction its
-intrinsics emit is one the machine has (:func:`unit_problem`: ``vec.requant`` needs
-``machine.requant``). The loader calls
+intrinsics emit is one the machine has (:func:`unit_problem`: ``vec.requant`` and
+``vec.qadd`` need ``machine.requant``). The loader calls
 :func:`check_npu_family` on every such family, so ``tensorize intrinsics validate`` and the
 registry that ``tensorize run`` loads refuse the same files at the same lines; the NPU schedule
 (``tensorize.engine.npu_schedule``) asks the same questions of the machine a run uses
@@ -38,8 +38,9 @@ _ROLE = {Mem.INP: "input scratchpad", Mem.WGT: "weight scratchpad",
          Mem.ACC: "accumulator memory"}
 _DTYPE = {"inp": ir.dtype("int8"), "wgt": ir.dtype("int8"), "acc": ir.dtype("int32")}
 # What else a memory's elements may hold: an acc word holds the float32 bits of a
-# requantisation scale as well (vec.requant reads a row of them).
-_ALSO = {"inp": (), "wgt": (), "acc": (ir.dtype("float32"),)}
+# requantisation scale as well (vec.requant reads a row of them), or an int8 value a
+# widening load sign-extended (vec.qadd adds a tile of them).
+_ALSO = {"inp": (), "wgt": (), "acc": (ir.dtype("float32"), ir.dtype("int8"))}
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,13 +182,13 @@ def scope_problem(intrinsic: Intrinsic, operand: Operand, mem: Mem) -> str | Non
 
 
 # Instructions only some machines have, by mnemonic: the machine section each one needs.
-OPTIONAL_UNITS = {"vec.requant": "requant"}
+OPTIONAL_UNITS = {"vec.requant": "requant", "vec.qadd": "requant"}
 
 
 def unit_problem(intrinsic: Intrinsic, config: MachineConfig) -> str | None:
     """Why the machine ``config`` lacks the instruction ``intrinsic`` emits (None: it has
-    it): ``vec.requant`` runs on the vector unit's requantisation stage, which a machine
-    has only when its description declares ``machine.requant``."""
+    it): ``vec.requant`` and ``vec.qadd`` run on the vector unit's float32 requantisation
+    stage, which a machine has only when its description declares ``machine.requant``."""
     mnemonic = intrinsic.emit.get("npu", "").split(None, 1)[:1]
     unit = OPTIONAL_UNITS.get(mnemonic[0]) if mnemonic else None
     if unit is None or getattr(config, unit) is not None:

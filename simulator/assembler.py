@@ -9,6 +9,8 @@ destination first, then ``key=value`` fields in any order, then bare words (``re
     gemm acc[0], inp[0], wgt[0], rows=256, k=16, reset | pop_prev
     vec.mulshift acc[0], rows=256, mult=1073741824, shift=38
     vec.requant acc[0], rows=256, scale=0x3c23d70a, zp=3, lo=-128, hi=127
+    load acc[512], dram[0x8000], rows=256, cols=16, stride=64, int8
+    vec.qadd acc[0], acc[512], acc[768], rows=256, lo=-128, hi=127
     store dram[0x40000], acc[0], rows=256, cols=16, stride=1024, int8 | push_prev
     finish
 
@@ -47,6 +49,7 @@ from simulator.isa import (
     Mem,
     Nop,
     Operand,
+    QAdd,
     Queue,
     Requant,
     Step,
@@ -136,15 +139,16 @@ def _number(text: str, col: int) -> int:
 
 
 def _format_load(insn: Load) -> str:
+    widen = ", int8" if insn.widen else ""
     return (f"load {insn.mem.name.lower()}[{insn.sram}], dram[{insn.dram:#x}], "
-            f"rows={insn.rows}, cols={insn.cols}, stride={insn.stride}")
+            f"rows={insn.rows}, cols={insn.cols}, stride={insn.stride}{widen}")
 
 
 def _parse_load(ops: _Operands, deps: Deps) -> Load:
     memory, sram = ops.ref(("inp", "wgt", "acc"))
     _, dram = ops.ref(("dram",))
     return Load(Mem[memory.upper()], sram, dram, ops.field("rows"), ops.field("cols"),
-                ops.field("stride"), deps)
+                ops.field("stride"), deps, ops.word("int8"))
 
 
 def _format_store(insn: Store) -> str:
@@ -229,6 +233,18 @@ def _parse_requant(ops: _Operands, deps: Deps) -> Requant:
                    per_channel, deps)
 
 
+def _format_qadd(insn: QAdd) -> str:
+    return (f"vec.qadd acc[{insn.dst}], acc[{insn.src}], acc[{insn.par}], rows={insn.rows}, "
+            f"lo={insn.lo}, hi={insn.hi}")
+
+
+def _parse_qadd(ops: _Operands, deps: Deps) -> QAdd:
+    _, dst = ops.ref(("acc",))
+    _, src = ops.ref(("acc",))
+    _, par = ops.ref(("acc",))
+    return QAdd(dst, src, par, ops.field("rows"), ops.field("lo"), ops.field("hi"), deps)
+
+
 def _parse_nop(queue: Queue) -> Callable[[_Operands, Deps], Nop]:
     return lambda ops, deps: Nop(queue, deps)
 
@@ -274,6 +290,7 @@ _FORMATTERS: dict[type, Callable[..., str]] = {
     Gemm: _format_gemm,
     Vec: _format_vec,
     Requant: _format_requant,
+    QAdd: _format_qadd,
     Nop: lambda insn: f"nop.{insn.queue.name.lower()}",
     Finish: lambda insn: "finish",
     Loop: _format_loop,
@@ -285,6 +302,7 @@ _PARSERS: dict[str, Callable[[_Operands, Deps], Instruction]] = {
     "gemm": _parse_gemm,
     **{f"vec.{op.name.lower()}": _parse_vec(op) for op in VecOp},
     "vec.requant": _parse_requant,
+    "vec.qadd": _parse_qadd,
     **{f"nop.{queue.name.lower()}": _parse_nop(queue) for queue in Queue},
     "finish": lambda ops, deps: Finish(deps),
     "loop": _parse_loop,

@@ -83,6 +83,26 @@ def requantise_float(x: np.ndarray, scale: np.ndarray | np.float32, zp: int, lo:
     return np.clip(rounded + np.int32(zp), lo, hi).astype(np.int32)
 
 
+def fma_f32(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """``x * y + z`` of float32 arrays rounded once to float32, as a fused multiply-add: the
+    product is exact in float64 (two 24-bit significands), the sum rounds to float64 and
+    then to float32. The two roundings agree with one except where the float64 sum lies
+    exactly halfway between two float32 values, which takes an exact sum of more than 53
+    significant bits (the host's QLinearAdd, ``ir.onnx.host_ops``, rounds the same way)."""
+    exact = x.astype(np.float64) * y.astype(np.float64) + z.astype(np.float64)
+    return exact.astype(np.float32)
+
+
+def quantised_add(a: np.ndarray, b: np.ndarray, ratio_a: np.ndarray, ratio_b: np.ndarray,
+                  offset: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """``clip(round_half_even(fma(f32(a), ratio_a, fma(f32(b), ratio_b, offset))), lo, hi)``
+    as int32 (QADD): the float32 ratios and offset one per column, broadcast over the rows.
+    Clipping before the conversion keeps every value, however large the ratios, in range."""
+    inner = fma_f32(b.astype(np.float32), ratio_b, offset)
+    value = fma_f32(a.astype(np.float32), ratio_a, inner)
+    return np.clip(np.rint(value), lo, hi).astype(np.int32)
+
+
 def float_bits(value: float) -> int:
     """The IEEE-754 bits of ``value`` rounded to float32 (an unsigned 32-bit integer)."""
     return int(np.float32(value).view(np.uint32))

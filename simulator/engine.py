@@ -34,6 +34,7 @@ from simulator.isa import (
     Mem,
     Nop,
     Operand,
+    QAdd,
     Queue,
     Requant,
     Store,
@@ -53,6 +54,9 @@ TRAFFIC = ("dram.read", "dram.write", "inp.read", "inp.write", "wgt.read", "wgt.
 (DRAM_READ, DRAM_WRITE, INP_READ, INP_WRITE, WGT_READ, WGT_WRITE, ACC_READ,
  ACC_WRITE) = range(len(TRAFFIC))
 _WRITTEN_BY_LOAD = {Mem.INP: INP_WRITE, Mem.WGT: WGT_WRITE, Mem.ACC: ACC_WRITE}
+# How many checked GEMM placements (operand rows and sizes) the engine remembers, so as not
+# to check them again: a tiled program repeats a few; the others are checked every time.
+_MAX_FITS = 4096
 
 # One instruction on its way through a queue: (its number among executed instructions, its
 # node, its address fields, its loop iteration, its dispatch time).
@@ -168,7 +172,7 @@ def unit_name(insn: Instruction) -> str:
     """The unit that executes ``insn``, as fault messages name it."""
     if isinstance(insn, Gemm):
         return "gemm"
-    if isinstance(insn, Vec | Requant):
+    if isinstance(insn, Vec | Requant | QAdd):
         return "vector"
     return QUEUE_NAMES[insn.queue]
 
@@ -245,7 +249,7 @@ class _Machine:
         # row's last compute write lands (any unit), and when its last vector-unit write
         # lands (the GEMM waits only for those; GEMMs into the same rows are ordered by the
         # array's pipeline).
-        self.vector_used = any(isinstance(insn, Vec | Requant) for insn in program)
+        self.vector_used = any(isinstance(insn, Vec | Requant | QAdd) for insn in program)
         self.acc_done = np.zeros(config.acc.rows, np.int64)
         self.vec_done = np.zeros(config.acc.rows, np.int64)
         self.port_free = 0
@@ -266,11 +270,19 @@ class _Machine:
         self.latency = dram.latency
         self.bandwidth = dram.bytes_per_cycle
         self.issue_cycles = config.dma.issue_cycles
+        self.weight_stationary = array.dataflow == "weight_stationary"
+        self.dram_size = self.dram.size
+        # The weight-stationary GEMM's constant costs (timing.weight_release_cycles and
+        # drain_cycles, which depend only on the array there).
+        self.release_cycles = timing.weight_release_cycles(config)
+        self.drain_cycles = timing.drain_cycles(array.rows, config)
+        # GEMM operand placements whose bounds have been checked: a program repeats a few.
+        self.gemm_fits: set[tuple[int, ...]] = set()
         # Each handler: (instruction, address fields, entry, ready time, queue, avail)
         # -> (begin, done).
         self.handlers: dict[type, Callable[..., tuple[int, int]]] = {
             Load: self._load, Store: self._store, Gemm: self._gemm, Vec: self._vec,
-            Requant: self._requant, Nop: self._sync, Finish: self._sync,
+            Requant: self._requant, QAdd: self._qadd, Nop: self._sync, Finish: self._sync,
         }
 
     def _connect_tokens(self) -> None:
@@ -493,19 +505,24 @@ class _Machine:
             raise _Fault(f"load of {cols} columns into {memory.name}, whose rows hold "
                          f"{memory.width}", "load")
         memory.check_bounds(sram, rows, "writes")
-        width = 4 if insn.mem is Mem.ACC else 1
+        width = insn.element_bytes
         row_bytes = cols * width
-        self._dram_access(dram, rows, row_bytes, insn.stride, "reads", "load")
+        if dram + (rows - 1) * insn.stride + row_bytes > self.dram_size:  # dram_extent
+            self._dram_access(dram, rows, row_bytes, insn.stride, "reads", "load")
         nbytes = rows * row_bytes
         traffic = self.traffic
         traffic[DRAM_READ] += nbytes
-        traffic[_WRITTEN_BY_LOAD[insn.mem]] += rows * memory.width * width
+        # On-chip bytes written: a row is its width in elements, int32 in acc (widened or
+        # not), int8 in inp and wgt (which the simulator holds as float32 for BLAS).
+        traffic[_WRITTEN_BY_LOAD[insn.mem]] += rows * memory.width * (
+            4 if insn.mem is Mem.ACC else 1)
         if insn.mem is Mem.WGT:
             self._invalidate_weights(sram, sram + rows)
         if self.functional:
             memory.write(sram, sram + rows, q.kind, q.clock, number)
             source = datapath.dram_rows(self.dram, dram, rows, row_bytes, insn.stride)
             source = source.view("<i4") if width == 4 else source.view(np.int8)
+            # A widening load's int8 values sign-extend as numpy assigns them to int32 rows.
             target = memory.data[sram:sram + rows]
             if cols == memory.width:
                 target[...] = source
@@ -528,7 +545,8 @@ class _Machine:
         if rows > 1 and insn.stride < row_bytes:
             raise _Fault(f"store rows of {row_bytes} bytes overlap in DRAM: stride "
                          f"{insn.stride} < {row_bytes}", "store")
-        self._dram_access(dram, rows, row_bytes, insn.stride, "writes", "store")
+        if dram + (rows - 1) * insn.stride + row_bytes > self.dram_size:  # dram_extent
+            self._dram_access(dram, rows, row_bytes, insn.stride, "writes", "store")
         nbytes = rows * row_bytes
         self.traffic[ACC_READ] += rows * insn.cols * 4
         self.traffic[DRAM_WRITE] += nbytes
@@ -557,41 +575,49 @@ class _Machine:
             raise _Fault(f"gemm with k = {k} requires k <= the array's {array.rows} rows",
                          "gemm")
         inp, wgt, acc = self.memories[Mem.INP], self.memories[Mem.WGT], self.memories[Mem.ACC]
-        inp.check_bounds(inp_row, rows, "reads")
-        wgt.check_bounds(wgt_row, k, "reads")
-        acc.check_bounds(acc_row, rows, "writes")
+        placement = (inp_row, rows, acc_row, wgt_row, k)
+        if placement not in self.gemm_fits:
+            inp.check_bounds(inp_row, rows, "reads")
+            wgt.check_bounds(wgt_row, k, "reads")
+            acc.check_bounds(acc_row, rows, "writes")
+            if len(self.gemm_fits) < _MAX_FITS:
+                self.gemm_fits.add(placement)
         lo, hi = acc_row, acc_row + rows
         ready = t
         if self.vector_used:
             ready = max(t, int(self.vec_done[lo:hi].max()))
-        weight_stationary = array.dataflow == "weight_stationary"
-        if weight_stationary:
+        if self.weight_stationary:
             begin, stream_start = self._weights(wgt_row, k, ready)
+            stream_end = stream_start + rows  # timing.stream_cycles
+            active = self.active
+            released = stream_end + self.release_cycles
+            if released > self.buffer_free[active]:
+                self.buffer_free[active] = released
         else:
-            begin = stream_start = max(ready, self.stream_free)
+            begin = stream_start = ready if ready > self.stream_free else self.stream_free
             self.traffic[WGT_READ] += k * array.cols
-        stream_end = stream_start + timing.stream_cycles(rows, k, config)
-        if weight_stationary:
-            self.buffer_free[self.active] = max(self.buffer_free[self.active],
-                                                stream_end + timing.weight_release_cycles(config))
-        done = stream_end + timing.drain_cycles(k, config)
+            stream_end = stream_start + timing.stream_cycles(rows, k, config)
+        done = stream_end + (self.drain_cycles if self.weight_stationary
+                             else timing.drain_cycles(k, config))
         self.stream_free = stream_end
         if self.vector_used:
             self.acc_done[lo:hi] = done
         q.issue_free = begin
-        self.useful_macs += rows * k * array.cols
+        cols = array.cols
+        self.useful_macs += rows * k * cols
         traffic = self.traffic
         traffic[INP_READ] += rows * k
-        traffic[ACC_WRITE] += rows * array.cols * 4
+        traffic[ACC_WRITE] += rows * cols * 4
         if not insn.reset:
-            traffic[ACC_READ] += rows * array.cols * 4
+            traffic[ACC_READ] += rows * cols * 4
         if self.functional:
             clock, kind = q.clock, q.kind
             inp.read(inp_row, inp_row + rows, kind, clock, number)
             wgt.read(wgt_row, wgt_row + k, kind, clock, number)
-            if not insn.reset:
-                acc.read(lo, hi, kind, clock, number)
-            acc.write(lo, hi, kind, clock, number)
+            if insn.reset:
+                acc.write(lo, hi, kind, clock, number)
+            else:
+                acc.modify(lo, hi, kind, clock, number)
             datapath.gemm(acc.data[lo:hi], inp.data[inp_row:inp_row + rows, :k],
                           wgt.data[wgt_row:wgt_row + k], insn.reset)
         self._account(GEMM_UNIT, number, avail, begin, done)
@@ -606,15 +632,16 @@ class _Machine:
         """
         config = self.config
         tag = (wgt_row, k)
-        if tag in self.held:
-            self.active = self.held.index(tag)
-            start = max(ready, self.stream_free)
+        held = self.held
+        if tag == held[0] or tag == held[1]:
+            self.active = 0 if tag == held[0] else 1
+            start = ready if ready > self.stream_free else self.stream_free
             return start, start
         self.traffic[WGT_READ] += k * config.array.cols
         buffer = 1 - self.active if config.array.double_buffered_weights else 0
         preload = max(ready, self.preload_free, self.buffer_free[buffer])
         self.preload_free = preload + timing.preload_cycles(config)
-        self.held[buffer] = tag
+        held[buffer] = tag
         self.active = buffer
         return preload, max(self.preload_free, self.stream_free)
 
@@ -683,6 +710,43 @@ class _Machine:
                      else datapath.bits_float(insn.scale))
             acc.data[lo:hi] = datapath.requantise_float(acc.data[lo:hi], scale, insn.zp,
                                                         insn.lo, insn.hi)
+        self._account(VECTOR_UNIT, number, avail, start, done)
+        return start, done
+
+    def _qadd(self, insn: QAdd, fields: tuple[int, ...], number: int, t: int, q: _Queue,
+              avail: int) -> tuple[int, int]:
+        """VEC.QADD: check the machine has the float32 stage, time it there like a
+        requantisation, add the tile at src to the rows at dst by the three parameter rows."""
+        stage = self.config.requant
+        if stage is None:
+            raise _Fault(f"vec.qadd requires a machine with a requantisation stage "
+                         f"(machine.requant), and {self.config.name} has none", "vector")
+        dst, src, par = fields
+        rows = insn.rows
+        acc = self.memories[Mem.ACC]
+        acc.check_bounds(dst, rows, "writes")
+        acc.check_bounds(src, rows, "reads")
+        acc.check_bounds(par, 3, "reads")
+        done_rows = self.acc_done
+        start = max(t, self.vec_free, int(done_rows[dst:dst + rows].max()),
+                    int(done_rows[src:src + rows].max()), int(done_rows[par:par + 3].max()))
+        self.vec_free = start + timing.requant_issue_cycles(rows, self.config, stage)
+        done = self.vec_free + stage.latency
+        done_rows[dst:dst + rows] = done
+        self.vec_done[dst:dst + rows] = done
+        q.issue_free = start
+        row_bytes = acc.width * 4
+        self.traffic[ACC_READ] += (2 * rows + 3) * row_bytes
+        self.traffic[ACC_WRITE] += rows * row_bytes
+        if self.functional:
+            acc.read(src, src + rows, q.kind, q.clock, number)
+            acc.read(par, par + 3, q.kind, q.clock, number)
+            acc.read(dst, dst + rows, q.kind, q.clock, number)
+            acc.write(dst, dst + rows, q.kind, q.clock, number)
+            ratio_a, ratio_b, offset = acc.data[par:par + 3].view(np.float32)
+            acc.data[dst:dst + rows] = datapath.quantised_add(
+                acc.data[dst:dst + rows], acc.data[src:src + rows], ratio_a, ratio_b, offset,
+                insn.lo, insn.hi)
         self._account(VECTOR_UNIT, number, avail, start, done)
         return start, done
 

@@ -1,16 +1,16 @@
 """The NPU's instruction set: instructions as values, and their 128-bit binary encoding.
 
-Seven instructions, each a frozen dataclass: :class:`Load`, :class:`Store`, :class:`Gemm`,
-:class:`Vec`, :class:`Requant`, :class:`Nop` and :class:`Finish`. Each carries :class:`Deps`,
-the four dependency-token flags of the queue it runs in. Two more words drive the fetch unit's
-loop sequencer rather than a queue: :class:`Loop` repeats the words after it, and
-:class:`Step` advances the address fields of the instruction it follows on every iteration of
-an enclosing loop (affine addressing per loop level, as VTA's GEMM and ALU micro-op loops
-have). A word is 128 bits, little-endian: bits 0-3 the opcode, bits 4-7 the flags (pop_prev,
-pop_next, push_prev, push_next), then the fields in the order of :data:`LAYOUTS`, packed from
-bit 8 upwards; every bit above them is reserved and zero. Building an instruction checks
-every field against its width and meaning, so a value that exists always encodes; decoding
-checks the same, so a malformed word faults.
+Eight instructions, each a frozen dataclass: :class:`Load`, :class:`Store`, :class:`Gemm`,
+:class:`Vec`, :class:`Requant`, :class:`QAdd`, :class:`Nop` and :class:`Finish`. Each carries
+:class:`Deps`, the four dependency-token flags of the queue it runs in. Two more words drive
+the fetch unit's loop sequencer rather than a queue: :class:`Loop` repeats the words after
+it, and :class:`Step` advances the address fields of the instruction it follows on every
+iteration of an enclosing loop (affine addressing per loop level, as VTA's GEMM and ALU
+micro-op loops have). A word is 128 bits, little-endian: bits 0-3 the opcode, bits 4-7 the
+flags (pop_prev, pop_next, push_prev, push_next), then the fields in the order of
+:data:`LAYOUTS`, packed from bit 8 upwards; every bit above them is reserved and zero.
+Building an instruction checks every field against its width and meaning, so a value that
+exists always encodes; decoding checks the same, so a malformed word faults.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class Opcode(enum.IntEnum):
     LOOP = 7
     STEP = 8
     REQUANT = 9
+    QADD = 10
 
 
 class Queue(enum.IntEnum):
@@ -182,6 +183,8 @@ class Load:
 
     Reads ``rows`` rows of ``cols`` elements (int8, or int32 for acc) starting at byte
     ``dram``, ``stride`` bytes apart; each on-chip row is written whole, zero past ``cols``.
+    With ``widen`` (acc only) the DRAM elements are int8, each sign-extended to an int32 acc
+    element: a quantised tensor joins the accumulator tile at a quarter of the DMA bytes.
     """
 
     mem: Mem
@@ -191,6 +194,7 @@ class Load:
     cols: int
     stride: int
     deps: Deps = NO_DEPS
+    widen: bool = False
 
     queue = Queue.LOAD
     opcode = Opcode.LOAD
@@ -199,6 +203,16 @@ class Load:
         object.__setattr__(self, "mem", _check_enum("load", "mem", self.mem, Mem))
         _check_fields(self, "load", _DMA_RANGES)
         _check_deps("load", self.deps, self.queue)
+        if type(self.widen) is not bool:
+            raise _fault(f"load requires widen true or false, got {self.widen!r}")
+        if self.widen and self.mem is not Mem.ACC:
+            raise _fault(f"load with widen requires mem acc (int8 widened to int32), got "
+                         f"{self.mem.name.lower()}")
+
+    @property
+    def element_bytes(self) -> int:
+        """Bytes per DRAM element: 4 for an int32 acc load, else 1 (int8)."""
+        return 4 if self.mem is Mem.ACC and not self.widen else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,6 +362,43 @@ class Requant:
                          f"{self.scale:#010x}")
 
 
+_QADD_RANGES = (("dst", *_ADDR), ("src", *_ADDR), ("par", *_ADDR), ("rows", *_COUNT),
+                ("lo", *_REQUANT_BOUND), ("hi", *_REQUANT_BOUND))
+
+
+@dataclass(frozen=True, slots=True)
+class QAdd:
+    """Add two quantised tiles as onnxruntime's QLinearAdd does, in place on acc rows
+    [dst, dst + rows): with ``a`` = acc[dst + r], ``b`` = acc[src + r] (both int8 values held
+    as int32) and the float32 rows ``ratio_a`` = acc[par], ``ratio_b`` = acc[par + 1],
+    ``offset`` = acc[par + 2] (one value per column, broadcast over the rows),
+    ``clip(round_half_even(fma(f32(a), ratio_a, fma(f32(b), ratio_b, offset))), lo, hi)``.
+
+    ``fma`` is one float32 rounding of the exact ``x * y + z``; the inner one is computed
+    first. onnxruntime's kernel gets the same value (MLAS's QLinearAdd, its multiplies and
+    adds contracted into fused multiply-adds): ``ratio_x = x_scale / y_scale`` and ``offset =
+    y_zp - fma(ratio_a, a_zp, ratio_b * b_zp)``, all in float32. Runs on the requantisation
+    stage (``machine.requant``).
+    """
+
+    dst: int
+    src: int
+    par: int
+    rows: int
+    lo: int
+    hi: int
+    deps: Deps = NO_DEPS
+
+    queue = Queue.COMPUTE
+    opcode = Opcode.QADD
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "vec.qadd", _QADD_RANGES)
+        _check_deps("vec.qadd", self.deps, self.queue)
+        if self.lo > self.hi:
+            raise _fault(f"vec.qadd requires lo <= hi, got lo={self.lo} hi={self.hi}")
+
+
 @dataclass(frozen=True, slots=True)
 class Nop:
     """Does nothing in ``queue`` but pop and push its tokens: a pure synchronisation."""
@@ -429,18 +480,19 @@ class Step:
         return (self.d0, self.d1, self.d2)
 
 
-Instruction = Load | Store | Gemm | Vec | Requant | Nop | Finish | Loop | Step
+Instruction = Load | Store | Gemm | Vec | Requant | QAdd | Nop | Finish | Loop | Step
 
 # The address fields a Step advances, per instruction class, in delta order.
 STEP_FIELDS: dict[type, tuple[str, ...]] = {
     Load: ("sram", "dram"), Store: ("sram", "dram"), Gemm: ("acc", "inp", "wgt"),
-    Vec: ("dst", "src"), Requant: ("dst", "src"),
+    Vec: ("dst", "src"), Requant: ("dst", "src"), QAdd: ("dst", "src", "par"),
 }
 
 # Per instruction class: (field, bit width, signed), packed from bit 8 upwards in this order.
+# A load's widen bit comes last, so the words of loads without it are those of old programs.
 LAYOUTS: dict[type, tuple[tuple[str, int, bool], ...]] = {
     Load: (("mem", 2, False), ("sram", 16, False), ("rows", 16, False), ("cols", 16, False),
-           ("dram", 32, False), ("stride", 32, False)),
+           ("dram", 32, False), ("stride", 32, False), ("widen", 1, False)),
     Store: (("narrow", 1, False), ("sram", 16, False), ("rows", 16, False),
             ("cols", 16, False), ("dram", 32, False), ("stride", 32, False)),
     Gemm: (("reset", 1, False), ("acc", 16, False), ("inp", 16, False), ("wgt", 16, False),
@@ -450,13 +502,15 @@ LAYOUTS: dict[type, tuple[tuple[str, int, bool], ...]] = {
     Requant: (("per_channel", 1, False), ("dst", 16, False), ("src", 16, False),
               ("rows", 16, False), ("scale", 32, False), ("zp", REQUANT_BITS, True),
               ("lo", REQUANT_BITS, True), ("hi", REQUANT_BITS, True)),
+    QAdd: (("dst", 16, False), ("src", 16, False), ("par", 16, False), ("rows", 16, False),
+           ("lo", REQUANT_BITS, True), ("hi", REQUANT_BITS, True)),
     Nop: (("queue", 2, False),),
     Finish: (),
     Loop: (("count", 32, False), ("body", 16, False)),
     Step: (("loop", 3, False), ("d0", 32, True), ("d1", 32, True), ("d2", 32, True)),
 }
 _CLASSES = {cls.opcode: cls for cls in LAYOUTS}
-_BOOL_FIELDS = {"narrow", "reset", "per_channel"}
+_BOOL_FIELDS = {"narrow", "reset", "per_channel", "widen"}
 
 
 def encode_word(insn: Instruction) -> int:

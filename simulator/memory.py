@@ -9,9 +9,12 @@ race, whatever the timing happened to be: other latencies would have reordered i
 
 The bookkeeping is kept per run of rows with the same history (a segment), not per row:
 programs move whole tiles, so a memory holds a handful of segments, and an access checks and
-updates the few it covers. A write leaves one segment with no readers: a later write ordered
+updates the few it covers. A write leaves its rows with no readers: a later write ordered
 after it is ordered after every read that it was ordered after, since clocks only grow and
-tokens pass them on.
+tokens pass them on. A write over a few segments updates each in place rather than merging
+them: programs load a tile and read it in parts (a 64-row weight load, 16-row GEMM reads),
+and merging would split the tile again at every read. A segment boundary between rows of the
+same history changes no check and no message (a message names the first offending row).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from collections.abc import Callable
 import numpy as np
 
 QUEUE_NAMES = ("load", "compute", "store")
+# A write over more segments than this merges them into one.
+_MERGE_ABOVE = 8
 
 # Names an earlier access for a message: (its number among executed instructions, the name of
 # its queue) -> "instruction 3 (load)".
@@ -87,6 +92,8 @@ class OnChipMemory:
         # The segments each row range covers, while the segments stay as they are: a program
         # accesses the same tiles again and again.
         self.covers: dict[tuple[int, int], tuple[int, int]] = {}
+        # The same, as the segments' histories: what the common, fault-free access walks.
+        self.spans: dict[tuple[int, int], tuple[_History, ...]] = {}
 
     def check_bounds(self, lo: int, count: int, verb: str) -> None:
         """Fault unless rows [lo, lo + count) exist and lie inside one bank."""
@@ -111,6 +118,7 @@ class OnChipMemory:
         starts.insert(n + 1, row)
         self.history.insert(n + 1, self.history[n].copy())
         self.covers.clear()
+        self.spans.clear()
         return n + 1
 
     def _segments(self, lo: int, hi: int) -> tuple[int, int]:
@@ -121,12 +129,30 @@ class OnChipMemory:
             span = self.covers[(lo, hi)] = (first, self._split(hi))
         return span
 
+    def _span(self, lo: int, hi: int) -> tuple[_History, ...]:
+        """The histories of the segments covering rows [lo, hi) exactly."""
+        first, last = self._segments(lo, hi)
+        span = self.spans[(lo, hi)] = tuple(self.history[first:last])
+        return span
+
     def _end(self, n: int) -> int:
         return self.starts[n + 1] if n + 1 < len(self.starts) else self.rows
 
     def read(self, lo: int, hi: int, queue: int, clock: list[int], ident: int) -> None:
         """Check and record a read of rows [lo, hi) by instruction number ``ident`` of
         ``queue``."""
+        span = self.spans.get((lo, hi)) or self._span(lo, hi)
+        for seg in span:
+            if not seg.valid or seg.writer_seq > clock[seg.writer_queue]:
+                self._check_read(lo, hi, clock)
+        own = clock[queue]
+        for seg in span:
+            seg.reader_seq[queue] = own
+            seg.reader_id[queue] = ident
+
+    def _check_read(self, lo: int, hi: int, clock: list[int]) -> None:
+        """Fault for a read of [lo, hi) that :meth:`read` found wrong, naming the first
+        unwritten rows, else the first row whose writer the clock does not cover."""
         first, last = self._segments(lo, hi)
         history = self.history
         for n in range(first, last):
@@ -141,15 +167,52 @@ class OnChipMemory:
             seg = history[n]
             if seg.writer_seq > clock[seg.writer_queue]:
                 self._unordered_writer(n, lo, hi, "reads")
-        own = clock[queue]
-        for n in range(first, last):
-            seg = history[n]
-            seg.reader_seq[queue] = own
-            seg.reader_id[queue] = ident
 
     def write(self, lo: int, hi: int, queue: int, clock: list[int], ident: int) -> None:
         """Check and record a write of rows [lo, hi) by instruction number ``ident`` of
         ``queue``."""
+        span = self.spans.get((lo, hi)) or self._span(lo, hi)
+        load, compute, store = clock
+        for seg in span:
+            seen = seg.reader_seq
+            if seg.writer_seq > clock[seg.writer_queue] or seen[0] > load or \
+                    seen[1] > compute or seen[2] > store:
+                self._check_write(lo, hi, clock)
+        self._record_write(span, lo, hi, queue, clock[queue], ident)
+
+    def modify(self, lo: int, hi: int, queue: int, clock: list[int], ident: int) -> None:
+        """:meth:`read` and then :meth:`write` of rows [lo, hi) by one instruction (a GEMM
+        accumulating into them), in one pass where neither faults: the write's checks
+        cannot fail on the writer the read has just checked, nor on the read it records."""
+        span = self.spans.get((lo, hi)) or self._span(lo, hi)
+        load, compute, store = clock
+        for seg in span:
+            seen = seg.reader_seq
+            if not seg.valid or seg.writer_seq > clock[seg.writer_queue] or \
+                    seen[0] > load or seen[1] > compute or seen[2] > store:
+                self.read(lo, hi, queue, clock, ident)
+                self.write(lo, hi, queue, clock, ident)
+                return
+        self._record_write(span, lo, hi, queue, clock[queue], ident)
+
+    def _record_write(self, span: tuple[_History, ...], lo: int, hi: int, queue: int,
+                      own: int, ident: int) -> None:
+        """Rows [lo, hi), covered by ``span``, were last written by instruction ``ident``
+        of ``queue`` (clock entry ``own``), and not read since."""
+        if len(span) > _MERGE_ABOVE:
+            self._merge(lo, hi)
+            span = self._span(lo, hi)
+        for seg in span:
+            seg.valid = True
+            seg.writer_queue = queue
+            seg.writer_seq = own
+            seg.writer_id = ident
+            readers = seg.reader_seq
+            readers[0] = readers[1] = readers[2] = 0
+
+    def _check_write(self, lo: int, hi: int, clock: list[int]) -> None:
+        """Fault for a write of [lo, hi) that :meth:`write` found unordered, naming the first
+        row whose writer, else whose reader (queue by queue), the clock does not cover."""
         first, last = self._segments(lo, hi)
         history = self.history
         for n in range(first, last):
@@ -160,17 +223,14 @@ class OnChipMemory:
             for n in range(first, last):
                 if history[n].reader_seq[reader] > seen:
                     self._unordered_reader(n, reader, lo, hi)
-        seg = history[first]
-        seg.valid = True
-        seg.writer_queue = queue
-        seg.writer_seq = clock[queue]
-        seg.writer_id = ident
-        readers = seg.reader_seq
-        readers[0] = readers[1] = readers[2] = 0
-        if last > first + 1:
-            del history[first + 1:last]
-            del self.starts[first + 1:last]
-            self.covers.clear()
+
+    def _merge(self, lo: int, hi: int) -> None:
+        """Make rows [lo, hi) one segment (their histories are about to be the same)."""
+        first, last = self._segments(lo, hi)
+        del self.history[first + 1:last]
+        del self.starts[first + 1:last]
+        self.covers.clear()
+        self.spans.clear()
 
     def _unordered_reader(self, n: int, reader: int, lo: int, hi: int) -> None:
         """Fault: segment n's last read by queue ``reader`` is not ordered before this write

@@ -39,6 +39,9 @@ class FusedGemm:
     requantisation: kernels.Requantisation
     output: Callable[[np.ndarray], np.ndarray]
     host_work: str | None = None
+    # The inverse of ``output`` for an int8 tensor of the layer's shape (a residual add's
+    # skip input), as the kernel's ``(m, n)`` rows; None: no add joins this layer.
+    output_rows: Callable[[np.ndarray], np.ndarray] | None = None
 
     def layer(self, base: Layer, tile: tuple[int, int, int]) -> Layer:
         """``base`` computed by this GEMM with every dimension padded to a multiple of
@@ -59,6 +62,39 @@ class FusedGemm:
         return Layer(base.name, base.op, base.inputs, base.output, base.input_shapes,
                      base.output_shape, base.output_dtype, base.macs, base.detail, func,
                      pack, unpack, epilogue=self.host_work)
+
+    def joined(self, base: Layer, add: Layer, tile: tuple[int, int, int]) -> Layer:
+        """``base`` with the quantised ``add`` after it in one kernel
+        (:func:`ir.onnx.kernels.matmul_requantised_add`): ``base``'s output is the add's
+        first operand, its second (the skip) comes in as a tile of the accumulator's shape,
+        and the layer computes the add's output; padded as :meth:`layer` pads."""
+        if self.output_rows is None or add.qadd is None:
+            raise ValueError(f"layer {base.name} cannot take the add {add.name}")
+        mp, kp, np_ = self._padded_sizes(tile)
+        n = self.weights.shape[1]
+        q = add.qadd
+        params = kernels.qadd_parameters(
+            float(q.a.scale.reshape(())), q.a.scalar_zero_point(),
+            float(q.b.scale.reshape(())), q.b.scalar_zero_point(),
+            float(q.y.scale.reshape(())), q.y.scalar_zero_point(), np_)
+        operands = {"B": _padded(self.weights, (kp, np_)), "Bias": _padded(self.bias, (np_,)),
+                    "Scale": _padded(self.scale, (np_,)), "AddParams": params}
+        skip = len(base.inputs)
+
+        def pack(arrays: Arrays) -> dict[str, np.ndarray]:
+            return {"A": _padded(self.rows(arrays[:skip]), (mp, kp)),
+                    "Skip": _padded(self.output_rows(arrays[skip]), (mp, np_)), **operands}
+
+        def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
+            return self.output(np.ascontiguousarray(out[:self.m, :n]))
+
+        func = kernels.matmul_requantised_add(mp, kp, np_, self.requantisation,
+                                              kernels.ResidualAdd(q.y.scalar_zero_point()))
+        return Layer(f"{base.name} + {add.name}", f"{base.op} + {add.op}",
+                     base.inputs + (add.inputs[1],), add.output,
+                     base.input_shapes + (add.input_shapes[1],), add.output_shape,
+                     add.output_dtype, base.macs, base.detail, func, pack, unpack,
+                     epilogue=self.host_work)
 
     def _padded_sizes(self, tile: tuple[int, int, int]) -> tuple[int, int, int]:
         """The GEMM's ``m``, ``k`` and ``n``, each rounded up to whole ``tile``s."""

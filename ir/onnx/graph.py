@@ -21,6 +21,7 @@ from ir.function import PrimFunc
 
 if TYPE_CHECKING:
     from ir.onnx.fused import FusedGemm
+    from ir.onnx.quant import QuantisedAdd
 
 Arrays = Sequence[np.ndarray]
 
@@ -49,7 +50,11 @@ class Layer:
     for intrinsics that take those), which a target tries when ``func`` does not tensorize.
     ``fused`` is the layer as one GEMM with its epilogue (bias and requantisation) in the
     kernel (:class:`ir.onnx.fused.FusedGemm`), for a target that can run the epilogue where
-    the sum is (a device's vector unit).
+    the sum is (a device's vector unit). ``qadd`` holds an add of two quantised activations'
+    parameters, for a target that joins it onto the layer producing one of them. ``vector``
+    gives a host layer as a kernel of elementwise blocks alone, for a device that runs those
+    on its vector unit: ``vector(layer, tile)`` with the device's GEMM tile ``(rows, depth,
+    columns)`` (:mod:`ir.onnx.vector_layers`).
     """
 
     name: str
@@ -69,6 +74,8 @@ class Layer:
     fallback: bool = False
     variants: tuple[Layer, ...] = ()
     fused: FusedGemm | None = None
+    qadd: QuantisedAdd | None = None
+    vector: Callable[[Layer, tuple[int, int, int]], Layer] | None = None
 
     @property
     def shape_text(self) -> str:

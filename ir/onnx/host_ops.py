@@ -50,7 +50,7 @@ def add() -> HostFn:
     return lambda xs: xs[0] + xs[1]
 
 
-def _windows(x: np.ndarray, kernel, strides, pads, fill: float) -> np.ndarray:
+def pool_windows(x: np.ndarray, kernel, strides, pads, fill: float) -> np.ndarray:
     """``(n, c, oh, ow, kh, kw)`` windows of NCHW ``x`` padded with ``fill``."""
     top, left, bottom, right = pads
     padded = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=fill)
@@ -91,7 +91,7 @@ def max_pool(kernel, strides, pads) -> HostFn:
     def run(xs: Sequence[np.ndarray]) -> np.ndarray:
         x = xs[0]
         fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-        return _windows(x, kernel, strides, pads, fill).max(axis=(4, 5))
+        return pool_windows(x, kernel, strides, pads, fill).max(axis=(4, 5))
     return run
 
 
@@ -100,11 +100,11 @@ def average_pool(kernel, strides, pads, count_include_pad: bool) -> HostFn:
     inside the input."""
     def run(xs: Sequence[np.ndarray]) -> np.ndarray:
         x = xs[0].astype(np.float32)
-        total = _windows(x, kernel, strides, pads, 0.0).sum(axis=(4, 5), dtype=np.float32)
+        total = pool_windows(x, kernel, strides, pads, 0.0).sum(axis=(4, 5), dtype=np.float32)
         if count_include_pad:
             return (total / np.float32(kernel[0] * kernel[1])).astype(np.float32)
         ones = np.ones((1, 1) + x.shape[2:], np.float32)
-        count = _windows(ones, kernel, strides, pads, 0.0).sum(axis=(4, 5))
+        count = pool_windows(ones, kernel, strides, pads, 0.0).sum(axis=(4, 5))
         return (total / count).astype(np.float32)
     return run
 
@@ -240,19 +240,41 @@ def qlinear_add(aq: QParams, bq: QParams, yq: QParams) -> HostFn:
     three scale sets (tests/ir/onnx/test_quant.py), where plain multiplies and adds differ
     in 49 of 401,408 elements of ResNet-50's layer2.2.add and the other orders of the
     fused operations in some. A fused multiply-add is computed as :func:`_fma` does."""
-    f32 = np.float32
-    ratio_a = f32(aq.scale.reshape(())) / f32(yq.scale.reshape(()))
-    ratio_b = f32(bq.scale.reshape(())) / f32(yq.scale.reshape(()))
-    b_term = ratio_b * f32(bq.scalar_zero_point())
-    fixed = f32(yq.scalar_zero_point()) - _fma(ratio_a, f32(aq.scalar_zero_point()), b_term)
+    ratio_a, ratio_b, fixed = qlinear_add_terms(
+        float(aq.scale.reshape(())), aq.scalar_zero_point(), float(bq.scale.reshape(())),
+        bq.scalar_zero_point(), float(yq.scale.reshape(())), yq.scalar_zero_point())
     low, high = integer_range(yq.dtype)
 
-    def run(xs: Sequence[np.ndarray]) -> np.ndarray:
-        a, b = np.broadcast_arrays(xs[0].astype(np.float32), xs[1].astype(np.float32))
+    def exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a, b = np.broadcast_arrays(a.astype(np.float32), b.astype(np.float32))
         value = _fma(a, ratio_a, _fma(b, ratio_b, np.full(a.shape, fixed, np.float32)))
         return np.clip(np.rint(value), low, high).astype(yq.dtype)
 
+    # Two 8-bit operands have 65,536 pairs: the formula computed once for each of them is a
+    # table the add then reads, the same integers for a fraction of the float work.
+    a_range, b_range = (np.arange(integer_range(q.dtype)[0], integer_range(q.dtype)[1] + 1,
+                                  dtype=np.int32) for q in (aq, bq))
+    table = exact(a_range[:, None], b_range[None, :])
+
+    def run(xs: Sequence[np.ndarray]) -> np.ndarray:
+        rows = xs[0].astype(np.int32) - a_range[0]
+        cols = xs[1].astype(np.int32) - b_range[0]
+        return table[rows, cols]
+
     return run
+
+
+def qlinear_add_terms(a_scale: float, a_zero_point: int, b_scale: float, b_zero_point: int,
+                      y_scale: float, y_zero_point: int
+                      ) -> tuple[np.float32, np.float32, np.float32]:
+    """QLinearAdd's float32 constants ``(ratio_a, ratio_b, fixed)`` as :func:`qlinear_add`
+    computes them: ``ratio_x = x_scale / y_scale``, ``fixed = y_zp - fma(ratio_a, a_zp,
+    ratio_b * b_zp)``."""
+    f32 = np.float32
+    ratio_a = f32(a_scale) / f32(y_scale)
+    ratio_b = f32(b_scale) / f32(y_scale)
+    fixed = f32(y_zero_point) - _fma(ratio_a, f32(a_zero_point), ratio_b * f32(b_zero_point))
+    return ratio_a, ratio_b, fixed
 
 
 def _fma(x, y, z):

@@ -16,17 +16,18 @@ asks for ``fallback=False``); nothing is skipped.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 
-from ir.onnx import host_ops, linear
+from ir.onnx import host_ops, linear, vector_layers
 from ir.onnx.errors import OnnxImportError, printable
 from ir.onnx.graph import Graph, Layer, TensorInfo
 from ir.onnx.operators import OperatorLayers
-from ir.onnx.quant import QParams
+from ir.onnx.quant import QParams, QuantisedAdd
 from ir.onnx.reader import ModelFile, NodeView, read_model
 
 # Operators the QDQ pattern recognises around them.
@@ -228,9 +229,10 @@ class _Importer(OperatorLayers):
         if node.op == "GlobalAveragePool":
             fn = host_ops.qlinear_global_average_pool(params[0], yq)
             shape = self._shape(names[0], node)
-            return self._host(node, op, names, shape[:2] + (1,) * (len(shape) - 2),
-                              str(yq.dtype), fn, "fused as onnxruntime fuses it "
-                              "(QLinearGlobalAveragePool: integer sum, requantised)", out)
+            layer = self._host(node, op, names, shape[:2] + (1,) * (len(shape) - 2),
+                               str(yq.dtype), fn, "fused as onnxruntime fuses it "
+                               "(QLinearGlobalAveragePool: integer sum, requantised)", out)
+            return replace(layer, fused=linear.global_average_pool(shape, params[0], yq))
         if node.op == "Add":
             return self._qdq_add(node, op, names, params, yq, out)
         if node.op == "Softmax":
@@ -241,10 +243,23 @@ class _Importer(OperatorLayers):
                               "fused as onnxruntime fuses it (QLinearSoftmax: exp table, "
                               "float32 sum)", out)
         fn, shape = self._host_function(node, names)
-        return self._host(node, op, names, shape, str(yq.dtype),
-                          host_ops.qdq(fn, params, yq),
-                          "dequantise, float32 operator, quantise (onnxruntime's unfused path)",
-                          out)
+        layer = self._host(node, op, names, shape, str(yq.dtype), host_ops.qdq(fn, params, yq),
+                           "dequantise, float32 operator, quantise (onnxruntime's unfused "
+                           "path)", out)
+        if node.op in ("Reshape", "Flatten", "Transpose") and _alike(params[0], yq):
+            # Quantised alike, moving elements moves the integers as they are.
+            return replace(layer, host=fn, epilogue=f"a {node.op}: the same integers moved, "
+                           "no arithmetic for a device to do")
+        if node.op == "MaxPool" and _alike(params[0], yq):
+            # Quantised alike, the pool only picks elements: the integers' own max, with
+            # no float32 round trip (the dequantised max quantises back to it exactly).
+            kernel, strides, pads = host_ops.pool_attributes(where, node.attrs)
+            return replace(layer, host=host_ops.max_pool(kernel, strides, pads),
+                           epilogue="no compute intrinsic pools; the integers' max (input "
+                                    "and output quantised alike)",
+                           vector=functools.partial(vector_layers.max_pool, kernel, strides,
+                                                    pads))
+        return layer
 
     def _qdq_add(self, node: NodeView, op: str, names: list[str], params: list[QParams],
                  yq: QParams, out: str) -> Layer:
@@ -270,9 +285,13 @@ class _Importer(OperatorLayers):
 
         shapes = [self._shape(n, node) if c is None else c.shape
                   for n, c in zip(node.inputs[:2], constants)]
-        return self._host(node, op, names, tuple(np.broadcast_shapes(*shapes)), str(yq.dtype),
-                          run, "fused as onnxruntime fuses it (QLinearAdd: float32 scale "
-                          "ratios on the integers)", out)
+        layer = self._host(node, op, names, tuple(np.broadcast_shapes(*shapes)),
+                           str(yq.dtype), run, "fused as onnxruntime fuses it (QLinearAdd: "
+                           "float32 scale ratios on the integers)", out)
+        if any(c is not None for c in constants):
+            return layer
+        return replace(layer, qadd=QuantisedAdd(operands[0][1], operands[1][1], yq),
+                       vector=vector_layers.quantised_add)
 
     def _qdq_bias(self, node: NodeView, index: int) -> np.ndarray | None:
         if len(node.inputs) <= index or not node.inputs[index]:
@@ -350,3 +369,11 @@ def _shown(layer: Layer) -> Layer:
 
 def _is(node: NodeView, op: str) -> bool:
     return node.op == op and node.domain in ("", "ai.onnx")
+
+
+def _alike(a: QParams, b: QParams) -> bool:
+    """Whether two int8 tensors are quantised alike (one scale, one zero point each, equal):
+    then an operator that only picks elements, such as a max, is the integers' own."""
+    return (a.dtype == b.dtype == np.dtype(np.int8) and a.scale.size == b.scale.size == 1
+            and a.scale.reshape(()) == b.scale.reshape(())
+            and a.scalar_zero_point() == b.scalar_zero_point())

@@ -22,6 +22,7 @@ import numpy as np
 import ir
 from ir import te
 from ir.function import PrimFunc
+from ir.onnx.host_ops import qlinear_add_terms
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,15 +228,11 @@ def qadd_parameters(a_scale: float, a_zero_point: int, b_scale: float, b_zero_po
     """The ``AddParams`` input of :func:`matmul_requantised_add` (3 x ``channels`` float32):
     rows ``ratio_a = a_scale / y_scale``, ``ratio_b = b_scale / y_scale`` and ``offset =
     y_zp - fma(ratio_a, a_zp, ratio_b * b_zp)``, each computed in float32 as onnxruntime's
-    QLinearAdd computes them (:func:`ir.onnx.host_ops.qlinear_add`), repeated per channel."""
-    f32 = np.float32
-    ratio_a = f32(a_scale) / f32(y_scale)
-    ratio_b = f32(b_scale) / f32(y_scale)
-    b_term = np.float64(ratio_b * f32(b_zero_point))
-    # A fused multiply-add: the float64 product of two float32 values is exact.
-    a_term = np.float64(ratio_a) * np.float64(a_zero_point) + b_term
-    offset = f32(y_zero_point) - f32(a_term)
-    return np.repeat(np.array([[ratio_a], [ratio_b], [offset]], np.float32), channels, axis=1)
+    QLinearAdd computes them (:func:`ir.onnx.host_ops.qlinear_add_terms`), repeated per
+    channel."""
+    terms = qlinear_add_terms(a_scale, a_zero_point, b_scale, b_zero_point, y_scale,
+                              y_zero_point)
+    return np.repeat(np.array(terms, np.float32).reshape(3, 1), channels, axis=1)
 
 
 def _quantised_add(a: te.Tensor, b: te.Tensor, params: te.Tensor, add: ResidualAdd
@@ -295,3 +292,39 @@ def requantised(m: int, n: int, q: Requantisation) -> PrimFunc:
     X = te.placeholder((m, n), "int32", "X")
     bias, scale, out = _requantised(X, q)
     return te.create_prim_func([X, bias, scale, out], "requantised")
+
+
+@functools.cache
+def quantised_add(m: int, n: int, add: ResidualAdd) -> PrimFunc:
+    """:class:`ResidualAdd` as a kernel of its own, on two int8 ``(m, n)`` tensors ``A``
+    and ``Skip`` already in memory: parameters ``A``, ``Skip``, ``AddParams`` (3 x n
+    float32, :func:`qadd_parameters`) and the int8 output. ``A`` is widened to int32 first,
+    the form a device that adds on its accumulator reads it in (cached like
+    :func:`matmul`)."""
+    A = te.placeholder((m, n), "int8", "A")
+    widened = te.compute((m, n), lambda i, j: ir.cast("int32", A[i, j]), "widened")
+    skip = te.placeholder((m, n), "int8", "Skip")
+    params = te.placeholder((3, n), "float32", "AddParams")
+    out = _narrowed(_quantised_add(widened, skip, params, add))
+    return te.create_prim_func([A, skip, params, out], "quantised_add")
+
+
+@functools.cache
+def max_of_tiles(m: int, n: int, count: int) -> PrimFunc:
+    """The elementwise max of ``count`` int8 ``(m, n)`` tensors ``W0``, ``W1``, ...: the
+    first widened to int32, each next one maxed in by a block of its own (the form a vector
+    unit takes them in, one tile at a time), the result narrowed to int8 (a max pool's
+    windows, gathered one tensor per offset; cached like :func:`matmul`)."""
+    if count < 2:
+        raise ValueError(f"max_of_tiles requires at least 2 tensors, got {count}")
+    tiles = [te.placeholder((m, n), "int8", f"W{w}") for w in range(count)]
+    best = te.compute((m, n), lambda i, j: ir.cast("int32", tiles[0][i, j]), "widened")
+    for w, tile in enumerate(tiles[1:], start=1):
+        best = _max_with(best, tile, f"max{w}")
+    return te.create_prim_func([*tiles, _narrowed(best)], "max_of_tiles")
+
+
+def _max_with(best: te.Tensor, tile: te.Tensor, name: str) -> te.Tensor:
+    """``max(best, int32(tile))``, elementwise."""
+    return te.compute(best.shape, lambda i, j: ir.max_(best[i, j], ir.cast("int32", tile[i, j])),
+                      name)

@@ -148,8 +148,8 @@ def _activation(array: np.ndarray, kind: str) -> np.ndarray:
     """An int8 or uint8 activation as ``kind`` (int8 or uint8), shifted by 128 across."""
     if array.dtype == np.dtype(kind):
         return array
-    shift = -128 if kind == "int8" else 128
-    return (array.astype(np.int16) + shift).astype(kind)
+    # Adding 128 across the two ranges flips the sign bit: one pass, no wider copy.
+    return np.bitwise_xor(array.view(np.uint8), np.uint8(0x80)).view(kind)
 
 
 def _zero_point(q: QParams, kind: str) -> int:
@@ -199,10 +199,15 @@ def integer_conv(name: str, op: str, x: str, x_shape: Sequence[int], xq: QParams
         def pack(arrays: Arrays) -> dict[str, np.ndarray]:
             return {"X": _nhwc_padded(_activation(arrays[0], kind), computed, x_zp), "W": w}
 
+        # The epilogue runs channels last, on the kernel's own layout, and only its result
+        # (int8: a quarter of the int32 bytes) is transposed back to NCHW.
+        channels_last = correction.reshape(1, 1, 1, -1)
+
         def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
-            acc = np.ascontiguousarray(_output_columns(out, shape).transpose(0, 3, 1, 2))
-            acc = acc + correction
-            return acc if yq is None else requantize(acc, scale, yq.zero_point)
+            acc = _output_columns(out, shape) + channels_last
+            if yq is not None:
+                acc = requantize(acc, scale.reshape(1, 1, 1, -1), yq.zero_point)
+            return np.ascontiguousarray(acc.transpose(0, 3, 1, 2))
 
         return Layer(name, op, (x,), output, (tuple(x_shape),),
                      (shape.n, shape.out_channels, oh, ow), dtype, shape.macs, _detail(shape),
@@ -223,11 +228,14 @@ def integer_conv(name: str, op: str, x: str, x_shape: Sequence[int], xq: QParams
             nhwc = out.reshape(shape.n, oh, ow, shape.out_channels)
             return out_q.output(np.ascontiguousarray(nhwc.transpose(0, 3, 1, 2)))
 
+        def output_rows(tensor: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(tensor.transpose(0, 2, 3, 1)).reshape(rows, -1)
+
         return FusedGemm(gathered, rows, w.reshape(-1, shape.out_channels),
                          correction.reshape(-1), _per_channel(scale, shape.out_channels),
                          out_q.requantisation, output,
                          None if shape.kernel == (1, 1) and shape.strides == (1, 1)
-                         else _IM2COL)
+                         else _IM2COL, None if out_q.unsigned else output_rows)
 
     return layer("int8", (layer("uint8", ()),))
 
@@ -347,8 +355,12 @@ def integer_matmul(name: str, op: str, a: str, a_shape: Sequence[int], aq: QPara
         def output(out: np.ndarray) -> np.ndarray:
             return out_q.output(out).reshape(plan.out_shape)
 
+        def output_rows(tensor: np.ndarray) -> np.ndarray:
+            return tensor.reshape(plan.m, plan.n)
+
         return FusedGemm(rows, plan.m, w, correction, _per_channel(scale, plan.n),
-                         out_q.requantisation, output)
+                         out_q.requantisation, output,
+                         output_rows=None if out_q.unsigned else output_rows)
 
     return layer("int8", (layer("uint8", ()),))
 
@@ -416,3 +428,27 @@ class _MatmulPlan:
     def b(self, array: np.ndarray) -> np.ndarray:
         """An activation ``b`` in the kernel's shape."""
         return np.ascontiguousarray(array.reshape(self._b_kernel))
+
+
+def global_average_pool(x_shape: Sequence[int], xq: QParams, yq: QParams) -> FusedGemm | None:
+    """onnxruntime's QLinearGlobalAveragePool (:func:`ir.onnx.host_ops.
+    qlinear_global_average_pool`) as a GEMM with its epilogue, for a device that runs one:
+    each (image, channel) row of the int8 input times a column of ones is the integer sum,
+    less ``zero_point * size`` (the bias), requantised by ``x_scale / (y_scale * size)``
+    computed as onnxruntime computes it. None for a uint8 input or output."""
+    if xq.dtype != np.dtype(np.int8) or yq.dtype != np.dtype(np.int8):
+        return None
+    n, c = int(x_shape[0]), int(x_shape[1])
+    size = math.prod(int(d) for d in x_shape[2:])
+    scale = xq.scale.reshape(()) / (yq.scale.reshape(()) * np.float32(size))
+
+    def rows(arrays: Arrays) -> np.ndarray:
+        return arrays[0].reshape(n * c, size)
+
+    def output(out: np.ndarray) -> np.ndarray:
+        return out.reshape(n, c, *(1,) * (len(x_shape) - 2))
+
+    return FusedGemm(rows, n * c, np.ones((size, 1), np.int8),
+                     np.array([-xq.scalar_zero_point() * size], np.int32),
+                     np.array([scale], np.float32),
+                     kernels.Requantisation(yq.scalar_zero_point()), output)

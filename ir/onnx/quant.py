@@ -16,6 +16,8 @@ clamped range), which is the same.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 _RANGES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
@@ -87,3 +89,14 @@ class QParams:
         shape = [1] * ndim
         shape[axis] = self.scale.size
         return self.scale.reshape(shape)
+
+
+@dataclass(frozen=True, eq=False)
+class QuantisedAdd:
+    """An add of two quantised activations as onnxruntime's QLinearAdd computes it: the
+    operands' parameters ``a`` and ``b`` and the output's ``y``, each with one scale and
+    one zero point (:func:`ir.onnx.host_ops.qlinear_add`)."""
+
+    a: QParams
+    b: QParams
+    y: QParams

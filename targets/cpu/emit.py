@@ -542,7 +542,8 @@ class _CpuEmitter(StmtEmitter):
         places the pair side by side as one element of twice the width (B's columns: bytes
         of 4 k rows, paired twice into words). What is left is shuffled as elements of that
         width. Equal interleaves are one instruction after LLVM's CSE, so a 4 x 4 transpose
-        is 8 interleaves rather than chains of table lookups and lane inserts."""
+        is 8 interleaves rather than chains of table lookups and lane inserts. Lanes that
+        group into two registers' 64-bit halves are built as such, interleaved or not."""
         if not isinstance(element, ll.IntType) or len(lanes) != width or \
                 any(r == "const" for r, _ in lanes):
             return None
@@ -561,8 +562,12 @@ class _CpuEmitter(StmtEmitter):
             bits, count = bits * 2, count // 2
             values = [self.b.bitcast(v, ll.VectorType(ll.IntType(bits), count))
                       for v in values]
-        if not interleaved:
+        if not interleaved and (bits, count) != (64, 2):
             return None
+        # Two registers' 64-bit halves (SMMLA's packed A: two rows' 8 k values) are
+        # shuffled as such, which LLVM selects as zip1/zip2 .2d; as 32-bit lanes it inserts
+        # one half into a copy of the other register (256^3: 4 more instructions for each
+        # 128 bytes of A packed).
         value = self._shuffle_out(values, lanes, ll.IntType(bits), count)
         return self.b.bitcast(value, ll.VectorType(element, width))
 

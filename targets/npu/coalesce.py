@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from simulator.config import MachineConfig
-from simulator.isa import Gemm, Instruction, Load, Operand, Requant, Store, Vec
+from simulator.isa import Gemm, Instruction, Load, Operand, QAdd, Requant, Store, Vec
 
 MAX_ROWS = (1 << 16) - 1
-_MERGEABLE = (Gemm, Load, Store, Vec, Requant)
-_Mergeable = Gemm | Load | Store | Vec | Requant
+_MERGEABLE = (Gemm, Load, Store, Vec, Requant, QAdd)
+_Mergeable = Gemm | Load | Store | Vec | Requant | QAdd
 T = TypeVar("T")
 
 
@@ -67,8 +67,8 @@ def continues(a: _Mergeable, rows: int, b: Instruction,
         follows = (b.wgt, b.k, b.reset, b.inp, b.acc) == (a.wgt, a.k, a.reset, a.inp + rows,
                                                           a.acc + rows)
     elif isinstance(a, Load):
-        follows = (b.mem, b.cols, b.stride, b.sram, b.dram) == (
-            a.mem, a.cols, a.stride, a.sram + rows, a.dram + rows * a.stride)
+        follows = (b.mem, b.widen, b.cols, b.stride, b.sram, b.dram) == (
+            a.mem, a.widen, a.cols, a.stride, a.sram + rows, a.dram + rows * a.stride)
     elif isinstance(a, Store):
         follows = (b.cols, b.stride, b.narrow, b.sram, b.dram) == (
             a.cols, a.stride, a.narrow, a.sram + rows, a.dram + rows * a.stride)
@@ -76,6 +76,11 @@ def continues(a: _Mergeable, rows: int, b: Instruction,
         # The scale row (or immediate) is the same for every row of the tile.
         follows = (b.per_channel, b.scale, b.src, b.zp, b.lo, b.hi, b.dst) == (
             a.per_channel, a.scale, a.src, a.zp, a.lo, a.hi, a.dst + rows)
+    elif isinstance(a, QAdd):
+        # The parameter rows are the same for every row of the tile; the second tile's
+        # rows continue with the first's.
+        follows = (b.par, b.lo, b.hi, b.dst, b.src) == (a.par, a.lo, a.hi, a.dst + rows,
+                                                          a.src + rows)
     else:
         src_next = a.src + rows if a.mode is Operand.TILE else a.src
         follows = (b.op, b.mode, b.imm, b.imm2, b.dst, b.src) == (
@@ -94,6 +99,8 @@ def _fits(a: _Mergeable, total: int, banks: dict[str, int]) -> bool:
         return _one_bank(a.sram, total, banks[a.mem.name.lower()])
     if isinstance(a, Store):
         return _one_bank(a.sram, total, banks["acc"])
+    if isinstance(a, QAdd):
+        return _one_bank(a.dst, total, banks["acc"]) and _one_bank(a.src, total, banks["acc"])
     return _one_bank(a.dst, total, banks["acc"])
 
 

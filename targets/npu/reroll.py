@@ -26,6 +26,8 @@ from simulator.isa import LOOP_DEPTH, STEP_FIELDS, Instruction, Loop, Step
 
 PERIODS = (1, 2, 4)
 MAX_BODY = (1 << 16) - 1  # words in a loop body (the LOOP word's 16-bit field)
+# Per instruction class, the fields _line_delta compares (see _fixed_fields).
+_FIXED: dict[type, tuple[str, ...]] = {}
 
 
 @dataclass(eq=False)
@@ -239,12 +241,24 @@ def delta(a: Code | tuple[Line | Block, ...], b: Code | tuple[Line | Block, ...]
 
 
 def _line_delta(x: Line, y: Line) -> tuple[int, ...] | None:
-    if type(x.insn) is not type(y.insn) or x.steps != y.steps:
+    kind = type(x.insn)
+    if kind is not type(y.insn) or x.steps != y.steps:
         return None
-    names = STEP_FIELDS.get(type(x.insn), ())
-    if dataclasses.replace(x.insn, **{n: getattr(y.insn, n) for n in names}) != y.insn:
-        return None
-    return tuple(getattr(y.insn, n) - getattr(x.insn, n) for n in names)
+    for name in _fixed_fields(kind):
+        if getattr(x.insn, name) != getattr(y.insn, name):
+            return None
+    return tuple(getattr(y.insn, n) - getattr(x.insn, n) for n in STEP_FIELDS.get(kind, ()))
+
+
+def _fixed_fields(kind: type) -> tuple[str, ...]:
+    """The fields of an instruction class that its equality compares and no step moves:
+    two instructions equal in these differ at most in their address fields."""
+    names = _FIXED.get(kind)
+    if names is None:
+        moved = set(STEP_FIELDS.get(kind, ()))
+        names = _FIXED[kind] = tuple(f.name for f in dataclasses.fields(kind)
+                                     if f.compare and f.name not in moved)
+    return names
 
 
 def _add_level(code: Code | tuple[Line | Block, ...], incs: tuple[tuple[int, ...], ...],

@@ -30,9 +30,9 @@ from simulator.isa import (
     Gemm,
     Instruction,
     Load,
-    Mem,
     Nop,
     Operand,
+    QAdd,
     Queue,
     Requant,
     Store,
@@ -44,14 +44,14 @@ DRAM_CHUNK = 64  # DRAM hazards are tracked per 64-byte chunk (conservative, and
 
 Access = tuple[str, int, int]  # (memory, first row or chunk, end)
 T = TypeVar("T")
-_INSTRUCTIONS = (Load, Store, Gemm, Vec, Requant, Nop, Finish)
+_INSTRUCTIONS = (Load, Store, Gemm, Vec, Requant, QAdd, Nop, Finish)
 
 
 def accesses(insn: Instruction) -> tuple[list[Access], list[Access]]:
     """(reads, writes) of an instruction, as row ranges of inp/wgt/acc and DRAM chunks."""
     if isinstance(insn, Load):
         mem = insn.mem.name.lower()
-        width = 4 if insn.mem is Mem.ACC else 1
+        width = insn.element_bytes
         return ([_dram(insn.dram, (insn.rows - 1) * insn.stride + insn.cols * width)],
                 [(mem, insn.sram, insn.sram + insn.rows)])
     if isinstance(insn, Store):
@@ -74,6 +74,10 @@ def accesses(insn: Instruction) -> tuple[list[Access], list[Access]]:
         dst = ("acc", insn.dst, insn.dst + insn.rows)
         scales = [("acc", insn.src, insn.src + 1)] if insn.per_channel else []
         return [dst, *scales], [dst]
+    if isinstance(insn, QAdd):
+        dst = ("acc", insn.dst, insn.dst + insn.rows)
+        return [dst, ("acc", insn.src, insn.src + insn.rows),
+                ("acc", insn.par, insn.par + 3)], [dst]
     return [], []
 
 
@@ -89,17 +93,19 @@ class _LastAccess:
         self.read = {m: np.full((3, n), -1, np.int64) for m, n in sizes.items()}
 
     def conflict(self, reads: list[Access], writes: list[Access], queue: int) -> list[int]:
-        """For each queue, the latest conflicting instruction (-1: none)."""
-        latest = [-1, -1, -1]
-        for other in range(3):
-            if other == queue:
-                continue
-            for mem, lo, hi in reads:
-                latest[other] = max(latest[other], int(self.write[mem][other, lo:hi].max()))
-            for mem, lo, hi in writes:
-                latest[other] = max(latest[other], int(self.write[mem][other, lo:hi].max()),
-                                    int(self.read[mem][other, lo:hi].max()))
-        return latest
+        """For each queue, the latest conflicting instruction (-1: none; the queue's own
+        entry is always -1)."""
+        # One reduction over every range, all queues at once: an instruction's few ranges
+        # cost more in numpy calls than in elements.
+        parts = [self.write[mem][:, lo:hi] for mem, lo, hi in reads]
+        for mem, lo, hi in writes:
+            parts += (self.write[mem][:, lo:hi], self.read[mem][:, lo:hi])
+        if not parts:
+            return [-1, -1, -1]
+        latest = (np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]).max(axis=1)
+        found: list[int] = latest.tolist()
+        found[queue] = -1
+        return found
 
     def record(self, reads: list[Access], writes: list[Access], queue: int, index: int) -> None:
         for mem, lo, hi in reads:

@@ -13,8 +13,11 @@ def seed(text: str) -> int:
     return int(text)
 
 
-def threads(text: str) -> int:
-    """``--threads``: a positive integer."""
+def positive(text: str) -> int:
+    """A positive integer (``--threads``, ``--bench``)."""
     if not re.fullmatch(r"\d+", text.strip()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"requires a positive integer, got {text!r}")
     return int(text)
+
+
+threads = positive

@@ -9,7 +9,11 @@ runs on the target, on the outputs of our earlier layers:
 
 - host: every layer on the host (PrimFunc layers on the LLVM JIT reference executor);
 - npu: convolutions and matrix products tensorized and simulated on the built-in NPU, or the
-  one --machine FILE describes (cycles, MAC utilisation, DRAM bytes, roofline bound);
+  one --machine FILE describes (cycles, MAC utilisation, DRAM bytes, roofline bound), each
+  with its bias and requantisation on the vector unit in the same program; a residual add
+  joins the convolution before it in one program; max pools and quantised adds run on the
+  vector unit and global average pools on the array, each as a program of its own
+  (--unfused: every epilogue and add a program of its own, the figures without fusion);
 - arm, x86 (a CPU target): tensorized, compiled by LLVM and run (arm: instructions executed
   under the AArch64 emulator; x86: time, natively);
 
@@ -79,6 +83,12 @@ def register(subparsers: Any) -> None:
                         help="NPU: write the network's timeline to FILE (Chrome trace JSON "
                              "for ui.perfetto.dev: a slice per layer, each unit's busy "
                              "spans, host layers as markers)")
+    parser.add_argument("--bench", type=argtypes.positive, metavar="N",
+                        help="a CPU target run natively (x86): after the checks, the whole "
+                             "network compiled and timed end to end, N calls taking turns "
+                             "with onnxruntime's (its default settings) on one thread (best "
+                             "and median, wall and CPU time), its outputs checked against "
+                             "the reference's")
     parser.add_argument("--seed", type=argtypes.seed, default=0,
                         help="random seed for the inputs, a non-negative integer (0)")
     parser.add_argument("--quiet", action="store_true",
@@ -117,6 +127,10 @@ def handle(args: argparse.Namespace) -> int:
     if trace is not None:
         write_network_trace(trace, run.records, run.timelines, ctx.machine.name,
                             Path(args.model).name, ctx.machine.clock_mhz)
+    bench = _bench(graph, ctx, args.bench) if args.bench else None
+    if bench is not None and bench.get("outputs_ok") is False:
+        failures.append(f"bench: the compiled network's outputs against onnxruntime: "
+                        f"{bench['outputs']}")
     files = None
     if args.report:
         files = write_report(args.report, Path(args.model).name, args.target, run.records,
@@ -130,13 +144,63 @@ def handle(args: argparse.Namespace) -> int:
             data["report"] = {"files": [str(f) for f in files], "notes": list(files.notes)}
         if trace is not None:
             data["trace"] = str(trace)
+        if bench is not None:
+            data["bench"] = bench
         print(json.dumps(data, indent=2))
     else:
         print(format_table(run.records, run.totals, run.machine))
         _print_summary(run, files, trace)
+        if bench is not None:
+            _print_bench(bench)
     for failure in failures:
         print(f"error: {failure}", file=sys.stderr)
     return EXIT_FAILED if failures else EXIT_OK
+
+
+def _bench(graph: Any, ctx: RunContext, runs: int) -> dict[str, Any]:
+    """The whole network compiled for the CPU target and timed beside onnxruntime
+    (:mod:`tensorize.model.native`), or why it was skipped."""
+    from targets.cpu import CpuRunError
+    from tensorize.model import random_inputs
+    from tensorize.model.check import compare
+    from tensorize.model.native import best_cpu, compile_network, time_interleaved
+    from tensorize.model.reference import model_session, reference_session
+
+    try:
+        network = compile_network(graph, ctx)
+    except CpuRunError as err:
+        return {"skip": str(err)}
+    inputs = random_inputs(graph, ctx.seed)
+    names = [info.name for info in graph.outputs]
+    ours = network(inputs)
+    theirs = dict(zip(names, reference_session(graph).run(names, inputs)))
+    checks = [compare(ours[name], theirs[name]) for name in names]
+    session = model_session(graph)
+    timings = time_interleaved({"tensorize": lambda: network(inputs),
+                                "onnxruntime": lambda: session.run(names, inputs)}, runs)
+    return {"threads": 1, "runs": runs, "native_layers": network.native,
+            "layers": len(graph.layers),
+            "outputs": "; ".join(text for _, text in checks),
+            "outputs_ok": all(ok for ok, _ in checks),
+            **{name: {"best_ms": round(t.best * 1e3, 3), "median_ms": round(t.median * 1e3, 3),
+                      "best_cpu_ms": round(best_cpu(t) * 1e3, 3)}
+               for name, t in timings.items()}}
+
+
+def _print_bench(bench: dict[str, Any]) -> None:
+    if "skip" in bench:
+        print(f"bench: skip: {bench['skip']}")
+        return
+    print(f"\nthe network compiled, one thread, {bench['runs']} calls each, taking turns "
+          f"({bench['native_layers']} of {bench['layers']} layers native kernels, the rest "
+          "host functions):")
+    for name in ("tensorize", "onnxruntime"):
+        t = bench[name]
+        print(f"  {name:<12} best {t['best_ms']:8.2f} ms (CPU {t['best_cpu_ms']:.2f} ms), "
+              f"median {t['median_ms']:.2f} ms")
+    ratio = bench["onnxruntime"]["best_ms"] / bench["tensorize"]["best_ms"]
+    print(f"  onnxruntime's best over ours: {ratio:.2f}x (above 1: ours is faster); "
+          f"outputs against onnxruntime: {bench['outputs']}")
 
 
 def _trace_path(args: argparse.Namespace) -> Path | None:
@@ -163,6 +227,9 @@ def _context(args: argparse.Namespace) -> RunContext:
     for option, given in (("--machine", args.machine), ("--unfused", args.unfused)):
         if given and args.target != "npu":
             raise UsageError(f"{option} applies to --target npu only")
+    if args.bench and args.target in ("host", "npu"):
+        raise UsageError(f"--bench applies to a CPU target (x86, arm, ...), got {args.target}: "
+                         "the NPU's figures are simulated cycles, the host's the reference")
     machine = None
     if args.machine:
         from targets.npu import load_machine, machine_registry

@@ -288,16 +288,21 @@ def schedule_cpu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     ko, kt = sch.split(loops[-1], [None, tk])
     # The k steps of an iteration are staged together where one load of the family takes
     # them for every staged input (ld1x4: two steps of 8 rows, and of 8 columns).
-    group = _load_group(sch, ko, cpu, registry, intrinsic, (tiling.rows, tiling.vectors * ti),
-                        tk, _stage_dims(sch, block_name, packed, factors, names[-1]))
-    together = group > 0
+    groups = _load_groups(sch, ko, cpu, registry, intrinsic,
+                          (tiling.rows, tiling.vectors * ti), tk,
+                          _stage_dims(sch, block_name, packed, factors, names[-1]))
+    together = bool(groups)
     ko, ku = _split_steps(sch, ko, cpu) if together else (ko, [])
-    stage_at = ko
-    if ku and sch.get(ku[0]).extent > group:
+    stage_at = dict.fromkeys(groups, ko)
+    small = min(groups.values(), default=0)
+    if ku and sch.get(ku[0]).extent > small:
         # Each load's steps are staged next to their calls, not the iteration's loads all at
-        # its top: LLVM then keeps fewer of them live (measured: docs/arm_backend.md).
-        stage_at, steps = sch.split(ku[0], [None, group])
-        ku = [stage_at, steps]
+        # its top: LLVM then keeps fewer of them live (measured: docs/arm_backend.md). An
+        # input whose load takes every step of the iteration (a one-row tile's A: 4 steps in
+        # a register) is staged once an iteration.
+        if small > 1:
+            ku = sch.split(ku[0], [None, small])
+        stage_at.update((op, ku[0]) for op, group in groups.items() if group == small)
     rest = [loop for p, loop in enumerate(loops[:-2]) if p != row]
     if row is not None:
         mo, mi = sch.split(loops[row], [None, tiling.rows])
@@ -354,35 +359,52 @@ def schedule_matrix(sch: Schedule, block_name: str, intrinsic: Intrinsic, regist
     _unroll_and_pack(sch, cpu, intrinsic, [*ku, mu, nu], packed, walks)
 
 
-def _load_group(sch: Schedule, ko: Any, cpu: CpuTarget, registry: Registry,
-                intrinsic: Intrinsic, rows: tuple[int, int], tk: int,
-                tiled: Mapping[str, int | None]) -> int:
-    """The k steps one load takes (the most any staged input's load takes, 0: not so) when
-    the k loop splits into several steps an iteration (:func:`_steps`) and, for
-    every input staged in registers (``rows``: A's rows and B's columns in the tile), loads
-    of the family fill its stage of those steps a whole number of steps at a time, several
-    in one instruction, laid out step by step (operand shape ``(steps, rows, tk)``, ld1x4:
-    2 steps, twice an iteration of 4). Elsewhere each step's loads stay next to its calls,
-    as the schedule's count (:func:`tile_cost`) assumes.
+def _load_groups(sch: Schedule, ko: Any, cpu: CpuTarget, registry: Registry,
+                 intrinsic: Intrinsic, rows: tuple[int, int], tk: int,
+                 tiled: Mapping[str, int | None]) -> dict[str, int]:
+    """The k steps one load takes, per input staged in registers (``rows``: A's rows and
+    B's columns in the tile), when the k loop splits into several steps an iteration
+    (:func:`_steps`) and loads of the family fill some input's stage of those steps a whole
+    number of steps at a time, several in one instruction, laid out step by step (operand
+    shape ``(steps, rows, tk)``; ld1x4: 2 steps of 8 rows, twice an iteration of 4; a
+    one-row tile's A: 4 steps of one row in a register). Where one input's load takes every
+    step of the iteration, an input no such load fills is loaded a step at a time (1).
+    Empty where some input has no such load otherwise: each step's loads stay next to its
+    calls, as the schedule's count (:func:`tile_cost`) assumes.
 
     ``tiled`` gives, per input, how many tiled dimensions besides k its register stage has
-    (:func:`_stage_dims`). Only a stage of one (A's rows, or B's columns) is ``(steps, rows,
-    tk)``: an input indexed by both the rows and the columns (B of a grouped convolution,
-    whose channels depend on the output channel, the row) holds one panel a row, ``(steps,
-    tile rows, rows, tk)``, where one row's steps are not one run a load can fill."""
+    (:func:`_stage_dims`). Only a stage of at most one (A's rows, or B's columns; none for
+    a one-row tile's A) is laid out ``(steps, rows, tk)``: an input indexed by both the rows
+    and the columns (B of a grouped convolution, whose channels depend on the output
+    channel, the row) holds one panel a row, ``(steps, tile rows, rows, tk)``, where one
+    row's steps are not one run a load can fill."""
     steps = _steps(sch, ko, cpu)
     if steps <= 1:
-        return 0
+        return {}
     staged = [(op, n) for op, n in zip(intrinsic.inputs, rows)
               if op.scope == cpu.register_scope]
-    if any(tiled.get(op.name) != 1 for op, _ in staged):
-        return 0
-    groups = [max((group for load in _loads(registry, intrinsic, op.name)
-                   if steps % (group := load.operands[0].shape[0]) == 0 and
-                   tuple(load.extents) == (n, group * tk) and
-                   tuple(load.operands[0].shape) == (group, n, tk)), default=0)
-              for op, n in staged]
-    return max(groups) if groups and all(groups) else 0
+    if any(tiled.get(op.name) not in (0, 1) for op, _ in staged):
+        return {}
+    groups = {op.name: max((group for load in _loads(registry, intrinsic, op.name)
+                            if steps % (group := load.operands[0].shape[0]) == 0 and
+                            _fills_steps(load, group, n, tk)), default=0)
+              for op, n in staged}
+    if steps in groups.values():
+        # One load takes the iteration's steps (a one-row tile's A): the others are loaded
+        # a step at a time. Elsewhere a step-at-a-time input beside a grouped one made the
+        # 1x1 convolutions of MobileNet-v2 up to 18% slower.
+        return {op: group or 1 for op, group in groups.items()}
+    return groups if groups and all(groups.values()) else {}
+
+
+def _fills_steps(load: Intrinsic, group: int, rows: int, tk: int) -> bool:
+    """True when ``load`` fills ``group`` k steps of ``rows`` rows of ``tk`` k values, laid
+    out step by step: operand ``(group, rows, tk)`` over iterators ``(rows, group * tk)``,
+    or for one row ``(group, tk)`` over ``(group * tk,)`` (a unit row takes no loop)."""
+    if rows == 1 and tuple(load.operands[0].shape) == (group, tk):
+        return tuple(load.extents) == (group * tk,)
+    return tuple(load.extents) == (rows, group * tk) and \
+        tuple(load.operands[0].shape) == (group, rows, tk)
 
 
 def _stage_dims(sch: Schedule, block_name: str, packed: Mapping[str, str],
@@ -515,9 +537,10 @@ def _tile_packing(sch: Schedule, buffer: str, factors: Mapping[str, int], vector
     are unrolled, so each tile is written contiguously and LLVM can move it in words rather
     than bytes. The dimension contiguous in the source is walked ``vector_bytes`` at a time
     where its extent allows (several tiles at once), so each run read is a whole register
-    rather than one tile's few bytes (A's rows: 4 bytes a k step); ``vector_bytes`` 0
-    walks one tile at a time. A stage the kernel already had (not a plain copy) is left
-    as it is."""
+    rather than one tile's few bytes (A's rows: 4 bytes a k step for SDOT, 8 for SMMLA,
+    whose register of two k steps ``zip .2d`` then splits: 17 instructions for 64 bytes of
+    A at 256^3 became 12); ``vector_bytes`` 0 walks one tile at a time. A stage the kernel
+    already had (not a plain copy) is left as it is."""
     producer = _copies_of(sch, buffer, reads=False)
     if producer is None:
         return
@@ -532,9 +555,6 @@ def _tile_packing(sch: Schedule, buffer: str, factors: Mapping[str, int], vector
         # packed tile): wider than _TRANSPOSED_BYTES, its shuffles draw on too many sources.
         if math.prod(factors[n] for n in split) * size * widen > _TRANSPOSED_BYTES:
             widen = 1
-    elif factors[contiguous] * size >= 8:
-        # Runs of 8 bytes and more already load as whole registers (SMMLA's rows of A).
-        widen = 1
     outer, wide, inner = [], [], []
     # A reindex stage binds its iterators, named as the block's, to its loops in order.
     for loop, name in zip(loops, (iv.var.name for iv in ivs)):
@@ -593,7 +613,7 @@ def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
                          operands: dict[str, str], layouts: dict[str, str | None],
                          loops: tuple[Any, Any, Any], steps: tuple[str, int] | None,
                          accumulator_tiles: tuple[int, int] | None = None,
-                         stage_at: Any = None) -> None:
+                         stage_at: Mapping[str, Any] | None = None) -> None:
     """Stage the packed inputs whose operands live in registers into them at every
     iteration of the k loop ``loops[1]`` (one k step, or several with ``steps``),
     the accumulator tile in registers across the k loop (zeroed before it, stored after it),
@@ -604,8 +624,9 @@ def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
     iteration, lays each register stage out step by step (each step's tile contiguous, the
     steps one after another, as in the packed layout); ``accumulator_tiles`` ``(ti, tj)``,
     when given, lays the accumulator registers out by tiles of that shape, one a
-    register. ``stage_at``, when given, is the loop inside ``ko`` the register stages are
-    placed in (a group of the iteration's steps)."""
+    register. ``stage_at``, when given, is the loop inside ``ko`` each input's register
+    stage is placed in, by operand (a group of the iteration's steps; ``ko`` for one not
+    named)."""
     tile_loop, ko, first = loops
     block = sch.get_block(block_name)
     dims = {op: _index_vars(sch, block_name, buffer) for op, buffer in packed.items()}
@@ -614,7 +635,7 @@ def _stage_and_tensorize(sch: Schedule, block_name: str, intrinsic: Intrinsic,
         if intrinsic.operand(op).scope != cpu.register_scope:
             continue
         stage = sch.cache_read(block, buffer, registry.scope(cpu.register_scope))
-        sch.compute_at(stage, ko if stage_at is None else stage_at)
+        sch.compute_at(stage, (stage_at or {}).get(op, ko))
         stages[op] = stage
     c_op = intrinsic.output
     c_store = sch.cache_write(block, operands[c_op.name], registry.scope(c_op.scope))
@@ -653,8 +674,8 @@ def _steps_first(sch: Schedule, stage: Any, dims: list[str] | None, k: str, tk: 
     params = [f"d{i}" for i in range(len(dims))]
     at = dims.index(k)
     others = [p for i, p in enumerate(params) if i != at]
-    sch.transform_layout(stage, buffer, f"lambda {', '.join(params)}: "
-                         f"({params[at]} // {tk}, {', '.join(others)}, {params[at]} % {tk})")
+    layout = [f"{params[at]} // {tk}", *others, f"{params[at]} % {tk}"]
+    sch.transform_layout(stage, buffer, f"lambda {', '.join(params)}: ({', '.join(layout)})")
 
 
 def _pack(sch: Schedule, block_name: str, buffer: str) -> str:

@@ -676,15 +676,15 @@ def choose_tune_cpu(func: PrimFunc, target: str, features: str | None = None, *,
     """``func`` (tensorized for CPU target ``target``) emitted once for each CPU of the
     description's ``tune_cpus`` whose scheduling model LLVM may tune it for, and the kernel
     that executed the fewest instructions under an emulator (zero inputs: the count does not
-    depend on the values), with each CPU's count (None: not counted). Where no engine here
-    counts them (natively, or under qemu-user) the first of ``tune_cpus`` stands."""
+    depend on the values; i8mm code counted with its i8mm instructions as SDOT:
+    :func:`targets.cpu.count_executed`), with each CPU's count (None: not counted). Where
+    nothing here counts them (natively) the first of ``tune_cpus`` stands."""
     names = registry.cpu(target).tune_cpus
     kernels = {name: cpu.emit(func, target, features, registry=registry, tune_cpu=name)
                for name in names}
     counts: dict[str, int | None] = {}
     for name, kernel in kernels.items():
-        counted = len(names) > 1 and cpu.engine_for(kernel)[0] is not None
-        counts[name] = cpu.run(kernel, {}).instructions if counted else None
+        counts[name] = cpu.count_executed(kernel, {}) if len(names) > 1 else None
     measured = {name: count for name, count in counts.items() if count is not None}
     best = min(measured, key=lambda name: measured[name]) if measured else names[0]
     return kernels[best], counts

@@ -32,9 +32,9 @@ zeroes the tile before the reduction (``decompose_reduction``). A family with ne
 refused with that reason.
 
 Each staged buffer is compacted to one tile, so the NPU backend can place two copies of it
-and overlap the next tile's transfers with the current tile's GEMMs. The tiling is the one
-moving the least DRAM traffic among those whose tiles fit (:func:`choose_tiling`), unless
-given.
+and overlap the next tile's transfers with the current tile's GEMMs. Unless given, the
+tiling is one moving near the least DRAM traffic among those whose tiles fit, near the
+fewest cycles by the cycle model (:func:`choose_tiling`, :mod:`.npu_cycles`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from intrinsics.runnable import GemmAxes
 from ir import Buffer, BufferLoad, BufferStore, IterKind, ScheduleError, Var
 from ir.visitor import post_order_visit
 from simulator import MachineConfig
-from tensorize.engine import npu_traffic
+from tensorize.engine import npu_cycles
 from tensorize.engine.npu_traffic import GemmShape, NpuTiling
 from tensorize.match.result import Match
 from tensorize.schedule import Schedule, tree
@@ -88,9 +88,9 @@ def gemm_shape(intrinsic: Intrinsic, extents: tuple[int, ...]) -> GemmShape:
 
 
 def choose_tiling(shape: GemmShape, config: MachineConfig) -> NpuTiling:
-    """The tiling that moves the least DRAM traffic among those that fit
-    (:func:`npu_traffic.best`)."""
-    return npu_traffic.best(shape, config)
+    """Among the tilings that fit and move near the least DRAM traffic, one the cycle model
+    finds near the fastest (:func:`npu_cycles.choose`)."""
+    return npu_cycles.choose(shape, config)
 
 
 def machine(options: Mapping[str, Any]) -> MachineConfig:
@@ -243,8 +243,11 @@ def _fuse_epilogues(sch: Schedule, c_stage, acc: str, acc_scope: str, tile_loop,
     while the vector unit or a store intrinsic can do them: each is put under the tile loop,
     reads the tile on chip (the write-back is inlined into it), and then either is itself a
     store (``npu_store_acc_i8`` narrows with saturation) or computes in place on the tile
-    with a vector instruction, its other inputs (a bias row) loaded beside the tile. The
-    result is stored in ``width``-column blocks, as the accumulator tile is.
+    with a vector instruction, its other inputs loaded beside the tile: a row (a bias, per
+    column) by a row load, a tile (a residual add's skip input, read at the tile's own
+    indices) or a few rows of parameters by a tile load of the family that writes the
+    accumulator memory in their dtype (``npu_load_acc_i8`` widens int8). The result, and
+    every staged tile, is stored in ``width``-column blocks, as the accumulator tile is.
 
     Returns the block that now writes the result to DRAM and whether it is already
     tensorized. An epilogue no instruction computes ends the chain; it and what follows run
@@ -274,7 +277,9 @@ def _fuse_epilogues(sch: Schedule, c_stage, acc: str, acc_scope: str, tile_loop,
             for name in extra:
                 load = sch.cache_read(epilogue, name, acc_scope)
                 sch.compute_at(load, tile_loop)
-                sch.compact_buffer(sch.get(load).block.writes[0].buffer.name)
+                staged = sch.get(load).block.writes[0].buffer.name
+                sch.compact_buffer(staged)
+                _column_blocks(sch, load, staged, width)
                 loads.append(load)
             write_back = sch.cache_write(epilogue, out.name, acc_scope)
             sch.reverse_compute_at(write_back, tile_loop)
@@ -285,7 +290,7 @@ def _fuse_epilogues(sch: Schedule, c_stage, acc: str, acc_scope: str, tile_loop,
             if not _tensorize_any(sch, epilogue, vectors):
                 raise ScheduleError("fuse epilogue", "no vector instruction computes it")
             for load in loads:
-                _tensorize_row_load(sch, load, registry)
+                _tensorize_staged(sch, load, registry)
         except ScheduleError:
             sch.restore(before)
             return stage, False
@@ -341,6 +346,23 @@ def _tensorize_any(sch: Schedule, block, candidates: list[Intrinsic]) -> bool:
 def _divides(tile: int, extent: int) -> bool:
     """True when ``extent`` is several whole tiles."""
     return extent > tile and extent % tile == 0
+
+
+def _tensorize_staged(sch: Schedule, load, registry: Registry) -> None:
+    """Tensorize an epilogue input's staging copy into the accumulator memory: a row by a
+    row load (:func:`_tensorize_row_load`), a tile or a block of rows by the first load
+    intrinsic writing two-dimensional tiles of its dtype and scope that fits."""
+    written = sch.get(load).block.writes[0].buffer
+    if len(written.shape) == 1:
+        _tensorize_row_load(sch, load, registry)
+        return
+    tiles = [i for i in registry.for_target("npu") if i.kind == "load"
+             and len(i.output.shape) == 2 and i.output.dtype == written.dtype
+             and i.output.scope == written.scope]
+    if not _tensorize_any(sch, load, tiles):
+        raise ScheduleError("fuse epilogue", f"no intrinsic loads a tile of {written.dtype} "
+                            f"into {written.scope} (staging {written.name}, shape "
+                            f"{written.shape})")
 
 
 def _tensorize_row_load(sch: Schedule, load, registry: Registry) -> None:

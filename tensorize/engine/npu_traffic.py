@@ -70,12 +70,20 @@ class NpuTiling:
         return f"{self.rows}x{self.cols}x{self.depth} {self.order}"
 
 
+def reads(shape: GemmShape, tiling: NpuTiling) -> tuple[int, int]:
+    """How many times the schedule with ``tiling`` reads all of A and all of B: once each
+    column tile and once each row tile, but once when the operand's panel stays on chip."""
+    s = shape
+    whole_k = (tiling.depth or s.tk) == s.k
+    a_reads = 1 if tiling.order == "mn" and whole_k else s.n // (tiling.cols or s.tj)
+    b_reads = 1 if tiling.order == "nm" and whole_k else s.m // tiling.rows
+    return a_reads, b_reads
+
+
 def traffic(shape: GemmShape, tiling: NpuTiling) -> int:
     """Bytes the schedule with ``tiling`` moves across the DRAM port (module docs)."""
     s = shape
-    tn, kb = tiling.cols or s.tj, tiling.depth or s.tk
-    a_reads = 1 if tiling.order == "mn" and kb == s.k else s.n // tn
-    b_reads = 1 if tiling.order == "nm" and kb == s.k else s.m // tiling.rows
+    a_reads, b_reads = reads(shape, tiling)
     return (s.m * s.k * s.a_bytes * a_reads + s.k * s.n * s.b_bytes * b_reads
             + s.m * s.n * s.c_bytes)
 
@@ -102,12 +110,11 @@ def fits(shape: GemmShape, tiling: NpuTiling, config: MachineConfig) -> bool:
 
 def candidates(shape: GemmShape, config: MachineConfig) -> Iterator[NpuTiling]:
     """Every tiling that fits: tm, tn and kb multiples of the call's tile dividing the
-    extents, in both orders, with at most :func:`most_blocks` column blocks in a tile."""
+    extents, in both orders."""
     s = shape
-    blocks = most_blocks(config)
-    for rows in _multiples(s.m, s.ti, s.m):
-        for cols in _multiples(s.n, s.tj, blocks):
-            for depth in _multiples(s.k, s.tk, blocks):
+    for rows in _multiples(s.m, s.ti):
+        for cols in _multiples(s.n, s.tj):
+            for depth in _multiples(s.k, s.tk):
                 for order in ORDERS:
                     tiling = NpuTiling(rows, cols, depth, order)
                     if fits(s, tiling, config):
@@ -115,13 +122,12 @@ def candidates(shape: GemmShape, config: MachineConfig) -> Iterator[NpuTiling]:
 
 
 def most_blocks(config: MachineConfig) -> int:
-    """The most column blocks a staged tile may have (``tn / tj`` of B and C, ``kb / tk`` of
-    A): half the token queue's depth. Each block is its own DMA exchanging a dependency
-    token with the compute queue; the token pass merges tokens where a tile has more
-    (``targets.npu.tokens``), so any tile runs, but measured on ResNet-50 the wider tiles
-    that least traffic picks take more cycles (17,587,177 against 17,427,511 on the 16x16
-    machine) and twice the compile time (docs/simulator.md, *GEMM tiles and DRAM
-    traffic*)."""
+    """The most call-wide column blocks of the accumulator tile the schedule chooses (and of
+    an elementwise kernel's tile, ``npu_vector``): half the token queue's depth. The store
+    of each block, and the vector instruction of each epilogue on it, exchange dependency
+    tokens with the other queues; the token pass merges tokens where a tile has more
+    (``targets.npu.tokens``), so any tile runs, but with ResNet-50's requantising epilogue
+    such tiles ran up to 7% slower (docs/simulator.md, *GEMM tiles and DRAM traffic*)."""
     return max(1, config.queues.token_depth // 2)
 
 
@@ -134,15 +140,9 @@ def ranked(shape: GemmShape, config: MachineConfig) -> list[NpuTiling]:
                                  t.order != "mn", -t.rows))
 
 
-def best(shape: GemmShape, config: MachineConfig) -> NpuTiling:
-    """The first of :func:`ranked`; one call's tile when nothing larger fits."""
-    found = ranked(shape, config)
-    return found[0] if found else NpuTiling(shape.ti, shape.tj, shape.tk)
-
-
-def _multiples(extent: int, unit: int, most: int) -> list[int]:
-    """The multiples of ``unit`` that divide ``extent``, at most ``most`` units each."""
-    return [t for t in range(unit, min(extent, most * unit) + 1, unit) if extent % t == 0]
+def _multiples(extent: int, unit: int) -> list[int]:
+    """The multiples of ``unit`` that divide ``extent``."""
+    return [t for t in range(unit, extent + 1, unit) if extent % t == 0]
 
 
 def _rows(shape: tuple[int, ...], width: int) -> int:

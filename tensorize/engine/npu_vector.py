@@ -33,7 +33,7 @@ from simulator import MachineConfig
 from simulator.config import row_width
 from tensorize.engine import npu_traffic
 from tensorize.engine.npu_schedule import (_column_blocks, _fuse_epilogues, _tensorize_any,
-                                           _tensorize_copy, _tensorize_row_load)
+                                           _tensorize_copy, _tensorize_staged)
 from tensorize.schedule import Schedule, tree
 
 _PRIMITIVE = "npu vector kernel"
@@ -63,7 +63,10 @@ def schedule_vector(sch: Schedule, registry: Registry, config: MachineConfig) ->
     acc_scope = registry.scope("npu.acc")
     width = _call_width(registry, config)
     m, n = (sch.get(loop).extent for loop in sch.get_loops(block)[-2:])
-    tm, tn = _tile(m, n, width, len(tiles) + 1, config)
+    # Every input of the kernel is staged in the accumulator memory beside the tile (a row
+    # input takes far less than a tile; counting it as one keeps the bound simple).
+    inputs = len(sch.func.params) - 1  # the last parameter is the output
+    tm, tn = _tile(m, n, width, inputs, config)
     i, j = sch.get_loops(block)[-2:]
     io, ii = sch.split(i, [None, tm])
     jo, ji = sch.split(j, [None, tn])
@@ -130,8 +133,8 @@ def _call_width(registry: Registry, config: MachineConfig) -> int:
 
 def _tile(m: int, n: int, width: int, copies: int, config: MachineConfig) -> tuple[int, int]:
     """The largest ``tm x tn`` tile (``tn`` call-wide blocks, at most ``most_blocks``; both
-    dividing the extents) of which ``copies`` int32 tiles fit the accumulator memory
-    twice over, each within a bank."""
+    dividing the extents) of which two copies each of ``copies`` buffers fit the
+    accumulator memory, each copy within a bank."""
     if m % width or n % width:
         raise ScheduleError(_PRIMITIVE, f"a {m} x {n} kernel is not whole {width} x {width} "
                             "tiles of the vector instructions (the caller pads)")
@@ -143,7 +146,8 @@ def _tile(m: int, n: int, width: int, copies: int, config: MachineConfig) -> tup
                 continue
             layout = row_layout((tn // width, tm, width), row)
             rows = layout[1] if layout is not None else acc.rows + 1
-            if rows <= acc.bank_rows and 2 * copies * rows <= acc.rows:
+            # Two copies of each buffer (double buffering), each within one bank.
+            if rows <= acc.bank_rows and acc.banks * (acc.bank_rows // rows) >= 2 * copies:
                 best = max(best or (0, 0, 0), (tm * tn, tn, tm))
     if best is None:
         raise ScheduleError(_PRIMITIVE, f"not even one {width} x {width} tile of each of "
@@ -181,16 +185,8 @@ def _in_place(sch: Schedule, block, loads, tiles: int, registry: Registry,
     if not _tensorize_any(sch, block, vectors):
         raise ScheduleError(_PRIMITIVE, f"no vector instruction of {config.name} computes "
                             f"block {sch.get(block).block.name!r}")
-    for load in loads[:tiles]:
-        dtype = sch.get(load).block.writes[0].buffer.dtype
-        candidates = [i for i in registry.for_target("npu") if i.kind == "load"
-                      and len(i.output.shape) == 2 and i.output.scope == "npu.acc"
-                      and i.output.dtype == dtype]
-        if not _tensorize_any(sch, load, candidates):
-            raise ScheduleError(_PRIMITIVE, f"no intrinsic loads a tile of {dtype} into "
-                                "the accumulator memory")
-    for load in loads[tiles:]:
-        _tensorize_row_load(sch, load, registry)
+    for load in loads:
+        _tensorize_staged(sch, load, registry)
     return first
 
 

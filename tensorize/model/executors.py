@@ -26,7 +26,8 @@ import numpy as np
 
 from ir import BlockRealize, IterKind
 from intrinsics import runnable
-from ir.onnx import Layer
+from ir.onnx import Graph, Layer
+from ir.onnx.residual import residual_joins
 from tensorize.model.timeline import LayerTimeline, layer_timeline
 from tensorize.schedule import tree
 
@@ -100,6 +101,11 @@ class Executor:
 
     def __init__(self) -> None:
         self.timings = Timings()
+
+    def prepare(self, graph: Graph) -> Graph:
+        """The graph this executor runs: ``graph`` as it is (an executor that computes
+        several layers in one program joins them here)."""
+        return graph
 
     def run(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
         """Run ``layer`` on its input ``arrays``."""
@@ -177,6 +183,18 @@ def _outcome(result, block: str | None):
     return next((b for b in result.blocks if b.block == block), None)
 
 
+def _principal(result, block: str | None, registry):
+    """The outcome standing for the kernel's: ``block``'s, or, where that block became a
+    data movement (a kernel of elementwise blocks whose first block is a load), the first
+    block's that calls a compute intrinsic."""
+    outcome = _outcome(result, block)
+    if outcome is None or outcome.intrinsic is None or \
+            registry.get(outcome.intrinsic).kind == "compute":
+        return outcome
+    return next((o for o in result.blocks if o.intrinsic is not None
+                 and registry.get(o.intrinsic).kind == "compute"), outcome)
+
+
 def _reason(outcome) -> str:
     """Why a layer's kernel was not tensorized (its first form's reason)."""
     return outcome.reason if outcome is not None else "no reduction block"
@@ -211,6 +229,26 @@ class NpuExecutor(Executor):
         self._plans: dict[int, tuple[Any, Any, Any]] = {}
         self._fused_layers: dict[int, tuple[Layer, Layer]] = {}
         self._tile = self._gemm_tile()
+        # Layers that took the residual add after them (:meth:`prepare`), by identity.
+        self._joined: set[int] = set()
+
+    def prepare(self, graph: Graph) -> Graph:
+        """``graph`` with each residual add joined onto the layer producing its first
+        operand (:mod:`ir.onnx.residual`) where this machine runs the joined kernel with
+        every block on the NPU, so that layer's output never leaves the accumulator memory;
+        with fusion off, ``graph`` as it is."""
+        if not self.fusion or isinstance(self._tile, str):
+            return graph
+        layers: list[Layer | None] = list(graph.layers)
+        for join in residual_joins(graph):
+            base, add = graph.layers[join.layer], graph.layers[join.add]
+            joined = base.fused.joined(base, add, self._tile)
+            outcome, plan = self._plan(joined.func)
+            if plan is None or _epilogue_blocks_on_host(plan[0], joined.func):
+                continue
+            layers[join.layer], layers[join.add] = joined, None
+            self._joined.add(id(joined))
+        return replace(graph, layers=tuple(layer for layer in layers if layer is not None))
 
     @property
     def roofline(self) -> dict[str, Any]:
@@ -229,7 +267,7 @@ class NpuExecutor(Executor):
 
         with self.timings.measure("tensorize"):
             result = _tensorized(self.ctx, func)
-        outcome = _outcome(result, _compute_block(func))
+        outcome = _principal(result, _compute_block(func), self.registry)
         plan = None
         if outcome is not None and outcome.intrinsic is not None:
             with self.timings.measure("compile"):
@@ -291,14 +329,66 @@ class NpuExecutor(Executor):
         else:
             layer, outcome, plan = self._first_taken(layer, self._plan)
             epilogue_note = None if fused is None else f"epilogue on the host: {fused}"
+            if id(layer) in self._joined:
+                epilogue_note = ("bias, requantisation and the residual add on the vector "
+                                 "unit, in the program")
         if plan is None:
             return self._fallback(layer, arrays, _reason(outcome))
+        return self._run_plan(layer, arrays, outcome, plan, epilogue_note, start)
+
+    def run(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
+        """Run ``layer``. A host layer with a device form runs that form where the machine
+        can: its vector kernel (a quantised add, a max pool: :attr:`Layer.vector`) as a
+        program of its own on the vector unit, a pool with a GEMM form (its ``fused``) as
+        that GEMM; else, and every other layer, as :meth:`Executor.run` runs it."""
+        if layer.func is not None or (layer.vector is None and layer.fused is None):
+            return super().run(layer, arrays)
+        start = time.perf_counter()
+        if layer.vector is not None:
+            device = self._vector_layer(layer)
+            note = "on the vector unit, a program of its own"
+        elif not self.fusion:
+            device = self._unfused(layer)
+            if not isinstance(device, str):
+                return self._run_stages(layer, arrays, device, start)
+        else:
+            device = self._fused(layer)
+            note = ("as a GEMM by a column of ones on the array, requantised on the vector "
+                    "unit, in the program")
+        if isinstance(device, str):
+            with self.timings.measure("host layers"):
+                output = run_on_host(layer, arrays)
+            return LayerRun(output, "host", why_not=f"{layer.epilogue}; not on the NPU: "
+                            f"{device}", seconds=time.perf_counter() - start)
+        device_layer, outcome, plan = device
+        return self._run_plan(device_layer, arrays, outcome, plan, note, start)
+
+    def _vector_layer(self, layer: Layer) -> tuple[Layer, Any, Any] | str:
+        """The host ``layer`` as its vector kernel (:attr:`Layer.vector`) with every block
+        on the NPU, with its outcome and plan; else why not."""
+        if isinstance(self._tile, str):
+            return self._tile
+        try:
+            vector = layer.vector(layer, self._tile)
+        except ValueError as err:
+            return str(err)
+        outcome, plan = self._plan(vector.func)
+        if plan is None:
+            return _reason(outcome)
+        on_host = _epilogue_blocks_on_host(plan[0], vector.func)
+        if on_host:
+            return f"no vector instruction of {self.config.name} computes block {on_host[0]}"
+        return vector, outcome, plan
+
+    def _run_plan(self, layer: Layer, arrays: list[np.ndarray], outcome: Any, plan: Any,
+                  note: str | None, start: float) -> LayerRun:
+        """``layer``'s planned kernel simulated on its inputs, and its record."""
         planned, calls = plan
         output, measure = self._simulate(layer, planned, arrays)
         host_stages = measure.host_stages
         notes = [f"host stages: {', '.join(host_stages)}"] if host_stages else []
-        if epilogue_note:
-            notes.append(epilogue_note)
+        if note:
+            notes.append(note)
         return self._record(layer, output, outcome.intrinsic, calls, [measure], notes, start)
 
     def _simulate(self, layer: Layer, planned: Any, arrays: list[np.ndarray]
@@ -377,6 +467,7 @@ class CpuExecutor(Executor):
         self.target = ctx.target
         self._kernels: dict[int, tuple[Any, Any, Any]] = {}
         self._results: dict[int, tuple[Any, Any]] = {}
+        self._fused_forms: dict[int, tuple[Layer, Layer]] = {}
 
     def _engine(self, func):
         """The engine's result for ``func`` (cached by function)."""
@@ -420,6 +511,24 @@ class CpuExecutor(Executor):
                 return replace(variant, variants=(layer,))
         return layer
 
+    def kernel_for(self, layer: Layer) -> tuple[Layer, Any, Any]:
+        """The form of ``layer`` a run takes, the engine's outcome and, when tensorized,
+        ``(emitted kernel, compute calls)``, else None. The form is the layer's fused one
+        (its epilogue compiled into the kernel: :attr:`Layer.fused`, unpadded) where that
+        tensorizes, else the layer or its first variant that tensorizes, one needing no
+        operand shift first. Measured on ResNet-50's layers on x86, the fused form is the
+        faster even where its pack gathers the windows in numpy: the epilogue in numpy
+        costs more than the gathering (``docs/models.md``)."""
+        if layer.fused is not None:
+            fused = self._fused_forms.get(id(layer))
+            if fused is None or fused[0] is not layer:
+                fused = (layer, layer.fused.layer(layer, (1, 1, 1)))
+                self._fused_forms[id(layer)] = fused
+            outcome, kernel = self._tensorized(fused[1].func)
+            if kernel is not None:
+                return fused[1], outcome, kernel
+        return self._first_taken(self._unshifted_first(layer), self._tensorized)
+
     def run_func(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
         """The layer's kernel (or its first variant that tensorizes, one needing no operand
         shift first) compiled for the CPU target and run by its engine here; the host when
@@ -427,8 +536,7 @@ class CpuExecutor(Executor):
         from targets import cpu
         from tensorize.runners.cpu import run_emitted
 
-        layer, outcome, kernel = self._first_taken(self._unshifted_first(layer),
-                                                   self._tensorized)
+        layer, outcome, kernel = self.kernel_for(layer)
         if kernel is None:
             return self._fallback(layer, arrays, _reason(outcome))
         emitted, calls = kernel
@@ -440,10 +548,12 @@ class CpuExecutor(Executor):
             run = run_emitted(emitted, layer.pack(arrays), NATIVE_RUNS)
         with self.timings.measure("unpack and epilogue"):
             output = layer.unpack(run.outputs[layer.func.params[-1].name], arrays)
+        notes = [f"ran on {run.engine}"]
+        if any(form is layer for _, form in self._fused_forms.values()):
+            notes.append("bias and requantisation compiled into the kernel")
         return LayerRun(output, "tensorized", outcome.intrinsic, None, calls,
                         instructions=run.instructions,
-                        seconds=run.best if run.seconds else None,
-                        notes=[f"ran on {run.engine}"])
+                        seconds=run.best if run.seconds else None, notes=notes, ran=layer)
 
 
 def _shifted(result) -> bool:

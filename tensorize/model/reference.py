@@ -69,6 +69,35 @@ def _exposed(graph: Graph) -> tuple[object, dict[str, tuple[str, np.ndarray, np.
     return model, recover
 
 
+def reference_session(graph: Graph):
+    """onnxruntime's session of the model as it is (no output exposed), with the
+    reference's settings: the outputs every layer was checked against."""
+    return _session(graph.path, graph.model)
+
+
+def model_session(graph: Graph, threads: int = 1):
+    """onnxruntime's session of the model as it is (no output exposed) and as a user runs
+    it (onnxruntime's default settings) on ``threads`` threads: what a timing beside ours
+    runs. (The reference's setting for int8 activations is left out: it keeps every
+    fusion when outputs are exposed, but sends int8 x int8 products to slower kernels
+    than the uint8 ones onnxruntime picks by default, whose float32 rounding differs in
+    places.)"""
+    from ir.onnx.reader import require
+
+    require("onnxruntime", "timing the model in onnxruntime")
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 4
+    try:
+        return ort.InferenceSession(graph.model.SerializeToString(), options,
+                                    providers=["CPUExecutionProvider"])
+    except Exception as err:  # noqa: BLE001  onnxruntime's own error types
+        raise _refused(graph.path, err) from None
+
+
 def _session(path: str, model, optimized: str | None = None):
     from ir.onnx.reader import require
 

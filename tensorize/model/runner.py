@@ -93,6 +93,7 @@ def run_model(graph: Graph, ctx: RunContext, progress: Progress | None = None,
     (:func:`tensorize.model.reference.run_reference`); ``fusion`` False runs each NPU
     layer's epilogue as a program of its own (the figure without fusion)."""
     executor = executor_for(ctx, fusion)
+    graph = executor.prepare(graph)
     inputs = random_inputs(graph, ctx.seed)
     start = time.perf_counter()
     expected = run_reference(graph, inputs, phase)
@@ -175,7 +176,10 @@ def record(index: int, layer: Layer, result: LayerRun, check: str, tool_s: float
     from tensorize.runners.macs import intrinsic_macs
 
     executed = None
-    if result.intrinsic is not None and result.calls is not None:
+    # Executed MACs are those of a reducing (multiply-accumulate) intrinsic's calls; a
+    # layer on a vector unit executes none.
+    if result.intrinsic is not None and result.calls is not None and \
+            measures.registry.get(result.intrinsic).reduce_vars():
         executed = result.calls * intrinsic_macs(measures.registry, result.intrinsic)
     simulated = result.cycles is not None
     sim_s = result.cycles / (measures.clock_mhz * 1e6) if simulated and measures.clock_mhz \

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.docs.doc_tables import DocTable, check_table, table_rows
+from tests.docs.doc_tables import DocTable, check_table, run_bench, table_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 # bench_machines.py prints: machine, kernel (several words), then cycles, us, MAC util,
@@ -34,16 +32,10 @@ TABLES = [
 ]
 
 
-def _bench(*args: str) -> str:
-    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=900, env={"PYTHONPATH": str(ROOT), "PATH": ""})
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
 def printed() -> list[list[str]]:
-    lines = _bench(str(ROOT / "bench" / "bench_machines.py")).split("\n\n")[0].splitlines()[1:]
+    out = run_bench(str(ROOT / "bench" / "bench_machines.py"))
+    lines = out.split("\n\n")[0].splitlines()[1:]
     return [line.split() for line in lines]
 
 
@@ -78,7 +70,7 @@ NPU_TABLE = DocTable(ROOT / "README.md",
 def test_the_documented_npu_bench_table_is_what_the_bench_prints():
     rows = []
     for machine in ((), ("--machine", "examples/machines/npu32x32.yaml")):
-        out = _bench(str(ROOT / "bench" / "bench_npu.py"), *machine)
+        out = run_bench(str(ROOT / "bench" / "bench_npu.py"), *machine)
         table = out[out.index("kernel "):].split("\n\n")[0].splitlines()[1:]
         rows += [line.split() for line in table if line.strip()]
     assert not check_table(NPU_TABLE, rows)
@@ -104,7 +96,7 @@ def _network_rows(target: str):
 def test_the_documented_npu_figures_of_the_networks_are_what_the_bench_prints():
     # The NPU rows: their counts (cycles, utilisation, layers tensorized) are deterministic;
     # the run times are timings, stated beside the command that made them.
-    printed = {line.split()[0]: line for line in _bench(
+    printed = {line.split()[0]: line for line in run_bench(
         str(ROOT / "bench" / "bench_models.py"), "--targets", "npu").splitlines()
         if not line.startswith(("#", " "))}
     checked = 0
@@ -120,14 +112,15 @@ def test_the_documented_npu_figures_of_the_networks_are_what_the_bench_prints():
 
 
 @pytest.mark.slow
-def test_the_documented_arm_figures_of_the_networks_are_what_the_tool_prints(tmp_path):
+def test_the_documented_arm_figures_of_the_networks_are_what_the_tool_prints(
+        example_models):
     # The arm rows, from `tensorize model MODEL --target arm --json` as the README says:
     # instructions executed under the emulator and the MACs per instruction are counts.
-    _bench(str(ROOT / "examples" / "models" / "build_models.py"), str(tmp_path))
     checked = 0
     for number, cells, network in _network_rows("arm"):
-        run = json.loads(_bench("-m", "tensorize", "model", str(tmp_path / f"{network}_int8.onnx"),
-                                "--target", "arm", "--json"))
+        model = str(example_models / f"{network}_int8.onnx")
+        run = json.loads(run_bench("-m", "tensorize", "model", model, "--target", "arm",
+                                   "--json"))
         totals = run["totals"]
         assert cells["tensorized"] == f"{totals['tensorized']} / {totals['layers']}", number
         figures = re.findall(r"\d[\d,]*(?:\.\d+)?", cells["figure"])

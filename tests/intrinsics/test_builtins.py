@@ -7,7 +7,7 @@ from intrinsics import Registry, load_family
 from intrinsics.registry import BUILTIN_DIR
 from simulator.assembler import assemble
 from simulator.config import load_machine
-from simulator.isa import Gemm, Load, Requant, Store, Vec
+from simulator.isa import Gemm, Load, QAdd, Requant, Store, Vec
 
 WMMA_SHAPES = ("m16n16k16", "m32n8k16", "m8n32k16")
 
@@ -129,17 +129,17 @@ def test_npu_gemm_tile_comes_from_the_array(registry: Registry) -> None:
 _NPU_VALUES = {"A": "0", "B": "16", "C": "32", "D": "48", "S": "64", "R": "80", "dst": "0",
                "src": "0x100", "src.ld_bytes": "64", "dst.ld_bytes": "64", "imm": "-3",
                "lo": "-5", "hi": "5", "mult": "1073741824", "scale.log2": "30",
-               "scale": "0x3f000000", "zp": "3"}
+               "scale": "0x3f000000", "zp": "3", "P": "96"}
 
 
 def test_every_npu_template_assembles(registry: Registry) -> None:
-    kinds = {"compute": (Gemm, Vec, Requant), "load": (Load,), "store": (Store,)}
+    kinds = {"compute": (Gemm, Vec, Requant, QAdd), "load": (Load,), "store": (Store,)}
     for intrinsic in registry.for_target("npu"):
         values = {k: v for k, v in _NPU_VALUES.items() if k.split(".")[0] in
                   {o.name for o in intrinsic.operands}}
         (instruction,) = assemble(intrinsic.render("npu", values))
         assert isinstance(instruction, kinds[intrinsic.kind]), intrinsic.name
-        if isinstance(instruction, (Gemm, Vec, Requant, Load, Store)):
+        if isinstance(instruction, (Gemm, Vec, Requant, QAdd, Load, Store)):
             # A tile moves its 16 rows; a one-dimensional operand (a bias row) one row.
             rows = max((o.shape[0] for o in intrinsic.operands if len(o.shape) == 2), default=1)
             assert instruction.rows == rows, intrinsic.name

@@ -221,7 +221,7 @@ def test_the_registry_refuses_a_gemm_added_to_the_builtin_npu_that_nothing_zeroe
     family = text[text.index("target: npu"):].replace("    fill: {C: extra_zero}\n", "")
     for scope, declared in (("inp", "32768, dtype: int8, alignment: 16"),
                             ("wgt", "16384, dtype: int8, alignment: 16"),
-                            ("acc", "131072, dtype: [int32, float32], alignment: 64")):
+                            ("acc", "131072, dtype: [int32, float32, int8], alignment: 64")):
         start = family.index(f"  npu.{scope}: ")
         end = family.index("\n", start)
         family = family[:start] + f"  npu.{scope}: {{capacity: {declared}, banks: 2}}" + \

@@ -398,18 +398,20 @@ class _Tile:
         return tuple(args)
 
     def region(self, binding: _Binding, buffer: Buffer) -> BufferRegion:
-        """The region of the operand's first access: per dimension, the part over the tile
-        loops spans the extent; the rest is the start."""
+        """The region of the operand's accesses: per dimension, the part over the tile
+        loops spans the extent; the rest is the start, the least of the accesses' where they
+        differ by constants (an operand read at rows 0, 1 and 2 spans the three)."""
         access = binding.accesses[0]
         tile_loops = {node.var: Interval(0, node.extent - 1) for node in self.loops}
         ranges, extents = [], []
-        for index in access.indices:
-            form = linearize(simplify(substitute(index, self.values), self.ranges))
-            inside = LinearForm(tuple((a, c) for a, c in form.terms
-                                      if any(v in tile_loops for v in _vars_in(a))), 0)
-            span = bound_form(inside, tile_loops)
-            start = form - inside + LinearForm.of_const(span.lo or 0)
-            extent = span.hi - span.lo + 1 if span.is_bounded else 0
+        for dim, index in enumerate(access.indices):
+            spans = [self._span(a.indices[dim], tile_loops) for a in binding.accesses]
+            start, extent = spans[0]
+            offsets = [(s - start, e) for s, e in spans]
+            if all(o.is_const for o, _ in offsets):
+                low = min(o.const for o, _ in offsets)
+                extent = max(o.const + e for o, e in offsets) - low
+                start = start + LinearForm.of_const(low)
             ranges.append(Range(to_expr(start, index.dtype), IntImm(extent, index.dtype)))
             extents.append(extent)
         region = BufferRegion(buffer, tuple(ranges))
@@ -419,6 +421,15 @@ class _Tile:
                       f"extents {extents}; the intrinsic's operand {operand.name} is "
                       f"{list(operand.shape)}")
         return region
+
+    def _span(self, index: Expr, tile_loops: dict[Var, Interval]) -> tuple[LinearForm, int]:
+        """One access index's start (a linear form) and extent over the tile loops."""
+        form = linearize(simplify(substitute(index, self.values), self.ranges))
+        inside = LinearForm(tuple((a, c) for a, c in form.terms
+                                  if any(v in tile_loops for v in _vars_in(a))), 0)
+        span = bound_form(inside, tile_loops)
+        extent = span.hi - span.lo + 1 if span.is_bounded else 0
+        return form - inside + LinearForm.of_const(span.lo or 0), extent
 
     def check_lowered(self, args: tuple[BufferRegion | Expr, ...], store: BufferStore) -> None:
         """Lowering the call must give back the tile's own accesses, access for access."""

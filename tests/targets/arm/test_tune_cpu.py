@@ -28,7 +28,7 @@ def test_the_tuning_cpu_is_a_string_attribute_and_the_default_adds_none(registry
 def test_a_tuning_cpu_outside_the_description_is_refused(registry) -> None:
     func = auto_tensorize(gemm_int8(16, 16, 32), "arm", registry=registry).func
     with pytest.raises(cpu.EmitError, match=r"cpu target arm: tune_cpu 'cortex-a53' is not "
-                       r"one of its tune_cpus \(generic, cortex-a55\)"):
+                       r"one of its tune_cpus \(generic, cortex-a55, neoverse-v1\)"):
         cpu.emit(func, "arm", tune_cpu="cortex-a53", registry=registry)
 
 
@@ -41,10 +41,11 @@ def test_the_tuner_keeps_the_cpu_that_runs_fewest_instructions_and_it_is_exact(
     func = gemm_int8(m, n, k)
     kernel, counts = choose_tune_cpu(auto_tensorize(func, "arm", registry=registry).func, "arm",
                                      registry=registry)
-    assert set(counts) == {"generic", "cortex-a55"}
+    assert set(counts) == {"generic", "cortex-a55", "neoverse-v1"}
     assert all(isinstance(c, int) and c > 0 for c in counts.values())
     best = min(counts, key=lambda name: counts[name])
     assert ('"tune-cpu"="cortex-a55"' in kernel.llvm_ir) == (best == "cortex-a55")
+    assert ('"tune-cpu"="neoverse-v1"' in kernel.llvm_ir) == (best == "neoverse-v1")
     rng = np.random.default_rng(m)
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (k, n), dtype=np.int8)
@@ -57,7 +58,7 @@ def test_the_tuner_keeps_the_cpu_that_runs_fewest_instructions_and_it_is_exact(
 def test_a_tuning_cpu_that_is_not_an_llvm_name_is_refused_at_its_line(tmp_path: Path) -> None:
     text = (BUILTIN_DIR / "arm.yaml").read_text()
     broken = tmp_path / "arm.yaml"
-    broken.write_text(text.replace("tune_cpus: [generic, cortex-a55]",
+    broken.write_text(text.replace("tune_cpus: [generic, cortex-a55, neoverse-v1]",
                                    'tune_cpus: [generic, "a55\\" \\"x"]'))
     with pytest.raises(IntrinsicSpecError) as caught:
         load_registry([broken])

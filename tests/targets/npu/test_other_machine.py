@@ -24,8 +24,8 @@ def small_npu_yaml() -> str:
     text = text.replace("inp: {rows: 2048, banks: 2}", "inp: {rows: 1024, banks: 2}")
     text = text.replace("name: npu-16x16", "name: npu-8x8")
     for old, new in (("extent: 16", "extent: 8"), ("[16, 16]", "[8, 8]"), ("shape: [16]",
-                     "shape: [8]"), ("rows=16", "rows=8"), ("cols=16", "cols=8"),
-                     ("k=16", "k=8")):
+                     "shape: [8]"), ("[3, 16]", "[3, 8]"), ("rows=16", "rows=8"),
+                     ("cols=16", "cols=8"), ("k=16", "k=8")):
         text = text.replace(old, new)
     # Scratchpad capacities follow from rows x row bytes.
     text = text.replace("capacity: 32768", "capacity: 8192")    # inp: 1024 x 8

@@ -159,9 +159,11 @@ def test_a_family_whose_machine_lacks_the_stage_is_refused_at_the_intrinsic(tmp_
     findings = [(f.loc.line, f.message) for f in info.value.findings]
     lines = path.read_text().splitlines()
     assert findings == [
-        (n + 1, f"intrinsic {name} emits vec.requant, which requires a machine with "
+        (n + 1, f"intrinsic {name} emits {mnemonic}, which requires a machine with "
                 "machine.requant, and npu-16x16 has none")
-        for name in ("npu_vec_requant", "npu_vec_requant_row")
+        for name, mnemonic in (("npu_vec_requant", "vec.requant"),
+                               ("npu_vec_requant_row", "vec.requant"),
+                               ("npu_vec_qadd", "vec.qadd"))
         for n, line in enumerate(lines) if line.strip() == f"- name: {name}"]
 
 

@@ -71,6 +71,19 @@ def test_nothing_tensorized_fails(tmp_path, capsys):
     assert "not tensorized" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+def test_bench_times_the_compiled_network_beside_onnxruntime(qdq_path, capsys):
+    assert main(["model", str(qdq_path), "--target", "x86", "--bench", "2", "--json",
+                 "--quiet"]) == 0
+    bench = json.loads(capsys.readouterr().out)["bench"]
+    assert bench["outputs_ok"] and bench["threads"] == 1 and bench["runs"] == 2
+    assert 0 < bench["native_layers"] < bench["layers"]
+    for name in ("tensorize", "onnxruntime"):
+        assert 0 < bench[name]["best_ms"] <= bench[name]["median_ms"]
+    assert main(["model", str(qdq_path), "--target", "npu", "--bench", "2"]) == 2
+    assert "--bench applies to a CPU target" in capsys.readouterr().err
+
+
 def test_trace_and_unfused_are_for_the_npu_only(qdq_path, tmp_path, capsys):
     assert main(["model", str(qdq_path), "--trace", str(tmp_path / "t.json")]) == 2
     assert "--trace applies to --target npu only" in capsys.readouterr().err
@@ -118,7 +131,9 @@ def test_npu_report_names_the_machine_and_one_bound_everywhere(qdq_path, tmp_pat
     header = table[1]
     ridge = document["roofline"]["ridge_intensity"]
     for record, row, line in zip(document["layers"], rows, table[3:]):
-        if record["dram_bytes"] is None:
+        if record["dram_bytes"] is None or not record["macs"]:
+            # No MACs (a pool or an add on the vector unit): no roofline point, no side.
+            assert record["bound"] is None and row["bound"] == ""
             continue
         side = "memory" if record["macs"] / record["dram_bytes"] < ridge else "compute"
         assert record["bound"] == row["bound"] == side

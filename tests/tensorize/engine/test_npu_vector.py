@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 import ir
 from ir import te
 from ir.onnx import kernels
+from ir.onnx.host_ops import qlinear_add
+from ir.onnx.quant import QParams
 from targets import host
 from tensorize.engine import auto_tensorize
 from tensorize.runners.npu import simulate_and_measure
@@ -96,3 +98,33 @@ def test_a_kernel_of_partial_tiles_is_refused_for_the_caller_to_pad(registry, ma
     result = auto_tensorize(_bias_relu(40, 32), "npu", registry=registry, config=machine)
     assert all(b.intrinsic is None for b in result.blocks)
     assert "not whole 16 x 16 tiles" in result.blocks[0].reason
+
+
+def test_a_quantised_add_alone_matches_onnxruntimes_formula(registry, machine):
+    # host_ops.qlinear_add is checked against onnxruntime's QLinearAdd
+    # (tests/ir/onnx/test_quant.py): the NPU's program must give its integers.
+    m, n = 32, 48
+    aq, bq, yq = (QParams(np.float32(s), np.int8(z)) for s, z in
+                  ((0.0157, -3), (0.0211, 7), (0.0309, -128)))
+    rng = np.random.default_rng(4)
+    a = rng.integers(-128, 128, (m, n), dtype=np.int8)
+    b = rng.integers(-128, 128, (m, n), dtype=np.int8)
+    params = kernels.qadd_parameters(aq.scale, -3, bq.scale, 7, yq.scale, -128, n)
+    func = kernels.quantised_add(m, n, kernels.ResidualAdd(-128))
+    result, measure = _run(func, {"A": a, "Skip": b, "AddParams": params}, registry, machine)
+    assert [b.intrinsic for b in result.blocks] == [
+        "npu_load_acc_i8_i32", "npu_vec_qadd", "npu_store_acc_i8"]
+    assert np.array_equal(measure.run.outputs["narrowed"], qlinear_add(aq, bq, yq)([a, b]))
+    # Two int8 tensors in, one out, and the three parameter rows once per column tile.
+    assert 3 * m * n <= measure.dram_bytes <= 3 * m * n + 3 * n * 4 * (m // 16)
+
+
+def test_the_max_of_int8_tiles_runs_on_the_vector_unit(registry, machine):
+    m, n, count = 32, 64, 4
+    rng = np.random.default_rng(5)
+    tiles = {f"W{w}": rng.integers(-128, 128, (m, n), dtype=np.int8) for w in range(count)}
+    result, measure = _run(kernels.max_of_tiles(m, n, count), tiles, registry, machine)
+    assert [b.intrinsic for b in result.blocks] == [
+        "npu_load_acc_i8_i32", *["npu_vec_max_i8"] * (count - 1), "npu_store_acc_i8"]
+    assert np.array_equal(measure.run.outputs["narrowed"], np.max(list(tiles.values()), axis=0))
+    assert measure.dram_bytes == (count + 1) * m * n  # int8 in, int8 out, each once
