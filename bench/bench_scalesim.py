@@ -301,9 +301,13 @@ def gemm_layers(ours: Ours) -> list[tuple[GemmLayer, dict[str, Any]]]:
     by_name = {layer.name: layer for layer in ours.graph.layers}
     found = []
     for record in ours.run.records:
-        if record["placement"] != "tensorized":
+        # A convolution that took the residual add after it is the record "conv + add":
+        # its GEMM is the convolution's, its cycles include the add's few on the vector
+        # unit. Layers without a PrimFunc of their own (pools, adds) are no matrix layers.
+        layer = by_name[record["name"].split(" + ")[0]]
+        if record["placement"] != "tensorized" or layer.func is None:
             continue
-        func = by_name[record["name"]].func
+        func = layer.func
         block = next(s.block.name for s, _ in tree.walk_stmts(func)
                      if isinstance(s, BlockRealize)
                      and any(iv.kind is IterKind.REDUCE for iv in s.block.iter_vars))
