@@ -51,6 +51,9 @@ class FusedGemm:
         weights = _padded(self.weights, (kp, np_))
         operands = {"B": weights, "Bias": _padded(self.bias, (np_,)),
                     "Scale": _padded(self.scale, (np_,))}
+        for constant in operands.values():
+            # The same arrays every call, read-only: a kernel's runner copies them once.
+            constant.setflags(write=False)
 
         def pack(arrays: Arrays) -> dict[str, np.ndarray]:
             return {"A": _padded(self.rows(arrays), (mp, kp)), **operands}

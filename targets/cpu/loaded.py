@@ -30,6 +30,8 @@ class LoadedKernel:
         self._arrays = {b.name: aligned_zeros(b.shape, b.dtype.numpy, alignment)
                         for b in kernel.buffers}
         self._status = np.zeros(3, np.int64)
+        # The read-only arrays last copied in, by buffer name.
+        self._constant: dict[str, np.ndarray] = {}
         self._pointers = [ctypes.c_void_p(a.ctypes.data)
                           for a in [*self._arrays.values(), self._status]]
 
@@ -37,9 +39,17 @@ class LoadedKernel:
         """Run on ``inputs`` (by buffer name): the outputs by name, valid until the next
         call. The other arrays keep what the last call left: a kernel writes every element
         of an output or intermediate before it reads it (a function's semantics; a
-        reduction starts from its init), so nothing is cleared between calls."""
+        reduction starts from its init), so nothing is cleared between calls. A read-only
+        input given again as the same array as last time (a layer's constant weights) is
+        not copied again: read-only, it cannot have changed."""
         for name, given in inputs.items():
+            if given is self._constant.get(name):
+                continue
             self._arrays[name][...] = given
+            if isinstance(given, np.ndarray) and not given.flags.writeable:
+                self._constant[name] = given
+            else:
+                self._constant.pop(name, None)
         self._function(*self._pointers)
         check_status(self.kernel, self._status.tobytes())
         return {name: self._arrays[name] for name in self.kernel.outputs}

@@ -63,3 +63,23 @@ def test_timings_take_turns():
     assert order == ["a", "b"] * 3
     assert all(len(t.seconds) == len(t.cpu_seconds) == 3 for t in timings.values())
     assert timings["a"].best == min(timings["a"].seconds) <= timings["a"].median
+
+
+def test_a_loaded_kernel_copies_again_what_may_have_changed(registry, context):
+    ctx = context("x86")
+    func = auto_tensorize(gemm_int8(16, 32, 64), "x86", registry=registry).func
+    loaded = LoadedKernel(cpu.emit(func, "x86", ctx.features, registry=registry))
+    rng = np.random.default_rng(1)
+    a = rng.integers(-128, 128, (16, 64), dtype=np.int8)
+    writable = rng.integers(-128, 128, (64, 32), dtype=np.int8)
+    frozen = writable.copy()
+    frozen.setflags(write=False)
+    for b in (writable, frozen):
+        first = loaded({"A": a, "B": b})["C"].copy()
+        np.testing.assert_array_equal(first, a.astype(np.int32) @ b.astype(np.int32))
+    # A writable array changed in place is copied again; a read-only one cannot change.
+    writable += 1
+    np.testing.assert_array_equal(loaded({"A": a, "B": writable})["C"],
+                                  a.astype(np.int32) @ writable.astype(np.int32))
+    np.testing.assert_array_equal(loaded({"A": a, "B": frozen})["C"],
+                                  a.astype(np.int32) @ frozen.astype(np.int32))
