@@ -14,7 +14,8 @@ from tensorize.model.reference import run_reference
 from tensorize.model.runner import random_inputs
 from tests.ir.onnx import models
 
-TILES = [(16, 16, 16), (8, 16, 64), (1, 1, 1)]
+# A tile of unequal sides pads each dimension differently: CI's slow pass runs it.
+TILES = [(16, 16, 16), pytest.param((8, 16, 64), marks=pytest.mark.slow), (1, 1, 1)]
 
 
 @pytest.fixture(scope="module", params=[
@@ -27,7 +28,7 @@ def cnn(request, tmp_path_factory):
     return graph, inputs, run_reference(graph, inputs)
 
 
-@pytest.mark.parametrize("tile", TILES, ids=lambda t: "x".join(map(str, t)))
+@pytest.mark.parametrize("tile", TILES, ids=["16x16x16", "8x16x64", "1x1x1"])
 def test_every_fused_layer_equals_onnxruntime(cnn, tile):
     graph, inputs, expected = cnn
     fused = [layer for layer in graph.layers if layer.fused is not None]

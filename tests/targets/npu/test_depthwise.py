@@ -43,7 +43,8 @@ def inputs(size: int, channels: int, seed: int) -> dict[str, np.ndarray]:
     return {"I": I, "W": W}
 
 
-@pytest.mark.parametrize(("size", "channels"), [(4, 16), (5, 32), (15, 48), (17, 16)])
+@pytest.mark.parametrize(("size", "channels"), [
+    (4, 16), (5, 32), pytest.param(15, 48, marks=pytest.mark.slow), (17, 16)])
 def test_depthwise_runs_on_the_npu_exactly(size, channels, registry, machine):
     func = depthwise(size, channels)
     given = inputs(size, channels, size * channels)
