@@ -12,6 +12,7 @@ import pytest
 from targets import cuda
 from targets.cuda import memory
 from targets.cuda.banks import KINDS, bank_conflicts, phase_wavefronts
+from tests.default_run import first_by_default
 from tests.targets.cuda.helpers import TENSORIZED, WMMA, emitted, random_inputs, tensorized
 from tests.tensorize.engine.suite import suite
 
@@ -53,7 +54,7 @@ def _figures(kernel: cuda.CudaKernel, name: str) -> dict:
 
 
 @needs_compiler
-@pytest.mark.parametrize("name", ["gemm_fp16", "gemm_int8", "matmul_relu_fp16"])
+@pytest.mark.parametrize("name", first_by_default(["gemm_int8", "gemm_fp16", "matmul_relu_fp16"], 1))
 def test_fragment_loads_and_copies_of_the_gemms_are_conflict_free(name):
     total = _figures(emitted(name, intrinsic=WMMA.get(name)), name)
     for kind in ("copy", "fragment_load"):

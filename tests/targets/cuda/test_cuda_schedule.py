@@ -11,6 +11,7 @@ from ir import Block, For, ForKind, IntrinsicCall, post_order_visit
 from ir.verify import verify
 from targets import host
 from tensorize.engine.cuda_schedule import CudaTiling, choose_tiling
+from tests.default_run import first_by_default
 from tests.targets.cuda.helpers import TENSORIZED, WMMA_INT8, random_inputs, tensorized
 from tests.tensorize.engine.suite import suite
 
@@ -50,7 +51,7 @@ def test_gemm_is_bound_staged_and_uses_every_wmma_kind():
     assert kinds == {"compute", "load", "store", "fill"}
 
 
-@pytest.mark.parametrize("name", TENSORIZED)
+@pytest.mark.parametrize("name", first_by_default(TENSORIZED, 3))
 def test_tensorized_kernel_matches_the_untouched_one(name):
     original = suite()[name]
     inputs = random_inputs(original)

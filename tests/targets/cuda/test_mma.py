@@ -24,6 +24,7 @@ from targets.cuda.emulate import COPY_MODES
 from tensorize.engine import auto_tensorize, count_calls
 from tensorize.engine.cuda_schedule import mapping_cycles
 from tensorize.match import match_block
+from tests.default_run import first_by_default
 from tests.targets.cuda.helpers import WMMA_INT8, random_inputs, sized
 from tests.tensorize.engine.suite import suite
 
@@ -110,7 +111,7 @@ def _extreme_inputs(func: ir.PrimFunc) -> dict[str, np.ndarray]:
     return inputs
 
 
-@pytest.mark.parametrize("key", ["fp16", "u8s8"])
+@pytest.mark.parametrize("key", first_by_default(["fp16", "u8s8"], 1))
 def test_gemm_is_exact_under_the_per_lane_emulation(key):
     _check(key)
 
@@ -265,7 +266,7 @@ def test_suite_kernels_through_the_family_are_exact_in_both_copy_modes(name, reg
             _expect_equal(actual[key], value)
 
 
-@pytest.mark.parametrize("key", ["fp16", "u8s8"])
+@pytest.mark.parametrize("key", first_by_default(["fp16", "u8s8"], 1))
 def test_ldmatrix_rows_are_free_of_bank_conflicts(key, registry):
     # Each ldmatrix row is traced as a 16-byte access (8 lanes per phase, as the hardware
     # serves one 8 x 16-byte matrix); the padded pitches put 8 rows on 8 bank groups.
