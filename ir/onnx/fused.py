@@ -47,24 +47,15 @@ class FusedGemm:
         """``base`` computed by this GEMM with every dimension padded to a multiple of
         ``tile`` (rows, depth, columns)."""
         mp, kp, np_ = self._padded_sizes(tile)
-        n = self.weights.shape[1]
-        weights = _padded(self.weights, (kp, np_))
-        operands = {"B": weights, "Bias": _padded(self.bias, (np_,)),
-                    "Scale": _padded(self.scale, (np_,))}
-        for constant in operands.values():
-            # The same arrays every call, read-only: a kernel's runner copies them once.
-            constant.setflags(write=False)
+        operands = self._constants(kp, np_)
 
         def pack(arrays: Arrays) -> dict[str, np.ndarray]:
             return {"A": _padded(self.rows(arrays), (mp, kp)), **operands}
 
-        def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
-            return self.output(np.ascontiguousarray(out[:self.m, :n]))
-
         func = kernels.matmul_requantised(mp, kp, np_, self.requantisation)
         return Layer(base.name, base.op, base.inputs, base.output, base.input_shapes,
                      base.output_shape, base.output_dtype, base.macs, base.detail, func,
-                     pack, unpack, epilogue=self.host_work)
+                     pack, self._unpack(), epilogue=self.host_work)
 
     def joined(self, base: Layer, add: Layer, tile: tuple[int, int, int]) -> Layer:
         """``base`` with the quantised ``add`` after it in one kernel
@@ -74,35 +65,45 @@ class FusedGemm:
         if self.output_rows is None or add.qadd is None:
             raise ValueError(f"layer {base.name} cannot take the add {add.name}")
         mp, kp, np_ = self._padded_sizes(tile)
-        n = self.weights.shape[1]
         q = add.qadd
-        params = kernels.qadd_parameters(
-            float(q.a.scale.reshape(())), q.a.scalar_zero_point(),
-            float(q.b.scale.reshape(())), q.b.scalar_zero_point(),
-            float(q.y.scale.reshape(())), q.y.scalar_zero_point(), np_)
-        operands = {"B": _padded(self.weights, (kp, np_)), "Bias": _padded(self.bias, (np_,)),
-                    "Scale": _padded(self.scale, (np_,)), "AddParams": params}
+        operands = {**self._constants(kp, np_),
+                    "AddParams": kernels.qadd_parameters_of(q, np_)}
         skip = len(base.inputs)
 
         def pack(arrays: Arrays) -> dict[str, np.ndarray]:
             return {"A": _padded(self.rows(arrays[:skip]), (mp, kp)),
                     "Skip": _padded(self.output_rows(arrays[skip]), (mp, np_)), **operands}
 
-        def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
-            return self.output(np.ascontiguousarray(out[:self.m, :n]))
-
         func = kernels.matmul_requantised_add(mp, kp, np_, self.requantisation,
                                               kernels.ResidualAdd(q.y.scalar_zero_point()))
         return Layer(f"{base.name} + {add.name}", f"{base.op} + {add.op}",
                      base.inputs + (add.inputs[1],), add.output,
                      base.input_shapes + (add.input_shapes[1],), add.output_shape,
-                     add.output_dtype, base.macs, base.detail, func, pack, unpack,
+                     add.output_dtype, base.macs, base.detail, func, pack, self._unpack(),
                      epilogue=self.host_work)
+
+    def _constants(self, kp: int, np_: int) -> dict[str, np.ndarray]:
+        """The weights, bias and scales padded to ``kp`` x ``np_``: the same arrays every
+        call, read-only, so a kernel's runner copies them in once."""
+        constants = {"B": _padded(self.weights, (kp, np_)), "Bias": _padded(self.bias, (np_,)),
+                     "Scale": _padded(self.scale, (np_,))}
+        for constant in constants.values():
+            constant.setflags(write=False)
+        return constants
+
+    def _unpack(self) -> Callable[[np.ndarray, Arrays], np.ndarray]:
+        """The kernel's padded ``(m, n)`` output to the layer's: the padding dropped."""
+        n = self.weights.shape[1]
+
+        def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
+            return self.output(np.ascontiguousarray(out[:self.m, :n]))
+
+        return unpack
 
     def _padded_sizes(self, tile: tuple[int, int, int]) -> tuple[int, int, int]:
         """The GEMM's ``m``, ``k`` and ``n``, each rounded up to whole ``tile``s."""
         k, n = self.weights.shape
-        mp, kp, np_ = (_round_up(size, unit) for size, unit in zip((self.m, k, n), tile))
+        mp, kp, np_ = (round_up(size, unit) for size, unit in zip((self.m, k, n), tile))
         # A GEMM of one row has no row loop to map (a loop of one iteration is dropped).
         return max(mp, 2), kp, np_
 
@@ -112,18 +113,14 @@ class FusedGemm:
         (:func:`ir.onnx.kernels.requantised`) reading them back, whose output is the layer's:
         the same work as :meth:`layer` without the sums staying where they are summed."""
         mp, kp, np_ = self._padded_sizes(tile)
-        n = self.weights.shape[1]
-        weights = _padded(self.weights, (kp, np_))
-        epilogue = {"Bias": _padded(self.bias, (np_,)), "Scale": _padded(self.scale, (np_,))}
+        epilogue = self._constants(kp, np_)
+        weights = epilogue.pop("B")
 
         def pack_gemm(arrays: Arrays) -> dict[str, np.ndarray]:
             return {"A": _padded(self.rows(arrays), (mp, kp)), "B": weights}
 
         def pack_epilogue(arrays: Arrays) -> dict[str, np.ndarray]:
             return {"X": arrays[0], **epilogue}
-
-        def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
-            return self.output(np.ascontiguousarray(out[:self.m, :n]))
 
         sums = Layer(base.name, base.op, base.inputs, f"{base.output} (int32 sums)",
                      base.input_shapes, (mp, np_), "int32", base.macs, base.detail,
@@ -132,11 +129,12 @@ class FusedGemm:
         requantised = Layer(f"{base.name} epilogue", "requantisation", (sums.output,),
                             base.output, ((mp, np_),), base.output_shape, base.output_dtype,
                             0, "", kernels.requantised(mp, np_, self.requantisation),
-                            pack_epilogue, unpack)
+                            pack_epilogue, self._unpack())
         return sums, requantised
 
 
-def _round_up(size: int, unit: int) -> int:
+def round_up(size: int, unit: int) -> int:
+    """``size`` rounded up to a multiple of ``unit``."""
     return math.ceil(size / unit) * unit
 
 

@@ -250,19 +250,11 @@ def qlinear_add(aq: QParams, bq: QParams, yq: QParams) -> HostFn:
         float(aq.scale.reshape(())), aq.scalar_zero_point(), float(bq.scale.reshape(())),
         bq.scalar_zero_point(), float(yq.scale.reshape(())), yq.scalar_zero_point())
     low, high = integer_range(yq.dtype)
-
-    def exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        a, b = np.broadcast_arrays(a.astype(np.float32), b.astype(np.float32))
-        value = _fma(a, ratio_a, _fma(b, ratio_b, np.full(a.shape, fixed, np.float32)))
-        return np.clip(np.rint(value), low, high).astype(yq.dtype)
-
     # Two 8-bit operands have 65,536 pairs: the formula computed once for each of them is a
     # table the add then reads, the same integers for a fraction of the float work.
-    a_range, b_range = (np.arange(integer_range(q.dtype)[0], integer_range(q.dtype)[1] + 1,
-                                  dtype=np.int32) for q in (aq, bq))
-    table = exact(a_range[:, None], b_range[None, :])
-
-    flat = table.reshape(-1)
+    a, b = np.meshgrid(_values(aq), _values(bq), indexing="ij")
+    value = _fma(a, ratio_a, _fma(b, ratio_b, np.full(a.shape, fixed, np.float32)))
+    flat = np.clip(np.rint(value), low, high).astype(yq.dtype).reshape(-1)
 
     def run(xs: Sequence[np.ndarray]) -> np.ndarray:
         # Each operand's offset from its lowest value, as a byte: int8 shifts by 128, which
@@ -274,6 +266,12 @@ def qlinear_add(aq: QParams, bq: QParams, yq: QParams) -> HostFn:
         return np.take(flat, index)
 
     return run
+
+
+def _values(q: QParams) -> np.ndarray:
+    """Every value of ``q``'s 8-bit dtype, lowest first, as float32."""
+    low, high = integer_range(q.dtype)
+    return np.arange(low, high + 1, dtype=np.float32)
 
 
 def qlinear_add_terms(a_scale: float, a_zero_point: int, b_scale: float, b_zero_point: int,

@@ -23,6 +23,7 @@ import ir
 from ir import te
 from ir.function import PrimFunc
 from ir.onnx.host_ops import qlinear_add_terms
+from ir.onnx.quant import QuantisedAdd
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +234,15 @@ def qadd_parameters(a_scale: float, a_zero_point: int, b_scale: float, b_zero_po
     terms = qlinear_add_terms(a_scale, a_zero_point, b_scale, b_zero_point, y_scale,
                               y_zero_point)
     return np.repeat(np.array(terms, np.float32).reshape(3, 1), channels, axis=1)
+
+
+def qadd_parameters_of(add: QuantisedAdd, channels: int) -> np.ndarray:
+    """:func:`qadd_parameters` of a quantised add's operands and output (one scale and zero
+    point each)."""
+    a, b, y = add.a, add.b, add.y
+    return qadd_parameters(float(a.scale.reshape(())), a.scalar_zero_point(),
+                           float(b.scale.reshape(())), b.scalar_zero_point(),
+                           float(y.scale.reshape(())), y.scalar_zero_point(), channels)
 
 
 def _quantised_add(a: te.Tensor, b: te.Tensor, params: te.Tensor, add: ResidualAdd

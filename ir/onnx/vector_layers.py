@@ -13,6 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from ir.onnx import kernels
+from ir.onnx.fused import round_up
 from ir.onnx.graph import Arrays, Layer
 from ir.onnx.host_ops import pool_windows
 
@@ -24,12 +25,8 @@ _COLUMNS = 256
 
 def _flat_shape(size: int, tile: tuple[int, int, int]) -> tuple[int, int]:
     """Rows and columns of whole tiles holding ``size`` elements."""
-    cols = _round_up(min(size, _COLUMNS), tile[2])
-    return max(_round_up(math.ceil(size / cols), tile[0]), 2), cols
-
-
-def _round_up(size: int, unit: int) -> int:
-    return math.ceil(size / unit) * unit
+    cols = round_up(min(size, _COLUMNS), tile[2])
+    return max(round_up(math.ceil(size / cols), tile[0]), 2), cols
 
 
 def quantised_add(base: Layer, tile: tuple[int, int, int]) -> Layer:
@@ -40,9 +37,7 @@ def quantised_add(base: Layer, tile: tuple[int, int, int]) -> Layer:
         raise ValueError(f"layer {base.name} is not an add of two int8 tensors of one shape")
     size = math.prod(base.output_shape)
     rows, cols = _flat_shape(size, tile)
-    params = kernels.qadd_parameters(
-        float(q.a.scale.reshape(())), q.a.scalar_zero_point(), float(q.b.scale.reshape(())),
-        q.b.scalar_zero_point(), float(q.y.scale.reshape(())), q.y.scalar_zero_point(), cols)
+    params = kernels.qadd_parameters_of(q, cols)
 
     def flat(array: np.ndarray) -> np.ndarray:
         return np.pad(array.reshape(-1), (0, rows * cols - size)).reshape(rows, cols)

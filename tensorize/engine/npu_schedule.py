@@ -253,11 +253,7 @@ def _fuse_epilogues(sch: Schedule, c_stage, acc: str, acc_scope: str, tile_loop,
     tensorized. An epilogue no instruction computes ends the chain; it and what follows run
     as before (on the host), so fusing never changes what is computed.
     """
-    # The instruction with the fewest operands first: relu before max-with-an-immediate.
-    vectors = sorted((i for i in registry.for_target("npu")
-                      if i.kind == "compute" and not i.reduce_vars()
-                      and runnable.unit_problem(i, config) is None),
-                     key=lambda i: len(i.operands))
+    vectors = vector_intrinsics(registry, config)
     stores = [i for i in registry.for_target("npu") if i.kind == "store"]
     stage = c_stage
     while True:
@@ -274,13 +270,8 @@ def _fuse_epilogues(sch: Schedule, c_stage, acc: str, acc_scope: str, tile_loop,
             extra = [r.buffer.name for r in sch.get(epilogue).block.reads
                      if r.buffer.name != acc and r.buffer.scope == "global"]
             loads = []
-            for name in extra:
-                load = sch.cache_read(epilogue, name, acc_scope)
-                sch.compute_at(load, tile_loop)
-                staged = sch.get(load).block.writes[0].buffer.name
-                sch.compact_buffer(staged)
-                _column_blocks(sch, load, staged, width)
-                loads.append(load)
+            loads = [stage_beside(sch, epilogue, name, acc_scope, tile_loop, width)
+                     for name in extra]
             write_back = sch.cache_write(epilogue, out.name, acc_scope)
             sch.reverse_compute_at(write_back, tile_loop)
             written = sch.get(epilogue).block.writes[0].buffer.name
@@ -348,6 +339,36 @@ def _divides(tile: int, extent: int) -> bool:
     return extent > tile and extent % tile == 0
 
 
+def vector_intrinsics(registry: Registry, config: MachineConfig) -> list[Intrinsic]:
+    """The NPU family's vector intrinsics the machine ``config`` runs, those of fewest
+    operands first: relu before max-with-an-immediate."""
+    return sorted((i for i in registry.for_target("npu")
+                   if i.kind == "compute" and not i.reduce_vars()
+                   and runnable.unit_problem(i, config) is None),
+                  key=lambda i: len(i.operands))
+
+
+def stage_beside(sch: Schedule, block, name: str, scope, loop, width: int):
+    """``block``'s input ``name`` read through a copy in ``scope``, one tile per iteration
+    of ``loop``, compacted and stored in ``width``-column blocks: the staging copy."""
+    load = sch.cache_read(block, name, scope)
+    sch.compute_at(load, loop)
+    staged = sch.get(load).block.writes[0].buffer.name
+    sch.compact_buffer(staged)
+    _column_blocks(sch, load, staged, width)
+    return load
+
+
+def tensorize_tile_load(sch: Schedule, block, registry: Registry) -> bool:
+    """Tensorize the two-dimensional copy ``block`` by the first load intrinsic that writes
+    tiles of its output's dtype and scope and fits; False (``sch`` unchanged) when none."""
+    written = sch.get(block).block.writes[0].buffer
+    tiles = [i for i in registry.for_target("npu") if i.kind == "load"
+             and len(i.output.shape) == 2 and i.output.dtype == written.dtype
+             and i.output.scope == written.scope]
+    return _tensorize_any(sch, block, tiles)
+
+
 def _tensorize_staged(sch: Schedule, load, registry: Registry) -> None:
     """Tensorize an epilogue input's staging copy into the accumulator memory: a row by a
     row load (:func:`_tensorize_row_load`), a tile or a block of rows by the first load
@@ -356,10 +377,7 @@ def _tensorize_staged(sch: Schedule, load, registry: Registry) -> None:
     if len(written.shape) == 1:
         _tensorize_row_load(sch, load, registry)
         return
-    tiles = [i for i in registry.for_target("npu") if i.kind == "load"
-             and len(i.output.shape) == 2 and i.output.dtype == written.dtype
-             and i.output.scope == written.scope]
-    if not _tensorize_any(sch, load, tiles):
+    if not tensorize_tile_load(sch, load, registry):
         raise ScheduleError("fuse epilogue", f"no intrinsic loads a tile of {written.dtype} "
                             f"into {written.scope} (staging {written.name}, shape "
                             f"{written.shape})")

@@ -25,7 +25,7 @@ A kernel with a block the vector unit cannot compute is refused with that block 
 
 from __future__ import annotations
 
-from intrinsics import Intrinsic, Registry, runnable
+from intrinsics import Registry
 from intrinsics.runnable import row_layout
 from ir import BufferLoad, BufferStore, IterKind, ScheduleError, Var
 from ir.visitor import post_order_visit
@@ -33,7 +33,8 @@ from simulator import MachineConfig
 from simulator.config import row_width
 from tensorize.engine import npu_traffic
 from tensorize.engine.npu_schedule import (_column_blocks, _fuse_epilogues, _tensorize_any,
-                                           _tensorize_copy, _tensorize_staged)
+                                           _tensorize_copy, _tensorize_staged, stage_beside,
+                                           tensorize_tile_load, vector_intrinsics)
 from tensorize.schedule import Schedule, tree
 
 _PRIMITIVE = "npu vector kernel"
@@ -76,9 +77,10 @@ def schedule_vector(sch: Schedule, registry: Registry, config: MachineConfig) ->
     acc = sch.get(block).block.writes[0].buffer.name
     sch.compact_buffer(acc)
     _column_blocks(sch, block, acc, width)
-    if not _as_load(sch, block, tiles, registry):
-        loads = [_stage(sch, block, name, acc_scope, jo) for name in tiles + rows]
-        acc = _in_place(sch, block, loads, len(tiles), registry, config, width)
+    # A plain or widening copy of its one tile input is a load into the accumulator tile.
+    if len(tiles) != 1 or not tensorize_tile_load(sch, block, registry):
+        loads = [stage_beside(sch, block, name, acc_scope, jo, width) for name in tiles + rows]
+        acc = _in_place(sch, block, loads, registry, config)
     stage, done = _fuse_epilogues(sch, write_back, acc, acc_scope, jo, width, registry, config)
     if not done:
         out = sch.get(stage).block.writes[0].buffer
@@ -122,9 +124,8 @@ def _inputs(block, store: BufferStore) -> tuple[list[str], list[str]]:
 def _call_width(registry: Registry, config: MachineConfig) -> int:
     """The columns of one vector instruction's tile: the widest among those the machine
     runs (every one of the built-in family is one accumulator row wide)."""
-    widths = {i.output.shape[-1] for i in registry.for_target("npu")
-              if i.kind == "compute" and not i.reduce_vars() and len(i.output.shape) == 2
-              and runnable.unit_problem(i, config) is None}
+    widths = {i.output.shape[-1] for i in vector_intrinsics(registry, config)
+              if len(i.output.shape) == 2}
     if not widths:
         raise ScheduleError(_PRIMITIVE, f"{config.name} runs no two-dimensional vector "
                             "instruction")
@@ -155,45 +156,14 @@ def _tile(m: int, n: int, width: int, copies: int, config: MachineConfig) -> tup
     return best[2], best[1]
 
 
-def _stage(sch: Schedule, block, name: str, scope, loop):
-    """``name`` read through a copy in ``scope``, one tile per iteration of ``loop``."""
-    load = sch.cache_read(block, name, scope)
-    sch.compute_at(load, loop)
-    sch.compact_buffer(sch.get(load).block.writes[0].buffer.name)
-    return load
-
-
-def _as_load(sch: Schedule, block, tiles: list[str], registry: Registry) -> bool:
-    """Whether ``block`` is a plain (or widening) copy of its one tile input, now tensorized
-    as a load into the accumulator tile."""
-    if len(tiles) != 1:
-        return False
-    loads = [i for i in registry.for_target("npu") if i.kind == "load"
-             and len(i.output.shape) == 2 and i.output.scope == "npu.acc"]
-    return _tensorize_any(sch, block, loads)
-
-
-def _in_place(sch: Schedule, block, loads, tiles: int, registry: Registry,
-              config: MachineConfig, width: int) -> str:
+def _in_place(sch: Schedule, block, loads, registry: Registry, config: MachineConfig) -> str:
     """``block`` computed in place on its first tile input's copy by a vector intrinsic,
     its inputs loaded by the family's tile and row loads; returns that copy's name."""
     first = sch.get(loads[0]).block.writes[0].buffer.name
-    for load in loads[:tiles]:
-        _column_blocks(sch, load, sch.get(load).block.writes[0].buffer.name, width)
     sch.write_in_place(block, first)
-    vectors = _vectors(registry, config)
-    if not _tensorize_any(sch, block, vectors):
+    if not _tensorize_any(sch, block, vector_intrinsics(registry, config)):
         raise ScheduleError(_PRIMITIVE, f"no vector instruction of {config.name} computes "
                             f"block {sch.get(block).block.name!r}")
     for load in loads:
         _tensorize_staged(sch, load, registry)
     return first
-
-
-def _vectors(registry: Registry, config: MachineConfig) -> list[Intrinsic]:
-    """The vector intrinsics the machine runs, those of fewest operands first (as the
-    epilogue schedule tries them)."""
-    return sorted((i for i in registry.for_target("npu")
-                   if i.kind == "compute" and not i.reduce_vars()
-                   and runnable.unit_problem(i, config) is None),
-                  key=lambda i: len(i.operands))

@@ -17,7 +17,7 @@ operator the importer has no function for).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -243,8 +243,7 @@ class NpuExecutor(Executor):
         for join in residual_joins(graph):
             base, add = graph.layers[join.layer], graph.layers[join.add]
             joined = base.fused.joined(base, add, self._tile)
-            outcome, plan = self._plan(joined.func)
-            if plan is None or _epilogue_blocks_on_host(plan[0], joined.func):
+            if isinstance(self._on_device(joined), str):
                 continue
             layers[join.layer], layers[join.add] = joined, None
             self._joined.add(id(joined))
@@ -297,19 +296,21 @@ class NpuExecutor(Executor):
         why not, for the report."""
         if isinstance(self._tile, str):
             return self._tile
-        cached = self._fused_layers.get(id(layer))
-        if cached is None or cached[0] is not layer:
-            cached = (layer, layer.fused.layer(layer, self._tile))
-            self._fused_layers[id(layer)] = cached
-        fused = cached[1]
-        outcome, plan = self._plan(fused.func)
+        tile = self._tile
+        return self._on_device(_cached_form(self._fused_layers, layer,
+                                            lambda base: base.fused.layer(base, tile)))
+
+    def _on_device(self, form: Layer) -> tuple[Layer, Any, Any] | str:
+        """``form`` (a layer's device form) tensorized with every block on the NPU:
+        ``(form, its outcome, plan)``; else why not, for the report."""
+        outcome, plan = self._plan(form.func)
         if plan is None:
             return _reason(outcome)
-        on_host = _epilogue_blocks_on_host(plan[0], fused.func)
+        on_host = _epilogue_blocks_on_host(plan[0], form.func)
         if on_host:
             return (f"no vector instruction of {self.config.name} computes block "
                     f"{', '.join(on_host)}")
-        return fused, outcome, plan
+        return form, outcome, plan
 
     def run_func(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
         """The layer's kernel on the simulated NPU, as one program with its epilogue on
@@ -372,13 +373,7 @@ class NpuExecutor(Executor):
             vector = layer.vector(layer, self._tile)
         except ValueError as err:
             return str(err)
-        outcome, plan = self._plan(vector.func)
-        if plan is None:
-            return _reason(outcome)
-        on_host = _epilogue_blocks_on_host(plan[0], vector.func)
-        if on_host:
-            return f"no vector instruction of {self.config.name} computes block {on_host[0]}"
-        return vector, outcome, plan
+        return self._on_device(vector)
 
     def _run_plan(self, layer: Layer, arrays: list[np.ndarray], outcome: Any, plan: Any,
                   note: str | None, start: float) -> LayerRun:
@@ -520,13 +515,11 @@ class CpuExecutor(Executor):
         faster even where its pack gathers the windows in numpy: the epilogue in numpy
         costs more than the gathering (``docs/models.md``)."""
         if layer.fused is not None:
-            fused = self._fused_forms.get(id(layer))
-            if fused is None or fused[0] is not layer:
-                fused = (layer, layer.fused.layer(layer, (1, 1, 1)))
-                self._fused_forms[id(layer)] = fused
-            outcome, kernel = self._tensorized(fused[1].func)
+            fused = _cached_form(self._fused_forms, layer,
+                                 lambda base: base.fused.layer(base, (1, 1, 1)))
+            outcome, kernel = self._tensorized(fused.func)
             if kernel is not None:
-                return fused[1], outcome, kernel
+                return fused, outcome, kernel
         return self._first_taken(self._unshifted_first(layer), self._tensorized)
 
     def run_func(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
@@ -554,6 +547,17 @@ class CpuExecutor(Executor):
         return LayerRun(output, "tensorized", outcome.intrinsic, None, calls,
                         instructions=run.instructions,
                         seconds=run.best if run.seconds else None, notes=notes, ran=layer)
+
+
+def _cached_form(cache: dict[int, tuple[Layer, Layer]], layer: Layer,
+                 build: Callable[[Layer], Layer]) -> Layer:
+    """``build(layer)``, built once per layer: ``cache`` maps a layer's identity to the
+    layer and its form (the layer is kept, so a reused identity is built anew)."""
+    cached = cache.get(id(layer))
+    if cached is None or cached[0] is not layer:
+        cached = (layer, build(layer))
+        cache[id(layer)] = cached
+    return cached[1]
 
 
 def _shifted(result) -> bool:
