@@ -42,6 +42,9 @@ class FusedGemm:
     # The inverse of ``output`` for an int8 tensor of the layer's shape (a residual add's
     # skip input), as the kernel's ``(m, n)`` rows; None: no add joins this layer.
     output_rows: Callable[[np.ndarray], np.ndarray] | None = None
+    # Every product is one of the layer's (a depthwise layer's grouped form multiplies
+    # zeros too: :class:`ir.onnx.depthwise.DepthwiseGemm`).
+    diagonal: bool = False
 
     def layer(self, base: Layer, tile: tuple[int, int, int]) -> Layer:
         """``base`` computed by this GEMM with every dimension padded to a multiple of

@@ -20,6 +20,7 @@ import numpy as np
 from ir.function import PrimFunc
 
 if TYPE_CHECKING:
+    from ir.onnx.depthwise import DepthwiseGemm
     from ir.onnx.fused import FusedGemm
     from ir.onnx.quant import QuantisedAdd
 
@@ -49,12 +50,13 @@ class Layer:
     the same layer computed another way (an integer layer's kernel with uint8 activations,
     for intrinsics that take those), which a target tries when ``func`` does not tensorize.
     ``fused`` is the layer as one GEMM with its epilogue (bias and requantisation) in the
-    kernel (:class:`ir.onnx.fused.FusedGemm`), for a target that can run the epilogue where
-    the sum is (a device's vector unit). ``qadd`` holds an add of two quantised activations'
-    parameters, for a target that joins it onto the layer producing one of them. ``vector``
-    gives a host layer as a kernel of elementwise blocks alone, for a device that runs those
-    on its vector unit: ``vector(layer, tile)`` with the device's GEMM tile ``(rows, depth,
-    columns)`` (:mod:`ir.onnx.vector_layers`).
+    kernel (:class:`ir.onnx.fused.FusedGemm`; a depthwise layer's, grouped GEMMs of diagonal
+    tiles: :class:`ir.onnx.depthwise.DepthwiseGemm`), for a target that can run the
+    epilogue where the sum is (a device's vector unit). ``qadd`` holds an add of two
+    quantised activations' parameters, for a target that joins it onto the layer producing
+    one of them. ``vector`` gives a host layer as a kernel of elementwise blocks alone, for
+    a device that runs those on its vector unit: ``vector(layer, tile)`` with the device's
+    GEMM tile ``(rows, depth, columns)`` (:mod:`ir.onnx.vector_layers`).
     """
 
     name: str
@@ -73,7 +75,7 @@ class Layer:
     epilogue: str | None = None
     fallback: bool = False
     variants: tuple[Layer, ...] = ()
-    fused: FusedGemm | None = None
+    fused: FusedGemm | DepthwiseGemm | None = None
     qadd: QuantisedAdd | None = None
     vector: Callable[[Layer, tuple[int, int, int]], Layer] | None = None
 

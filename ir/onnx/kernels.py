@@ -163,11 +163,13 @@ _LIMIT = float(1 << 22)  # |value| beyond which no int8 result changes; 2**22 + 
 _ROUNDER = 1.5 * (1 << 23)
 
 
-def _requantised(acc: te.Tensor, q: Requantisation) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
+def _requantised(acc: te.Tensor, q: Requantisation, grouped: bool = False
+                 ) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
     """``acc``'s epilogue blocks (channel last): the bias add, the requantisation (int32)
     and the narrowing to int8; returns the ``Bias`` and ``Scale`` placeholders and the
-    int8 output."""
-    bias, scale, requantised = _requantise(acc, q)
+    int8 output. ``grouped``: ``acc``'s first dimension is a group of its own channels,
+    and the placeholders hold one row per group."""
+    bias, scale, requantised = _requantise(acc, q, grouped)
     return bias, scale, _narrowed(requantised)
 
 
@@ -177,18 +179,23 @@ def _narrowed(values: te.Tensor) -> te.Tensor:
         "int8", ir.min_(ir.max_(values[i], -128), 127)), "narrowed")
 
 
-def _requantise(acc: te.Tensor, q: Requantisation) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
+def _requantise(acc: te.Tensor, q: Requantisation, grouped: bool = False
+                ) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
     """The bias add and the requantisation of :func:`_requantised`, without the narrowing:
     the ``Bias`` and ``Scale`` placeholders and the int32 result in ``[q.low, q.high]``."""
-    channels = acc.shape[-1]
-    bias = te.placeholder((channels,), "int32", "Bias")
-    scale = te.placeholder((channels,), "float32", "Scale")
-    biased = te.compute(acc.shape, lambda *i: acc[i] + bias[i[-1]], "biased")
+    rows = (acc.shape[0], acc.shape[-1]) if grouped else (acc.shape[-1],)
+    bias = te.placeholder(rows, "int32", "Bias")
+    scale = te.placeholder(rows, "float32", "Scale")
+
+    def channel(i: tuple[ir.Expr, ...]) -> tuple[ir.Expr, ...]:
+        return (i[0], i[-1]) if grouped else (i[-1],)
+
+    biased = te.compute(acc.shape, lambda *i: acc[i] + bias[channel(i)], "biased")
     low, high = ir.const(-_LIMIT, "float32"), ir.const(_LIMIT, "float32")
     rounder = ir.const(_ROUNDER, "float32")
 
     def requantise(*i: ir.Expr) -> ir.Expr:
-        value = ir.cast("float32", biased[i]) * scale[i[-1]]
+        value = ir.cast("float32", biased[i]) * scale[channel(i)]
         clamped = ir.min_(ir.max_(value, low), high)
         rounded = ir.cast("int32", clamped + rounder - rounder)
         return ir.min_(ir.max_(rounded + q.zero_point, q.low), q.high)
@@ -208,6 +215,32 @@ def matmul_requantised(m: int, k: int, n: int, q: Requantisation) -> PrimFunc:
         ir.cast("int32", A[i, r]) * ir.cast("int32", B[r, j]), axis=r), "matmul")
     bias, scale, out = _requantised(acc, q)
     return te.create_prim_func([A, B, bias, scale, out], "matmul_requantised")
+
+
+@functools.cache
+def grouped_matmul_requantised(groups: int, m: int, k: int, n: int, q: Requantisation
+                               ) -> PrimFunc:
+    """``groups`` GEMMs of int8 operands, each with the epilogue of :class:`Requantisation`
+    on its own channels: parameters ``A`` (groups x m x k), ``B`` (groups x k x n), ``Bias``
+    and ``Scale`` (groups x n) and the int8 output (groups x m x n); cached like
+    :func:`matmul`. A depthwise layer on a GEMM array takes this form (:mod:`ir.onnx.
+    depthwise`)."""
+    r = te.reduce_axis(k, "k")
+    A = te.placeholder((groups, m, k), "int8", "A")
+    B = te.placeholder((groups, k, n), "int8", "B")
+    acc = te.compute((groups, m, n), lambda g, i, j: te.sum(
+        ir.cast("int32", A[g, i, r]) * ir.cast("int32", B[g, r, j]), axis=r), "matmul")
+    bias, scale, out = _requantised(acc, q, grouped=True)
+    return te.create_prim_func([A, B, bias, scale, out], "grouped_matmul_requantised")
+
+
+@functools.cache
+def grouped_requantised(groups: int, m: int, n: int, q: Requantisation) -> PrimFunc:
+    """The epilogue of :func:`grouped_matmul_requantised` as a kernel of its own, on the
+    int32 sums ``X`` (groups x m x n): the layer run unfused (cached like :func:`matmul`)."""
+    X = te.placeholder((groups, m, n), "int32", "X")
+    bias, scale, out = _requantised(X, q, grouped=True)
+    return te.create_prim_func([X, bias, scale, out], "grouped_requantised")
 
 
 @dataclass(frozen=True, slots=True)

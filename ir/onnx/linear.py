@@ -21,6 +21,7 @@ import numpy as np
 
 from ir.onnx import kernels
 from ir.onnx.errors import OnnxImportError
+from ir.onnx.depthwise import DepthwiseGemm
 from ir.onnx.fused import FusedGemm
 from ir.onnx.graph import Arrays, Layer
 from ir.onnx.kernels import ConvShape
@@ -214,8 +215,8 @@ def integer_conv(name: str, op: str, x: str, x_shape: Sequence[int], xq: QParams
                      kernels.conv2d(computed, kind, "int8"), pack, unpack, epilogue=_EPILOGUE,
                      variants=variants, fused=fused(correction) if kind == "int8" else None)
 
-    def fused(correction: np.ndarray) -> FusedGemm | None:
-        if yq is None or shape.groups != 1:
+    def fused(correction: np.ndarray) -> FusedGemm | DepthwiseGemm | None:
+        if yq is None or shape.groups != 1 and not shape.depthwise:
             return None
         out_q = _DeviceOutput(yq)
         x_zp = _zero_point(xq, "int8")
@@ -227,6 +228,12 @@ def integer_conv(name: str, op: str, x: str, x_shape: Sequence[int], xq: QParams
         def output(out: np.ndarray) -> np.ndarray:
             nhwc = out.reshape(shape.n, oh, ow, shape.out_channels)
             return out_q.output(np.ascontiguousarray(nhwc.transpose(0, 3, 1, 2)))
+
+        if shape.depthwise:
+            taps = shape.kernel[0] * shape.kernel[1]
+            return DepthwiseGemm(lambda arrays: gathered(arrays).reshape(rows, taps, shape.c),
+                                 rows, w.reshape(taps, shape.c), correction.reshape(-1),
+                                 _per_channel(scale, shape.c), out_q.requantisation, output)
 
         def output_rows(tensor: np.ndarray) -> np.ndarray:
             return np.ascontiguousarray(tensor.transpose(0, 2, 3, 1)).reshape(rows, -1)

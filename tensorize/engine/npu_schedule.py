@@ -374,7 +374,8 @@ def _tensorize_staged(sch: Schedule, load, registry: Registry) -> None:
     row load (:func:`_tensorize_row_load`), a tile or a block of rows by the first load
     intrinsic writing two-dimensional tiles of its dtype and scope that fits."""
     written = sch.get(load).block.writes[0].buffer
-    if len(written.shape) == 1:
+    # A batched GEMM's per-batch row compacts to shape (1, ..., n): still one row.
+    if all(extent == 1 for extent in written.shape[:-1]):
         _tensorize_row_load(sch, load, registry)
         return
     if not tensorize_tile_load(sch, load, registry):

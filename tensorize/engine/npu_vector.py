@@ -13,8 +13,9 @@ under a tile loop with its result in the accumulator memory, and then either
 
 after which every later block follows on the same tile exactly as an epilogue follows a
 GEMM (``npu_schedule._fuse_epilogues``), and the last result is stored. Every block must be
-two-dimensional ``(rows, columns)`` over whole ``16 x 16``-style tiles of the vector
-intrinsics (the caller pads); the tile is the largest that fits the accumulator memory
+``(rows, columns)`` over whole ``16 x 16``-style tiles of the vector intrinsics (the caller
+pads), after any leading batch dimensions, which stay outer loops (a row input is then
+read by the batch indices and the column: a grouped layer's bias); the tile is the largest that fits the accumulator memory
 twice over with every tile input, at most :func:`~tensorize.engine.npu_traffic.most_blocks`
 call-wide column blocks wide. An elementwise kernel moves each element once whatever the
 tile, so the tile only sets the instruction count and the overlap.
@@ -57,9 +58,9 @@ def schedule_vector(sch: Schedule, registry: Registry, config: MachineConfig) ->
     block = sch.get_block(first)
     body = sch.get(block).block
     store = body.body
-    if not isinstance(store, BufferStore) or len(store.indices) != 2 or body.init is not None:
-        raise ScheduleError(_PRIMITIVE, f"block {first!r} requires one two-dimensional "
-                            "store (rows, columns)")
+    if not isinstance(store, BufferStore) or len(store.indices) < 2 or body.init is not None:
+        raise ScheduleError(_PRIMITIVE, f"block {first!r} requires one store of at least "
+                            "two dimensions (rows, columns)")
     tiles, rows = _inputs(body, store)
     acc_scope = registry.scope("npu.acc")
     width = _call_width(registry, config)
@@ -95,10 +96,12 @@ def schedule_vector(sch: Schedule, registry: Registry, config: MachineConfig) ->
 
 def _inputs(block, store: BufferStore) -> tuple[list[str], list[str]]:
     """The global buffers ``block`` reads at the indices it stores to (tiles) and by its
-    column index alone (rows); ScheduleError for any other access."""
+    column index alone, after any batch indices (rows); ScheduleError for any other
+    access."""
     tiles: list[str] = []
     rows: list[str] = []
     column = store.indices[-1]
+    row_indices = (*store.indices[:-2], column)
     problem: list[str] = []
 
     def visit(node: object) -> None:
@@ -107,7 +110,7 @@ def _inputs(block, store: BufferStore) -> tuple[list[str], list[str]]:
         name = node.buffer.name
         if node.indices == store.indices:
             (tiles if name not in tiles else []).append(name)
-        elif len(node.indices) == 1 and node.indices[0] == column and isinstance(column, Var):
+        elif node.indices == row_indices and all(isinstance(i, Var) for i in row_indices):
             (rows if name not in rows else []).append(name)
         else:
             problem.append(name)

@@ -513,8 +513,9 @@ class CpuExecutor(Executor):
         tensorizes, else the layer or its first variant that tensorizes, one needing no
         operand shift first. Measured on ResNet-50's layers on x86, the fused form is the
         faster even where its pack gathers the windows in numpy: the epilogue in numpy
-        costs more than the gathering (``docs/models.md``)."""
-        if layer.fused is not None:
+        costs more than the gathering (``docs/models.md``). A depthwise layer's form, GEMMs
+        of diagonal tiles, is for a GEMM array: the CPU runs the layer's own kernel."""
+        if layer.fused is not None and not layer.fused.diagonal:
             fused = _cached_form(self._fused_forms, layer,
                                  lambda base: base.fused.layer(base, (1, 1, 1)))
             outcome, kernel = self._tensorized(fused.func)

@@ -67,6 +67,24 @@ def test_requantisation_alone_matches_the_host_bit_for_bit(registry, machine):
     assert {-128, 127} <= set(np.unique(out).tolist())  # saturation was exercised
 
 
+def test_a_grouped_requantisation_takes_each_group_row(registry, machine):
+    # Groups outer, (rows, columns) inner: the bias and scale rows are read by the group
+    # and the column, as a depthwise layer's grouped GEMMs leave them.
+    groups, m, n = 3, 32, 16
+    q = kernels.Requantisation(zero_point=5)
+    rng = np.random.default_rng(3)
+    inputs = {"X": rng.integers(-50_000, 50_000, (groups, m, n), dtype=np.int32),
+              "Bias": rng.integers(-5000, 5000, (groups, n), dtype=np.int32),
+              "Scale": rng.uniform(1e-4, 2e-3, (groups, n)).astype(np.float32)}
+    func = kernels.grouped_requantised(groups, m, n, q)
+    result, measure = _run(func, inputs, registry, machine)
+    assert all(b.intrinsic is not None for b in result.blocks) and measure.host_stages == []
+    biased = inputs["X"] + inputs["Bias"][:, None, :]
+    scaled = biased.astype(np.float32) * inputs["Scale"][:, None, :]
+    want = np.clip(np.rint(scaled).astype(np.int64) + 5, -128, 127).astype(np.int8)
+    assert np.array_equal(measure.run.outputs["narrowed"], want)
+
+
 @settings(max_examples=6, deadline=None)
 @given(rows=st.integers(1, 4), cols=st.integers(1, 5), shift=st.integers(-50, 50),
        low=st.integers(-20, 0), seed=st.integers(0, 2**16))

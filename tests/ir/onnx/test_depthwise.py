@@ -1,0 +1,96 @@
+"""A depthwise layer as grouped GEMMs of diagonal tiles with its epilogue in the kernel
+(ir.onnx.depthwise): run on the host backend, fused and unfused, its output equals
+onnxruntime's bit for bit, for channel counts the group width does not divide."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from ir.onnx import import_model
+from ir.onnx.depthwise import DepthwiseGemm
+from tensorize.model.executors import run_on_host
+from tensorize.model.reference import run_reference
+from tensorize.model.runner import random_inputs
+from tests.ir.onnx import models
+
+CHANNELS = 20  # not a multiple of a 16- or 8-channel group: the last group is padded
+
+
+def depthwise_net(seed: int = 0, size: int = 9):
+    """Depthwise 3x3 (pad 1) -> Relu -> depthwise 3x3 stride 2: MobileNet's middle layer."""
+    rng = np.random.default_rng(seed)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="dw1", group=CHANNELS,
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], name="dw2", group=CHANNELS,
+                         strides=[2, 2]),
+    ]
+    inits = [models.weights(rng, "w1", [CHANNELS, 1, 3, 3]), models.weights(rng, "b1", [CHANNELS]),
+             models.weights(rng, "w2", [CHANNELS, 1, 3, 3]), models.weights(rng, "b2", [CHANNELS])]
+    out = (size - 3) // 2 + 1
+    return models.model(nodes, [("x", TensorProto.FLOAT, [1, CHANNELS, size, size])],
+                        [("y", TensorProto.FLOAT, [1, CHANNELS, out, out])], inits)
+
+
+@pytest.fixture(scope="module", params=[{}, {"per_channel": True}, {"unsigned": True}],
+                ids=["int8", "per-channel", "uint8"])
+def net(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("depthwise")
+    built = models.quantize(depthwise_net(), folder, **request.param)
+    graph = import_model(models.save(built, folder, "dw.onnx"))
+    inputs = random_inputs(graph, 4)
+    return graph, inputs, run_reference(graph, inputs)
+
+
+def _depthwise(graph):
+    layers = [layer for layer in graph.layers if isinstance(layer.fused, DepthwiseGemm)]
+    assert [layer.name for layer in layers] == ["dw1", "dw2"]
+    return layers
+
+
+@pytest.mark.parametrize("tile", [(16, 16, 16), (4, 8, 8)], ids=["16x16x16", "4x8x8"])
+def test_the_grouped_form_equals_onnxruntime(net, tile):
+    graph, inputs, expected = net
+    for layer in _depthwise(graph):
+        arrays = [expected.get(name, inputs.get(name)) for name in layer.inputs]
+        got = run_on_host(layer.fused.layer(layer, tile), arrays)
+        np.testing.assert_array_equal(got, expected[layer.output], err_msg=layer.name)
+        assert got.dtype == expected[layer.output].dtype
+
+
+def test_the_unfused_programs_equal_onnxruntime(net):
+    graph, inputs, expected = net
+    for layer in _depthwise(graph):
+        arrays = [expected.get(name, inputs.get(name)) for name in layer.inputs]
+        sums, epilogue = layer.fused.unfused(layer, (16, 16, 16))
+        got = run_on_host(epilogue, [run_on_host(sums, arrays)])
+        np.testing.assert_array_equal(got, expected[layer.output], err_msg=layer.name)
+
+
+def test_the_weight_tiles_are_diagonal_and_padded(net):
+    graph, _, _ = net
+    layer = _depthwise(graph)[0]
+    form = layer.fused.layer(layer, (16, 16, 16))
+    weights = form.pack([np.zeros(layer.input_shapes[0], np.int8)])["B"]
+    # 20 channels: two groups of 16, 9 taps of 16 lanes deep (144, a multiple of 16).
+    assert weights.shape == (2, 144, 16)
+    taps = weights.reshape(2, 9, 16, 16)
+    off_diagonal = ~np.eye(16, dtype=bool)
+    assert not taps[:, :, off_diagonal].any()
+    filters = layer.fused.weights  # (taps, channels)
+    for group in range(2):
+        lanes = min(16, CHANNELS - 16 * group)
+        diagonal = taps[group, :, np.arange(16), np.arange(16)].T  # (taps, lanes)
+        np.testing.assert_array_equal(diagonal[:, :lanes],
+                                      filters[:, 16 * group:16 * group + lanes])
+        assert not diagonal[:, lanes:].any()
+
+
+def test_no_residual_add_joins_a_depthwise_layer(net):
+    graph, _, _ = net
+    layer = _depthwise(graph)[0]
+    with pytest.raises(ValueError, match="depthwise"):
+        layer.fused.joined(layer, layer, (16, 16, 16))
