@@ -45,16 +45,16 @@ class FusedGemm:
     # Every product is one of the layer's (a depthwise layer's grouped form multiplies
     # zeros too: :class:`ir.onnx.depthwise.DepthwiseGemm`).
     diagonal: bool = False
+    # ``rows`` from a convolution's input held int8 and channels last, ``(n, h, w, c)``:
+    # for a caller that keeps a convolution's output in its kernel's layout for the next
+    # one (:mod:`tensorize.model.native`); None: the input is no image.
+    rows_nhwc: Callable[[np.ndarray], np.ndarray] | None = None
 
     def layer(self, base: Layer, tile: tuple[int, int, int]) -> Layer:
         """``base`` computed by this GEMM with every dimension padded to a multiple of
         ``tile`` (rows, depth, columns)."""
         mp, kp, np_ = self._padded_sizes(tile)
-        operands = self._constants(kp, np_)
-
-        def pack(arrays: Arrays) -> dict[str, np.ndarray]:
-            return {"A": _padded(self.rows(arrays), (mp, kp)), **operands}
-
+        pack = GemmPack(self, len(base.inputs), (mp, kp), None, self._constants(kp, np_))
         func = kernels.matmul_requantised(mp, kp, np_, self.requantisation)
         return Layer(base.name, base.op, base.inputs, base.output, base.input_shapes,
                      base.output_shape, base.output_dtype, base.macs, base.detail, func,
@@ -69,14 +69,10 @@ class FusedGemm:
             raise ValueError(f"layer {base.name} cannot take the add {add.name}")
         mp, kp, np_ = self._padded_sizes(tile)
         q = add.qadd
-        operands = {**self._constants(kp, np_),
-                    "AddParams": kernels.qadd_parameters_of(q, np_)}
-        skip = len(base.inputs)
-
-        def pack(arrays: Arrays) -> dict[str, np.ndarray]:
-            return {"A": _padded(self.rows(arrays[:skip]), (mp, kp)),
-                    "Skip": _padded(self.output_rows(arrays[skip]), (mp, np_)), **operands}
-
+        params = kernels.qadd_parameters_of(q, np_)
+        params.setflags(write=False)
+        pack = GemmPack(self, len(base.inputs), (mp, kp), (mp, np_),
+                        {**self._constants(kp, np_), "AddParams": params})
         func = kernels.matmul_requantised_add(mp, kp, np_, self.requantisation,
                                               kernels.ResidualAdd(q.y.scalar_zero_point()))
         return Layer(f"{base.name} + {add.name}", f"{base.op} + {add.op}",
@@ -134,6 +130,33 @@ class FusedGemm:
                             0, "", kernels.requantised(mp, np_, self.requantisation),
                             pack_epilogue, self._unpack())
         return sums, requantised
+
+
+@dataclass(frozen=True, eq=False)
+class GemmPack:
+    """The pack of a fused form (:meth:`FusedGemm.layer`) or a joined one (with ``skip``,
+    the residual input's padded shape): the GEMM rows from the layer's first ``inputs``
+    arrays, padded to ``rows``, and the constants, the same arrays every call."""
+
+    fused: FusedGemm
+    inputs: int
+    rows: tuple[int, int]
+    skip: tuple[int, int] | None
+    constants: dict[str, np.ndarray]
+
+    def __call__(self, arrays: Arrays) -> dict[str, np.ndarray]:
+        """The kernel's inputs from the layer's input arrays."""
+        skip = None if self.skip is None else self.fused.output_rows(arrays[self.inputs])
+        return self.from_rows(self.fused.rows(arrays[:self.inputs]), skip)
+
+    def from_rows(self, rows: np.ndarray, skip: np.ndarray | None = None
+                  ) -> dict[str, np.ndarray]:
+        """The kernel's inputs from the GEMM rows already gathered (and the residual input
+        as the kernel's ``(m, n)`` rows, for a joined form)."""
+        packed = {"A": _padded(rows, self.rows), **self.constants}
+        if self.skip is not None:
+            packed["Skip"] = _padded(skip, self.skip)
+        return packed
 
 
 def round_up(size: int, unit: int) -> int:

@@ -109,8 +109,12 @@ def _output_columns(out: np.ndarray, shape: ConvShape) -> np.ndarray:
 
 def _nhwc_padded(x: np.ndarray, shape: ConvShape, fill: float) -> np.ndarray:
     """NCHW ``x`` as the kernel's input: channels last, padded with ``fill``."""
+    return _padded_nhwc(x.transpose(0, 2, 3, 1), shape, fill)
+
+
+def _padded_nhwc(nhwc: np.ndarray, shape: ConvShape, fill: float) -> np.ndarray:
+    """Channels-last ``nhwc`` padded with ``fill`` by ``shape``'s pads."""
     top, left, bottom, right = shape.pads
-    nhwc = x.transpose(0, 2, 3, 1)
     if not any(shape.pads):
         return np.ascontiguousarray(nhwc)
     return np.pad(nhwc, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=fill)
@@ -222,8 +226,11 @@ def integer_conv(name: str, op: str, x: str, x_shape: Sequence[int], xq: QParams
         x_zp = _zero_point(xq, "int8")
         rows = shape.n * oh * ow
 
+        def gathered_nhwc(nhwc: np.ndarray) -> np.ndarray:
+            return _im2col(_padded_nhwc(nhwc, shape, x_zp), shape)
+
         def gathered(arrays: Arrays) -> np.ndarray:
-            return _im2col(_nhwc_padded(_activation(arrays[0], "int8"), shape, x_zp), shape)
+            return gathered_nhwc(_activation(arrays[0], "int8").transpose(0, 2, 3, 1))
 
         def output(out: np.ndarray) -> np.ndarray:
             nhwc = out.reshape(shape.n, oh, ow, shape.out_channels)
@@ -242,7 +249,8 @@ def integer_conv(name: str, op: str, x: str, x_shape: Sequence[int], xq: QParams
                          correction.reshape(-1), _per_channel(scale, shape.out_channels),
                          out_q.requantisation, output,
                          None if shape.kernel == (1, 1) and shape.strides == (1, 1)
-                         else _IM2COL, None if out_q.unsigned else output_rows)
+                         else _IM2COL, None if out_q.unsigned else output_rows,
+                         rows_nhwc=gathered_nhwc)
 
     return layer("int8", (layer("uint8", ()),))
 

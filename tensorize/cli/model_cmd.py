@@ -179,7 +179,7 @@ def _bench(graph: Any, ctx: RunContext, runs: int) -> dict[str, Any]:
     timings = time_interleaved({"tensorize": lambda: network(inputs),
                                 "onnxruntime": lambda: session.run(names, inputs)}, runs)
     return {"threads": 1, "runs": runs, "native_layers": network.native,
-            "layers": len(graph.layers),
+            "layers": len(network.graph.layers),
             "outputs": "; ".join(text for _, text in checks),
             "outputs_ok": all(ok for ok, _ in checks),
             **{name: {"best_ms": round(t.best * 1e3, 3), "median_ms": round(t.median * 1e3, 3),

@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from intrinsics import Intrinsic, Registry, feature_names
 from ir import BlockRealize, IterKind, PrimFunc, ScheduleError, TensorizeError
 from simulator import MachineConfig
-from tensorize.engine import (cpu_schedule, cuda_grouped, cuda_schedule, npu_schedule,
-                              npu_vector)
+from tensorize.engine import (cpu_epilogue, cpu_schedule, cuda_grouped, cuda_schedule,
+                              npu_schedule, npu_vector)
 from tensorize.engine.count import count_calls
 from tensorize.engine.gemm_view import to_intrinsic_shape
 from tensorize.engine.generic_schedule import schedule_generic
@@ -75,6 +75,12 @@ RESHAPES: Mapping[str, Callable[..., bool]] = {
 # add or ReLU run a tile at a time on the vector unit, ``npu_vector``).
 ELEMENTWISE: Mapping[str, tuple[Callable[[Schedule], bool], Callable[..., None]]] = {
     "npu": (npu_vector.elementwise_only, npu_vector.schedule_vector),
+}
+# What a kind does, once its blocks are tensorized, with the elementwise blocks after them
+# that stay loops of their own (``finish(sch)``): a CPU inlines each into the next, so the
+# epilogue is one pass over the GEMM's result (``cpu_epilogue``).
+EPILOGUES: Mapping[str, Callable[[Schedule], object]] = {
+    "cpu": cpu_epilogue.inline_epilogues,
 }
 # Kinds whose reshape wastes nothing (cuda: a grouped convolution as a batched GEMM; cpu: an
 # int8 operand shifted to VPDPBUSD's uint8, one pass over it and one sum of the other), so it
@@ -248,6 +254,8 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry,
     if kind in ELEMENTWISE and not any(o.intrinsic for o in outcomes) \
             and ELEMENTWISE[kind][0](sch):
         outcomes = _elementwise(sch, kind, registry, config, outcomes)
+    if kind in EPILOGUES and any(o.intrinsic for o in outcomes):
+        EPILOGUES[kind](sch)
     return Tensorized(func, sch, target, tuple(_fused(sch.func, outcomes)), tuple(explain),
                       time.perf_counter() - start)
 

@@ -101,11 +101,27 @@ class Executor:
 
     def __init__(self) -> None:
         self.timings = Timings()
+        # Layers that took the residual add after them (:meth:`_join_residuals`), by identity.
+        self._joined: set[int] = set()
 
     def prepare(self, graph: Graph) -> Graph:
         """The graph this executor runs: ``graph`` as it is (an executor that computes
         several layers in one program joins them here)."""
         return graph
+
+    def _join_residuals(self, graph: Graph, tile: tuple[int, int, int],
+                        runs: Callable[[Layer], bool]) -> Graph:
+        """``graph`` with each residual add joined onto the layer producing its first
+        operand (:mod:`ir.onnx.residual`; the joined layer padded to ``tile``) where
+        ``runs`` says this target runs the joined kernel whole."""
+        layers: list[Layer | None] = list(graph.layers)
+        for join in residual_joins(graph):
+            base, add = graph.layers[join.layer], graph.layers[join.add]
+            joined = base.fused.joined(base, add, tile)
+            if runs(joined):
+                layers[join.layer], layers[join.add] = joined, None
+                self._joined.add(id(joined))
+        return replace(graph, layers=tuple(layer for layer in layers if layer is not None))
 
     def run(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
         """Run ``layer`` on its input ``arrays``."""
@@ -229,8 +245,6 @@ class NpuExecutor(Executor):
         self._plans: dict[int, tuple[Any, Any, Any]] = {}
         self._fused_layers: dict[int, tuple[Layer, Layer]] = {}
         self._tile = self._gemm_tile()
-        # Layers that took the residual add after them (:meth:`prepare`), by identity.
-        self._joined: set[int] = set()
 
     def prepare(self, graph: Graph) -> Graph:
         """``graph`` with each residual add joined onto the layer producing its first
@@ -239,15 +253,8 @@ class NpuExecutor(Executor):
         with fusion off, ``graph`` as it is."""
         if not self.fusion or isinstance(self._tile, str):
             return graph
-        layers: list[Layer | None] = list(graph.layers)
-        for join in residual_joins(graph):
-            base, add = graph.layers[join.layer], graph.layers[join.add]
-            joined = base.fused.joined(base, add, self._tile)
-            if isinstance(self._on_device(joined), str):
-                continue
-            layers[join.layer], layers[join.add] = joined, None
-            self._joined.add(id(joined))
-        return replace(graph, layers=tuple(layer for layer in layers if layer is not None))
+        return self._join_residuals(graph, self._tile,
+                                    lambda joined: not isinstance(self._on_device(joined), str))
 
     @property
     def roofline(self) -> dict[str, Any]:
@@ -492,6 +499,13 @@ class CpuExecutor(Executor):
         self._kernels[id(func)] = (func, outcome, kernel)
         return outcome, kernel
 
+    def prepare(self, graph: Graph) -> Graph:
+        """``graph`` with each residual add joined onto the layer producing its first
+        operand where the joined kernel (the add compiled into the convolution's epilogue)
+        tensorizes: the add's inputs are read once, in the kernel, not by a host layer."""
+        return self._join_residuals(graph, (1, 1, 1),
+                                    lambda joined: self._tensorized(joined.func)[1] is not None)
+
     def _unshifted_first(self, layer: Layer) -> Layer:
         """``layer``, or the first of its variants whose kernel tensorizes without an
         operand shift when ``layer``'s needs one (x86 takes int8 activations through the
@@ -545,6 +559,8 @@ class CpuExecutor(Executor):
         notes = [f"ran on {run.engine}"]
         if any(form is layer for _, form in self._fused_forms.values()):
             notes.append("bias and requantisation compiled into the kernel")
+        elif id(layer) in self._joined:
+            notes.append("bias, requantisation and the residual add compiled into the kernel")
         return LayerRun(output, "tensorized", outcome.intrinsic, None, calls,
                         instructions=run.instructions,
                         seconds=run.best if run.seconds else None, notes=notes, ran=layer)

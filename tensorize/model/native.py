@@ -2,31 +2,60 @@
 timed end to end beside onnxruntime.
 
 :func:`compile_network` takes each layer's form as the model run takes it (the CPU
-executor's choice: the layer or its uint8 variant, tensorized and emitted), compiles every
-tensorized kernel once (:class:`targets.cpu.loaded.LoadedKernel`), and keeps the rest as the
-host functions they are. A call runs the layers in order: per layer its pack (layout: for a
-convolution the input's windows as GEMM rows), the native kernel, and its unpack (the
-epilogue: bias, zero-point corrections and requantisation, in numpy), or its host function
-(quantise, pools, adds, reshapes). Nothing is cached between calls, so a call's time is the
-network's: every layer's own work, host work included, on one thread.
+executor's choice: residual adds joined onto the convolution before them, each layer's
+fused form with its epilogue compiled in, else the layer or its uint8 variant, tensorized
+and emitted), compiles every tensorized kernel once (:class:`targets.cpu.loaded.
+LoadedKernel`), and keeps the rest as the host functions they are. A call runs the layers in
+order. A convolution's output stays in its kernel's layout (int8, channels last:
+:class:`ChannelsLast`), which the next convolution's pack reads as it is (a 1x1 layer's
+rows are that array; a wider window's are gathered from it), as does a joined add's
+residual input; a layer that needs the ONNX layout (a pool, the output) gets it converted
+once. Nothing is cached between calls, so a call's time is the network's: every layer's own
+work, host work included, on one thread.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ir.onnx import Graph, Layer
+from ir.onnx.fused import GemmPack
 from targets.cpu import CpuRun
 from tensorize.model.executors import CpuExecutor, run_on_host
 
 if TYPE_CHECKING:
     from tensorize.runners.context import RunContext
 
-Step = Callable[[list[np.ndarray]], np.ndarray]
+
+class ChannelsLast:
+    """A convolution's output as its kernel wrote it: ``nhwc``, int8 (a uint8 tensor's
+    values less 128), valid until the layer runs again; :meth:`array` is the layer's
+    output as ONNX has it (NCHW, its dtype), converted on first use."""
+
+    def __init__(self, nhwc: np.ndarray, convert: Callable[[], np.ndarray]) -> None:
+        self.nhwc = nhwc
+        self._convert = convert
+        self._array: np.ndarray | None = None
+
+    def array(self) -> np.ndarray:
+        """The tensor in the model's layout and dtype."""
+        if self._array is None:
+            self._array = self._convert()
+        return self._array
+
+
+Value = np.ndarray | ChannelsLast
+
+
+Step = Callable[[list[Value]], Value]
+
+
+def _array(value: Value) -> np.ndarray:
+    return value.array() if isinstance(value, ChannelsLast) else value
 
 
 class NativeNetwork:
@@ -40,16 +69,18 @@ class NativeNetwork:
 
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The network's outputs for ``inputs`` (by graph input name)."""
-        values = dict(inputs)
+        values: dict[str, Value] = dict(inputs)
         for layer, step in zip(self.graph.layers, self.steps):
             values[layer.output] = step([values[name] for name in layer.inputs])
-        return {info.name: values[info.name] for info in self.graph.outputs}
+        # Copies: a kernel's output array is its own, overwritten by the next call.
+        return {info.name: np.array(_array(values[info.name])) for info in self.graph.outputs}
 
 
 def compile_network(graph: Graph, ctx: RunContext) -> NativeNetwork:
     """``graph`` compiled for the context's CPU target (module docs); CpuRunError when a
     tensorized kernel cannot run natively here."""
     executor = CpuExecutor(ctx)
+    graph = executor.prepare(graph)
     steps, native = [], 0
     for layer in graph.layers:
         step = _kernel_step(executor, layer) if layer.func is not None else None
@@ -67,15 +98,42 @@ def _kernel_step(executor: CpuExecutor, layer: Layer) -> Step | None:
         return None
     loaded = LoadedKernel(kernel[0])
     output = chosen.func.params[-1].name
+    pack = chosen.pack
+    if isinstance(pack, GemmPack) and pack.fused.rows_nhwc is not None:
+        return _channels_last_step(chosen, pack, loaded)
 
-    def step(arrays: list[np.ndarray]) -> np.ndarray:
-        return chosen.unpack(loaded(chosen.pack(arrays))[output], arrays)
+    def step(values: list[Value]) -> np.ndarray:
+        arrays = [_array(value) for value in values]
+        return chosen.unpack(loaded(pack(arrays))[output], arrays)
+
+    return step
+
+
+def _channels_last_step(layer: Layer, pack: GemmPack, loaded: Any) -> Step:
+    """A convolution's fused (or joined) form reading its input, and a joined add's
+    residual input, channels last where they come so, and leaving its output so."""
+    fused, output = pack.fused, layer.func.params[-1].name
+    n, c, h, w = layer.output_shape
+
+    def step(values: list[Value]) -> ChannelsLast:
+        x, skip = values[0], values[pack.inputs:]
+        if isinstance(x, ChannelsLast):
+            rows = fused.rows_nhwc(x.nhwc)
+        else:
+            rows = fused.rows([x])
+        skip_rows = None
+        if skip:
+            skip_rows = (skip[0].nhwc.reshape(fused.m, c) if isinstance(skip[0], ChannelsLast)
+                         else fused.output_rows(skip[0]))
+        out = loaded(pack.from_rows(rows, skip_rows))[output]
+        return ChannelsLast(out[:fused.m].reshape(n, h, w, c),
+                            lambda: layer.unpack(out, ()))
 
     return step
 
 
 def _host_step(layer: Layer) -> Step:
-    return lambda arrays: run_on_host(layer, arrays)
+    return lambda values: run_on_host(layer, [_array(value) for value in values])
 
 
 def time_interleaved(calls: Mapping[str, Callable[[], object]], runs: int

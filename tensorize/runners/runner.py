@@ -287,8 +287,9 @@ def _report_blocks(done: Tensorization, opts: RunOptions, reductions: set[str],
                                            f"{figures}{tile}")
         elif outcome.folded:
             report.step("tensorize", True, f"{outcome.block}: not tensorized "
-                                           f"({outcome.reason}); folded into a tensorized "
-                                           "block's copies, no kernel of its own")
+                                           f"({outcome.reason}); folded into another "
+                                           "block (a tensorized block's copies, or the "
+                                           "epilogue block reading it), no kernel of its own")
         else:
             ok = not fails and not (strict and outcome.block in reductions)
             stops = not ok

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 from ir.onnx import import_model
 from targets import cpu
 from targets.cpu.loaded import LoadedKernel
 from tensorize.engine import auto_tensorize
-from tensorize.model import random_inputs
-from tensorize.model.native import compile_network, time_interleaved
+from tensorize.model import networks, random_inputs
+from tensorize.model.native import ChannelsLast, compile_network, time_interleaved
 from tensorize.model.reference import reference_session
 from tests.ir.onnx import models
 from tests.tensorize.schedule.kernels import gemm_int8
@@ -83,3 +84,49 @@ def test_a_loaded_kernel_copies_again_what_may_have_changed(registry, context):
                                   a.astype(np.int32) @ writable.astype(np.int32))
     np.testing.assert_array_equal(loaded({"A": a, "B": frozen})["C"],
                                   a.astype(np.int32) @ frozen.astype(np.int32))
+
+
+def _bottleneck(seed: int = 0, size: int = 8):
+    """1x1 -> Relu -> 3x3 (pad 1) -> Relu -> 1x1 -> Add (the first layer's output) -> Relu:
+    a ResNet bottleneck, tiny."""
+    rng = np.random.default_rng(seed)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], name="conv3"),
+        helper.make_node("Add", ["c3", "r1"], ["a"], name="add"),
+        helper.make_node("Relu", ["a"], ["y"], name="relu3"),
+    ]
+    inits = [models.weights(rng, "w1", [16, 8, 1, 1]), models.weights(rng, "b1", [16]),
+             models.weights(rng, "w2", [16, 16, 3, 3]), models.weights(rng, "b2", [16]),
+             models.weights(rng, "w3", [16, 16, 1, 1]), models.weights(rng, "b3", [16])]
+    return models.model(nodes, [("x", TensorProto.FLOAT, [1, 8, size, size])],
+                        [("y", TensorProto.FLOAT, [1, 16, size, size])], inits)
+
+
+@pytest.mark.parametrize("network_model", [
+    _bottleneck,
+    pytest.param(lambda: networks.resnet50(**networks.SMALL["resnet50"]),
+                 marks=pytest.mark.slow)], ids=["bottleneck", "small resnet50"])
+def test_convolutions_hand_each_other_their_outputs_channels_last(tmp_path, context,
+                                                                   network_model):
+    graph = import_model(models.save(models.quantize(network_model(), tmp_path), tmp_path,
+                                     "net.onnx"))
+    network = compile_network(graph, context("x86"))
+    # Every residual add is joined onto the convolution producing its first operand.
+    assert any(" + " in layer.name for layer in network.graph.layers)
+    assert not any(layer.op == "QDQ Add" for layer in network.graph.layers)
+    inputs = random_inputs(graph, 2)
+    values = dict(inputs)
+    kept = 0
+    for layer, step in zip(network.graph.layers, network.steps):
+        values[layer.output] = step([values[name] for name in layer.inputs])
+        kept += isinstance(values[layer.output], ChannelsLast)
+    assert kept == sum(layer.op.startswith("QDQ Conv") for layer in network.graph.layers)
+    names = [info.name for info in graph.outputs]
+    theirs = reference_session(graph).run(names, inputs)
+    ours = network(inputs)
+    for name, want in zip(names, theirs):
+        np.testing.assert_array_equal(ours[name], want)
