@@ -50,6 +50,18 @@ def add() -> HostFn:
     return lambda xs: xs[0] + xs[1]
 
 
+def multiply() -> HostFn:
+    """``a * b`` with numpy (ONNX multidirectional) broadcasting."""
+    return lambda xs: xs[0] * xs[1]
+
+
+def hard_sigmoid(alpha: float, beta: float) -> HostFn:
+    """``clip(alpha * x + beta, 0, 1)`` in float32, the multiply and the add each rounded,
+    as onnxruntime's CPU kernel computes it (no fused multiply-add)."""
+    a, b = np.float32(alpha), np.float32(beta)
+    return lambda xs: np.clip(xs[0] * a + b, np.float32(0), np.float32(1))
+
+
 def pool_windows(x: np.ndarray, kernel, strides, pads, fill: float) -> np.ndarray:
     """``(n, c, oh, ow, kh, kw)`` windows of NCHW ``x`` padded with ``fill``."""
     top, left, bottom, right = pads

@@ -325,12 +325,12 @@ class _Importer(OperatorLayers):
 
     def _operands(self, node: NodeView) -> tuple[list[str], list[str]]:
         """(activation inputs, weight and parameter inputs) of a node: a Conv's or Gemm's
-        first input is its activation; MatMul and Add take constants (plain or dequantised)
-        on either side."""
+        first input is its activation; MatMul, Add and Mul take constants (plain or
+        dequantised) on either side."""
         inputs = [t for t in node.inputs if t]
         if node.op in ("Conv", "Gemm", "Reshape", "Clip"):
             return inputs[:1], inputs[1:]
-        if node.op in ("MatMul", "Add"):
+        if node.op in ("MatMul", "Add", "Mul"):
             constant = [t for t in inputs if t in self.qconst or t in self.read.constants]
             return [t for t in inputs if t not in constant], constant
         return inputs, []

@@ -1,6 +1,7 @@
 """The importer's function per plain operator: Conv, MatMul, Gemm, their integer forms
 (QLinearConv, ConvInteger, QLinearMatMul, MatMulInteger), QuantizeLinear, DequantizeLinear,
-the host operators, Split, and the onnxruntime fallback for any other.
+the host operators, Split, and the onnxruntime fallback for any other (and for arithmetic
+on constants alone).
 
 :class:`OperatorLayers` is mixed into the importer (:mod:`ir.onnx.importer`), whose state
 (the read model, the shapes and dtypes known so far, the dequantised constants) and shared
@@ -81,8 +82,7 @@ class OperatorLayers:
         if weights is None:
             raise OnnxImportError(f"{where} requires constant weights, got computed ones "
                                   f"({node.inputs[1]!r})")
-        bias = self._float_input(node, node.inputs[2]) if len(node.inputs) > 2 \
-            and node.inputs[2] else None
+        bias = self._bias(node, where)
         x = node.inputs[0]
         self._require_float(node, x)
         return linear.float_conv(node.name, x, self._shape(x, node), weights, bias,
@@ -99,13 +99,23 @@ class OperatorLayers:
                 raise OnnxImportError(f"{where} requires constant weights B, got computed ones")
             if node.attrs.get("transB", 0):
                 weights = weights.T
-            bias = self._float_input(node, node.inputs[2]) if len(node.inputs) > 2 \
-                and node.inputs[2] else None
+            bias = self._bias(node, where)
         if weights is not None:
             return linear.float_matmul(node.name, node.op, a, self._shape(a, node), None,
                                        weights.shape, weights, bias, node.outputs[0], where)
         return linear.float_matmul(node.name, node.op, a, self._shape(a, node), b,
                                    self._shape(b, node), None, None, node.outputs[0], where)
+
+    def _bias(self, node: NodeView, where: str) -> np.ndarray | None:
+        """A Conv's or Gemm's optional third input, the bias, as float; a computed one is
+        refused (the layer adds its bias as a constant)."""
+        if len(node.inputs) <= 2 or not node.inputs[2]:
+            return None
+        bias = self._float_input(node, node.inputs[2])
+        if bias is None:
+            raise OnnxImportError(f"{where} requires a constant bias, got computed "
+                                  f"{node.inputs[2]!r}")
+        return bias
 
     def _check_gemm(self, node: NodeView) -> None:
         attrs = node.attrs
@@ -213,6 +223,9 @@ class OperatorLayers:
 
     def _host_op(self, node: NodeView, where: str) -> Layer:
         activations, _ = self._operands(node)
+        if not activations:
+            # Arithmetic on constants alone, which the exporter did not fold.
+            return self._fallback(node)[0]
         fn, shape = self._host_function(node, activations)
         dtype = self.dtypes.get(activations[0], "float32")
         if node.op in ("AveragePool", "GlobalAveragePool", "Softmax"):
@@ -230,16 +243,10 @@ class OperatorLayers:
             return host_ops.relu(), shape
         if op == "Clip":
             return host_ops.clip(*self._clip_bounds(node)), shape
-        if op == "Add":
-            if len(names) > 1:
-                return host_ops.add(), tuple(np.broadcast_shapes(shape, self._shape(names[1],
-                                                                                    node)))
-            _, constants = self._operands(node)
-            constant = self._float_input(node, constants[0])
-            if constant is None:
-                raise OnnxImportError(f"{where} requires two inputs, got one")
-            out = tuple(np.broadcast_shapes(shape, constant.shape))
-            return (lambda xs: xs[0] + constant.astype(xs[0].dtype)), out
+        if op in ("Add", "Mul"):
+            return self._binary(node, names, shape)
+        if op == "HardSigmoid":
+            return host_ops.hard_sigmoid(attrs.get("alpha", 0.2), attrs.get("beta", 0.5)), shape
         if op in ("MaxPool", "AveragePool"):
             kernel, strides, pads = host_ops.pool_attributes(where, attrs)
             out = host_ops.pool_output_shape(shape, kernel, strides, pads)
@@ -263,6 +270,20 @@ class OperatorLayers:
             return host_ops.softmax(axis), shape
         raise OnnxImportError(f"{where} requires an elementwise, pool or shape operator, got "
                               f"{op}")
+
+    def _binary(self, node: NodeView, names: list[str], shape: tuple[int, ...]
+                ) -> tuple[host_ops.HostFn, tuple[int, ...]]:
+        """An Add or Mul of two activations, or of one and a constant on either side
+        (both commute exactly), broadcast; and its output shape."""
+        two = host_ops.add() if node.op == "Add" else host_ops.multiply()
+        if len(names) > 1:
+            return two, tuple(np.broadcast_shapes(shape, self._shape(names[1], node)))
+        _, constants = self._operands(node)
+        constant = self._float_input(node, constants[0])
+        if constant is None:
+            raise OnnxImportError(f"{self.read.where(node)} requires two inputs, got one")
+        out = tuple(np.broadcast_shapes(shape, constant.shape))
+        return (lambda xs: two([xs[0], constant.astype(xs[0].dtype)])), out
 
     def _clip_bounds(self, node: NodeView) -> tuple[float | None, float | None]:
         if self.read.opset < 11:
@@ -424,9 +445,9 @@ HANDLERS: dict[str, Callable[[OperatorLayers, NodeView, str], Layer]] = {
     "MatMulInteger": OperatorLayers._matmul_integer,
     "QuantizeLinear": OperatorLayers._quantize,
     "DequantizeLinear": OperatorLayers._dequantize,
-    **{op: OperatorLayers._host_op for op in ("Relu", "Clip", "Add", "MaxPool", "AveragePool",
-                                         "GlobalAveragePool", "Reshape", "Flatten",
-                                         "Transpose", "Softmax")},
+    **{op: OperatorLayers._host_op for op in ("Relu", "Clip", "Add", "Mul", "HardSigmoid",
+                                         "MaxPool", "AveragePool", "GlobalAveragePool",
+                                         "Reshape", "Flatten", "Transpose", "Softmax")},
 }
 
 # Operators whose node becomes several layers, one per output in use.

@@ -1,8 +1,9 @@
 """Reading an ONNX file within bounds: its nodes, constants and static shapes.
 
-Everything a later step needs is collected here once: the constants (initializers and
-Constant nodes, as numpy arrays), every tensor's static shape and dtype that is known (graph
-inputs, and onnx's shape inference for the rest), the producer and consumers of each tensor.
+Everything a later step needs is collected here once: the constants (initializers,
+Constant nodes and Identity nodes of a constant, as numpy arrays), every tensor's static
+shape and dtype that is known (graph inputs, and onnx's shape inference for the rest), the
+producer and consumers of each tensor.
 
 What no later step could run is refused here, naming the file and the node: an opset newer
 than the installed onnx defines, and a node whose operator neither onnx, nor onnxruntime's
@@ -127,6 +128,7 @@ def read_model(path: str | os.PathLike) -> ModelFile:
                                       f"{err}") from None
         constants[init.name] = numpy_helper.to_array(init)
     nodes = []
+    returned = {output.name for output in graph.output}
     for index, proto in enumerate(graph.node):
         attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
         view = NodeView(proto.name or f"{proto.op_type}_{index}", proto.op_type,
@@ -136,6 +138,13 @@ def read_model(path: str | os.PathLike) -> ModelFile:
         if proto.op_type == "Constant" and proto.domain in ("", "ai.onnx"):
             constants[proto.output[0]] = _constant_value(name, view)
             continue
+        if _identity_of_constant(view, constants):
+            # PyTorch's TorchScript exporter keeps one initializer for equal constants and
+            # gives each user its own name through an Identity: a constant, as its input.
+            # One the graph returns keeps its node, so that a layer computes the output.
+            constants[proto.output[0]] = constants[proto.input[0]]
+            if proto.output[0] not in returned:
+                continue
         nodes.append(view)
     shapes: dict[str, tuple[int, ...]] = {}
     dtypes: dict[str, str] = {}
@@ -248,6 +257,12 @@ def _constant_value(path: str, node: NodeView) -> np.ndarray:
                               f"tensor attribute, got {sorted(node.attrs)}")
     _check_elements(path, node.outputs[0], list(value.dims))
     return numpy_helper.to_array(value)
+
+
+def _identity_of_constant(node: NodeView, constants: dict[str, np.ndarray]) -> bool:
+    """Whether ``node`` is an Identity whose input is a constant."""
+    return (node.op == "Identity" and node.domain in ("", "ai.onnx")
+            and len(node.inputs) == 1 and node.inputs[0] in constants)
 
 
 def _record_type(info, shapes: dict, dtypes: dict) -> None:
