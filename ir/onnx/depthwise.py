@@ -63,7 +63,10 @@ class DepthwiseGemm:
             return {"A": self._rows(arrays, sizes), **constants}
 
         groups, mp, kp, width = sizes
-        func = kernels.grouped_matmul_requantised(groups, mp, kp, width, self.requantisation)
+        q = self.requantisation
+        # One group is the plain GEMM: a batch of one is no loop for the engine to map.
+        func = (kernels.matmul_requantised(mp, kp, width, q) if groups == 1
+                else kernels.grouped_matmul_requantised(groups, mp, kp, width, q))
         return Layer(base.name, base.op, base.inputs, base.output, base.input_shapes,
                      base.output_shape, base.output_dtype, base.macs, base.detail, func,
                      pack, self._unpack(), epilogue=self.host_work)
@@ -86,14 +89,17 @@ class DepthwiseGemm:
         def pack_epilogue(arrays: Arrays) -> dict[str, np.ndarray]:
             return {"X": arrays[0], **epilogue}
 
+        q = self.requantisation
+        shape = (mp, width) if groups == 1 else (groups, mp, width)
         sums = Layer(base.name, base.op, base.inputs, f"{base.output} (int32 sums)",
-                     base.input_shapes, (groups, mp, width), "int32", base.macs, base.detail,
-                     kernels.matmul(groups, mp, kp, width, "int8", True), pack_gemm,
+                     base.input_shapes, shape, "int32", base.macs, base.detail,
+                     kernels.matmul(0 if groups == 1 else groups, mp, kp, width, "int8",
+                                    groups > 1), pack_gemm,
                      lambda out, arrays: out, epilogue=self.host_work)
         requantised = Layer(f"{base.name} epilogue", "requantisation", (sums.output,),
-                            base.output, ((groups, mp, width),), base.output_shape,
-                            base.output_dtype, 0, "",
-                            kernels.grouped_requantised(groups, mp, width, self.requantisation),
+                            base.output, (shape,), base.output_shape, base.output_dtype, 0, "",
+                            kernels.requantised(mp, width, q) if groups == 1
+                            else kernels.grouped_requantised(groups, mp, width, q),
                             pack_epilogue, self._unpack())
         return sums, requantised
 
@@ -115,7 +121,7 @@ class DepthwiseGemm:
         grouped[:, :, :channels] = windows
         a[:, :m, :taps * width] = grouped.reshape(m, taps, groups, width).transpose(
             2, 0, 1, 3).reshape(groups, m, taps * width)
-        return a
+        return _one_group(a)
 
     def _constants(self, sizes: tuple[int, int, int, int]) -> dict[str, np.ndarray]:
         """The diagonal weight tiles, bias and scales by group: the same arrays every
@@ -131,6 +137,7 @@ class DepthwiseGemm:
         b[:, :taps * width] = diagonal.reshape(groups, taps * width, width)
         constants = {"B": b, "Bias": self._by_group(self.bias, groups, width),
                      "Scale": self._by_group(self.scale, groups, width)}
+        constants = {name: _one_group(array) for name, array in constants.items()}
         for constant in constants.values():
             constant.setflags(write=False)
         return constants
@@ -148,8 +155,16 @@ class DepthwiseGemm:
         channels = self.weights.shape[1]
 
         def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
+            if out.ndim == 2:  # one group
+                out = out[np.newaxis]
             groups, _, width = out.shape
             rows = out[:, :self.m, :].transpose(1, 0, 2).reshape(self.m, groups * width)
             return self.output(np.ascontiguousarray(rows[:, :channels]))
 
         return unpack
+
+
+def _one_group(array: np.ndarray) -> np.ndarray:
+    """``array`` by group, without its group dimension when there is one group (the kernel
+    is then the plain GEMM)."""
+    return array[0] if array.shape[0] == 1 else array

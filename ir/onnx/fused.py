@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ir.function import PrimFunc
 from ir.onnx import kernels
 from ir.onnx.graph import Arrays, Layer
 
@@ -54,8 +55,10 @@ class FusedGemm:
         """``base`` computed by this GEMM with every dimension padded to a multiple of
         ``tile`` (rows, depth, columns)."""
         mp, kp, np_ = self._padded_sizes(tile)
-        pack = GemmPack(self, len(base.inputs), (mp, kp), None, self._constants(kp, np_))
-        func = kernels.matmul_requantised(mp, kp, np_, self.requantisation)
+        pack = GemmPack(self, len(base.inputs), (mp, kp), None, self._constants(kp, np_),
+                        lambda rows: kernels.matmul_requantised(rows, kp, np_,
+                                                                self.requantisation))
+        func = pack.kernel(mp)
         return Layer(base.name, base.op, base.inputs, base.output, base.input_shapes,
                      base.output_shape, base.output_dtype, base.macs, base.detail, func,
                      pack, self._unpack(), epilogue=self.host_work)
@@ -71,10 +74,12 @@ class FusedGemm:
         q = add.qadd
         params = kernels.qadd_parameters_of(q, np_)
         params.setflags(write=False)
+        residual = kernels.ResidualAdd(q.y.scalar_zero_point())
         pack = GemmPack(self, len(base.inputs), (mp, kp), (mp, np_),
-                        {**self._constants(kp, np_), "AddParams": params})
-        func = kernels.matmul_requantised_add(mp, kp, np_, self.requantisation,
-                                              kernels.ResidualAdd(q.y.scalar_zero_point()))
+                        {**self._constants(kp, np_), "AddParams": params},
+                        lambda rows: kernels.matmul_requantised_add(
+                            rows, kp, np_, self.requantisation, residual))
+        func = pack.kernel(mp)
         return Layer(f"{base.name} + {add.name}", f"{base.op} + {add.op}",
                      base.inputs + (add.inputs[1],), add.output,
                      base.input_shapes + (add.input_shapes[1],), add.output_shape,
@@ -136,13 +141,16 @@ class FusedGemm:
 class GemmPack:
     """The pack of a fused form (:meth:`FusedGemm.layer`) or a joined one (with ``skip``,
     the residual input's padded shape): the GEMM rows from the layer's first ``inputs``
-    arrays, padded to ``rows``, and the constants, the same arrays every call."""
+    arrays, padded to ``rows``, and the constants, the same arrays every call. ``kernel``
+    gives the form's kernel over any number of rows (the same work on fewer of them: a
+    part of the rows, for a thread of its own)."""
 
     fused: FusedGemm
     inputs: int
     rows: tuple[int, int]
     skip: tuple[int, int] | None
     constants: dict[str, np.ndarray]
+    kernel: Callable[[int], PrimFunc]
 
     def __call__(self, arrays: Arrays) -> dict[str, np.ndarray]:
         """The kernel's inputs from the layer's input arrays."""
@@ -156,6 +164,14 @@ class GemmPack:
         packed = {"A": _padded(rows, self.rows), **self.constants}
         if self.skip is not None:
             packed["Skip"] = _padded(skip, self.skip)
+        return packed
+
+    def part(self, rows: np.ndarray, skip: np.ndarray | None) -> dict[str, np.ndarray]:
+        """The inputs of :attr:`kernel` over ``len(rows)`` rows: those GEMM rows (and the
+        residual input's), unpadded."""
+        packed = {"A": rows, **self.constants}
+        if self.skip is not None:
+            packed["Skip"] = skip
         return packed
 
 

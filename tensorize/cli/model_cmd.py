@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -86,9 +87,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--bench", type=argtypes.positive, metavar="N",
                         help="a CPU target run natively (x86): after the checks, the whole "
                              "network compiled and timed end to end, N calls taking turns "
-                             "with onnxruntime's (its default settings) on one thread (best "
-                             "and median, wall and CPU time), its outputs checked against "
-                             "the reference's")
+                             "with onnxruntime's (its default settings) on one thread and "
+                             "then on --threads (best and median, wall and CPU time), its "
+                             "outputs checked against the reference's")
+    parser.add_argument("--threads", type=argtypes.threads, default=None,
+                        metavar="N",
+                        help="with --bench: the second round's threads, each layer's rows "
+                             "split over them, onnxruntime given as many (default: all "
+                             f"cores, here {os.cpu_count() or 1})")
     parser.add_argument("--seed", type=argtypes.seed, default=0,
                         help="random seed for the inputs, a non-negative integer (0)")
     parser.add_argument("--quiet", action="store_true",
@@ -127,7 +133,8 @@ def handle(args: argparse.Namespace) -> int:
     if trace is not None:
         write_network_trace(trace, run.records, run.timelines, ctx.machine.name,
                             Path(args.model).name, ctx.machine.clock_mhz)
-    bench = _bench(graph, ctx, args.bench) if args.bench else None
+    threads = args.threads or os.cpu_count() or 1
+    bench = _bench(graph, ctx, args.bench, threads) if args.bench else None
     if bench is not None and bench.get("outputs_ok") is False:
         failures.append(f"bench: the compiled network's outputs against onnxruntime: "
                         f"{bench['outputs']}")
@@ -157,50 +164,59 @@ def handle(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failures else EXIT_OK
 
 
-def _bench(graph: Any, ctx: RunContext, runs: int) -> dict[str, Any]:
+def _bench(graph: Any, ctx: RunContext, runs: int, threads: int) -> dict[str, Any]:
     """The whole network compiled for the CPU target and timed beside onnxruntime
-    (:mod:`tensorize.model.native`), or why it was skipped."""
+    (:mod:`tensorize.model.native`) on one thread and, with ``threads`` above one, again
+    with both on ``threads`` threads; or why it was skipped."""
+    from dataclasses import replace
+
     from targets.cpu import CpuRunError
     from tensorize.model import random_inputs
     from tensorize.model.check import compare
     from tensorize.model.native import best_cpu, compile_network, time_interleaved
     from tensorize.model.reference import model_session, reference_session
 
-    try:
-        network = compile_network(graph, ctx)
-    except CpuRunError as err:
-        return {"skip": str(err)}
     inputs = random_inputs(graph, ctx.seed)
     names = [info.name for info in graph.outputs]
-    ours = network(inputs)
     theirs = dict(zip(names, reference_session(graph).run(names, inputs)))
-    checks = [compare(ours[name], theirs[name]) for name in names]
-    session = model_session(graph)
-    timings = time_interleaved({"tensorize": lambda: network(inputs),
-                                "onnxruntime": lambda: session.run(names, inputs)}, runs)
-    return {"threads": 1, "runs": runs, "native_layers": network.native,
-            "layers": len(network.graph.layers),
-            "outputs": "; ".join(text for _, text in checks),
-            "outputs_ok": all(ok for ok, _ in checks),
-            **{name: {"best_ms": round(t.best * 1e3, 3), "median_ms": round(t.median * 1e3, 3),
-                      "best_cpu_ms": round(best_cpu(t) * 1e3, 3)}
-               for name, t in timings.items()}}
+    rounds, checks = [], []
+    for count in sorted({1, threads}):
+        try:
+            network = compile_network(graph, replace(ctx, threads=count))
+        except CpuRunError as err:
+            return {"skip": str(err)}
+        ours = network(inputs)
+        checks += [compare(ours[name], theirs[name]) for name in names]
+        session = model_session(graph, count)
+        timings = time_interleaved({"tensorize": lambda: network(inputs),
+                                    "onnxruntime": lambda: session.run(names, inputs)}, runs)
+        rounds.append({"threads": count, "layers_split": len(network.split), **{
+            name: {"best_ms": round(t.best * 1e3, 3), "median_ms": round(t.median * 1e3, 3),
+                   "best_cpu_ms": round(best_cpu(t) * 1e3, 3)}
+            for name, t in timings.items()}})
+    return {"runs": runs, "native_layers": network.native, "layers": len(network.graph.layers),
+            "outputs": "; ".join(sorted({text for _, text in checks})),
+            "outputs_ok": all(ok for ok, _ in checks), "rounds": rounds}
 
 
 def _print_bench(bench: dict[str, Any]) -> None:
     if "skip" in bench:
         print(f"bench: skip: {bench['skip']}")
         return
-    print(f"\nthe network compiled, one thread, {bench['runs']} calls each, taking turns "
-          f"({bench['native_layers']} of {bench['layers']} layers native kernels, the rest "
-          "host functions):")
-    for name in ("tensorize", "onnxruntime"):
-        t = bench[name]
-        print(f"  {name:<12} best {t['best_ms']:8.2f} ms (CPU {t['best_cpu_ms']:.2f} ms), "
-              f"median {t['median_ms']:.2f} ms")
-    ratio = bench["onnxruntime"]["best_ms"] / bench["tensorize"]["best_ms"]
-    print(f"  onnxruntime's best over ours: {ratio:.2f}x (above 1: ours is faster); "
-          f"outputs against onnxruntime: {bench['outputs']}")
+    print(f"\nthe network compiled, {bench['runs']} calls each, taking turns with onnxruntime "
+          f"on as many threads ({bench['native_layers']} of {bench['layers']} layers native "
+          "kernels, the rest host functions):")
+    for round_ in bench["rounds"]:
+        split = (f", {round_['layers_split']} layers' rows split over them"
+                 if round_["threads"] > 1 else "")
+        print(f"  {round_['threads']} thread{'s' if round_['threads'] > 1 else ''}{split}:")
+        for name in ("tensorize", "onnxruntime"):
+            t = round_[name]
+            print(f"    {name:<12} best {t['best_ms']:8.2f} ms (CPU {t['best_cpu_ms']:.2f} ms), "
+                  f"median {t['median_ms']:.2f} ms")
+        ratio = round_["onnxruntime"]["best_ms"] / round_["tensorize"]["best_ms"]
+        print(f"    onnxruntime's best over ours: {ratio:.2f}x (above 1: ours is faster)")
+    print(f"  outputs against onnxruntime: {bench['outputs']}")
 
 
 def _trace_path(args: argparse.Namespace) -> Path | None:
@@ -227,6 +243,8 @@ def _context(args: argparse.Namespace) -> RunContext:
     for option, given in (("--machine", args.machine), ("--unfused", args.unfused)):
         if given and args.target != "npu":
             raise UsageError(f"{option} applies to --target npu only")
+    if args.threads and not args.bench:
+        raise UsageError("--threads applies with --bench (the compiled network's timing)")
     if args.bench and args.target in ("host", "npu"):
         raise UsageError(f"--bench applies to a CPU target (x86, arm, ...), got {args.target}: "
                          "the NPU's figures are simulated cycles, the host's the reference")

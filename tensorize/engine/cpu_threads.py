@@ -26,7 +26,8 @@ from ir import (Block, BlockRealize, Buffer, BufferLoad, BufferStore, For, IterK
 from ir.visitor import post_order_visit
 from tensorize.schedule import tree
 
-__all__ = ["GRANULE", "MIN_MACS_PER_THREAD", "RowSplit", "plan_rows", "slice_rows"]
+__all__ = ["GRANULE", "MIN_MACS_PER_THREAD", "RowSplit", "plan_rows", "slice_rows",
+           "split_rows"]
 
 # Rows in a part are a multiple of this (see the module docs).
 GRANULE = 16
@@ -55,15 +56,22 @@ def plan_rows(func: PrimFunc, threads: int, min_work: int = MIN_MACS_PER_THREAD
     if isinstance(found, str):
         return found
     loop, sliced = found
-    rows = loop.extent
     work = sum(math.prod(iv.extent for iv in r.block.iter_vars) for r in _realizes(func))
+    parts = split_rows(loop.extent, work, threads, min_work)
+    return parts if isinstance(parts, str) else RowSplit(parts, sliced)
+
+
+def split_rows(rows: int, work: int, threads: int, min_work: int = MIN_MACS_PER_THREAD
+               ) -> tuple[tuple[int, int], ...] | str:
+    """``rows`` rows of ``work`` iterations in all cut into at most ``threads`` parts of
+    whole :data:`GRANULE`s and at least ``min_work`` iterations each, as ``(first row,
+    rows)``; or why they make one part."""
     useful = min(threads, -(-rows // GRANULE), work // min_work)
     if useful < 2:
         return (f"{work:,} iterations over {rows} rows make one part (a thread takes at "
                 f"least {GRANULE} rows and {min_work:,} iterations)")
     per = -(-rows // useful // GRANULE) * GRANULE
-    starts = range(0, rows, per)
-    return RowSplit(tuple((s, min(per, rows - s)) for s in starts), sliced)
+    return tuple((s, min(per, rows - s)) for s in range(0, rows, per))
 
 
 def slice_rows(func: PrimFunc, split: RowSplit, rows: int) -> PrimFunc:

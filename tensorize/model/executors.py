@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ir import BlockRealize, IterKind
+from ir import BlockRealize, ExecutionError, IterKind
 from intrinsics import runnable
 from ir.onnx import Graph, Layer
 from ir.onnx.residual import residual_joins
@@ -276,9 +276,16 @@ class NpuExecutor(Executor):
         outcome = _principal(result, _compute_block(func), self.registry)
         plan = None
         if outcome is not None and outcome.intrinsic is not None:
-            with self.timings.measure("compile"):
-                plan = (plan_npu(result.func, self.config, self.registry),
-                        _compute_calls(result.func, outcome.intrinsic))
+            try:
+                with self.timings.measure("compile"):
+                    plan = (plan_npu(result.func, self.config, self.registry),
+                            _compute_calls(result.func, outcome.intrinsic))
+            except ExecutionError as err:
+                # The program does not fit the machine (its memories, its queues): the
+                # layer takes another form, or the host, with this reason.
+                outcome = replace(outcome, intrinsic=None,
+                                  reason=f"tensorized with {outcome.intrinsic}, but "
+                                         f"{err.message}")
         self._plans[id(func)] = (func, outcome, plan)
         return outcome, plan
 
@@ -341,7 +348,10 @@ class NpuExecutor(Executor):
                 epilogue_note = ("bias, requantisation and the residual add on the vector "
                                  "unit, in the program")
         if plan is None:
-            return self._fallback(layer, arrays, _reason(outcome))
+            reason = _reason(outcome)
+            if isinstance(fused, str):
+                reason = f"{fused}; the layer's own kernel: {reason}"
+            return self._fallback(layer, arrays, reason)
         return self._run_plan(layer, arrays, outcome, plan, epilogue_note, start)
 
     def run(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
@@ -480,7 +490,7 @@ class CpuExecutor(Executor):
             self._results[id(func)] = cached
         return cached[1]
 
-    def _tensorized(self, func):
+    def compiled(self, func):
         """The engine's outcome for ``func``'s reduction block and, when tensorized, its
         emitted kernel (the CPU runner's :func:`~tensorize.runners.cpu.emit_cpu`; cached by
         function)."""
@@ -504,7 +514,7 @@ class CpuExecutor(Executor):
         operand where the joined kernel (the add compiled into the convolution's epilogue)
         tensorizes: the add's inputs are read once, in the kernel, not by a host layer."""
         return self._join_residuals(graph, (1, 1, 1),
-                                    lambda joined: self._tensorized(joined.func)[1] is not None)
+                                    lambda joined: self.compiled(joined.func)[1] is not None)
 
     def _unshifted_first(self, layer: Layer) -> Layer:
         """``layer``, or the first of its variants whose kernel tensorizes without an
@@ -532,10 +542,10 @@ class CpuExecutor(Executor):
         if layer.fused is not None and not layer.fused.diagonal:
             fused = _cached_form(self._fused_forms, layer,
                                  lambda base: base.fused.layer(base, (1, 1, 1)))
-            outcome, kernel = self._tensorized(fused.func)
+            outcome, kernel = self.compiled(fused.func)
             if kernel is not None:
                 return fused, outcome, kernel
-        return self._first_taken(self._unshifted_first(layer), self._tensorized)
+        return self._first_taken(self._unshifted_first(layer), self.compiled)
 
     def run_func(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
         """The layer's kernel (or its first variant that tensorizes, one needing no operand

@@ -16,15 +16,19 @@ work, host work included, on one thread.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ir.onnx import Graph, Layer
 from ir.onnx.fused import GemmPack
-from targets.cpu import CpuRun
+from targets.cpu import CpuRun, CpuRunError
+from tensorize.engine.cpu_threads import split_rows
 from tensorize.model.executors import CpuExecutor, run_on_host
 
 if TYPE_CHECKING:
@@ -60,12 +64,16 @@ def _array(value: Value) -> np.ndarray:
 
 class NativeNetwork:
     """``graph``'s layers as steps: ``native`` of them run compiled kernels, the rest their
-    host functions."""
+    host functions; ``threads`` the most threads a layer's kernel runs on."""
 
-    def __init__(self, graph: Graph, steps: list[Step], native: int) -> None:
+    def __init__(self, graph: Graph, steps: list[Step], native: int, threads: int,
+                 split: dict[str, int]) -> None:
         self.graph = graph
         self.steps = steps
         self.native = native
+        self.threads = threads
+        # The layers whose rows run on several threads, with how many.
+        self.split = split
 
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The network's outputs for ``inputs`` (by graph input name)."""
@@ -81,37 +89,82 @@ def compile_network(graph: Graph, ctx: RunContext) -> NativeNetwork:
     tensorized kernel cannot run natively here."""
     executor = CpuExecutor(ctx)
     graph = executor.prepare(graph)
-    steps, native = [], 0
+    threads = ctx.threads or os.cpu_count() or 1
+    # One pool for the network: a layer's parts run on it, the caller's thread waiting.
+    pool = ThreadPoolExecutor(threads) if threads > 1 else None
+    steps, native, split = [], 0, {}
     for layer in graph.layers:
-        step = _kernel_step(executor, layer) if layer.func is not None else None
+        step, parts = (_kernel_step(executor, layer, threads, pool) if layer.func is not None
+                       else (None, 1))
         native += step is not None
+        if parts > 1:
+            split[layer.name] = parts
         steps.append(step or _host_step(layer))
-    return NativeNetwork(graph, steps, native)
+    return NativeNetwork(graph, steps, native, threads, split)
 
 
-def _kernel_step(executor: CpuExecutor, layer: Layer) -> Step | None:
-    """The layer's pack, native kernel and unpack; None when no form of it tensorizes."""
+def _kernel_step(executor: CpuExecutor, layer: Layer, threads: int,
+                 pool: ThreadPoolExecutor | None) -> tuple[Step | None, int]:
+    """The layer's pack, native kernel and unpack, and the threads it runs on; None when
+    no form of it tensorizes."""
     from targets.cpu.loaded import LoadedKernel
 
     chosen, _, kernel = executor.kernel_for(layer)
     if kernel is None:
-        return None
-    loaded = LoadedKernel(kernel[0])
+        return None, 1
     output = chosen.func.params[-1].name
     pack = chosen.pack
     if isinstance(pack, GemmPack) and pack.fused.rows_nhwc is not None:
-        return _channels_last_step(chosen, pack, loaded)
+        parts = _parts(executor, chosen, pack, threads)
+        return _channels_last_step(chosen, pack, parts, pool), len(parts)
+    loaded = LoadedKernel(kernel[0])
 
     def step(values: list[Value]) -> np.ndarray:
         arrays = [_array(value) for value in values]
         return chosen.unpack(loaded(pack(arrays))[output], arrays)
 
-    return step
+    return step, 1
 
 
-def _channels_last_step(layer: Layer, pack: GemmPack, loaded: Any) -> Step:
+@dataclass(frozen=True)
+class _Part:
+    """Rows ``start`` to ``start + rows`` of a layer's GEMM, by a kernel of its own."""
+
+    start: int
+    rows: int
+    loaded: Any
+
+
+def _parts(executor: CpuExecutor, layer: Layer, pack: GemmPack, threads: int
+           ) -> list[_Part]:
+    """The layer's fused GEMM as parts of its rows, one per thread where the work is worth
+    it (:func:`~tensorize.engine.cpu_threads.split_rows`), each part the form's own kernel
+    over its rows (:attr:`GemmPack.kernel`), tensorized and compiled once; one part, the
+    layer's kernel, otherwise."""
+    from targets.cpu.loaded import LoadedKernel
+
+    m = pack.fused.m
+    split: tuple[tuple[int, int], ...] = ((0, m),)
+    if threads > 1:
+        k, n = pack.fused.weights.shape
+        found = split_rows(m, m * k * n, threads)
+        split = split if isinstance(found, str) else found
+    parts = []
+    for start, rows in split:
+        func = layer.func if len(split) == 1 else pack.kernel(rows)
+        _, kernel = executor.compiled(func)
+        if kernel is None:
+            raise CpuRunError(f"layer {layer.name}: its kernel over {rows} of its {m} rows "
+                              "does not tensorize as the whole one does")
+        parts.append(_Part(start, rows, LoadedKernel(kernel[0])))
+    return parts
+
+
+def _channels_last_step(layer: Layer, pack: GemmPack, parts: list[_Part],
+                        pool: ThreadPoolExecutor | None) -> Step:
     """A convolution's fused (or joined) form reading its input, and a joined add's
-    residual input, channels last where they come so, and leaving its output so."""
+    residual input, channels last where they come so, and leaving its output so; its rows
+    split over ``parts`` run at once on ``pool``."""
     fused, output = pack.fused, layer.func.params[-1].name
     n, c, h, w = layer.output_shape
 
@@ -125,7 +178,18 @@ def _channels_last_step(layer: Layer, pack: GemmPack, loaded: Any) -> Step:
         if skip:
             skip_rows = (skip[0].nhwc.reshape(fused.m, c) if isinstance(skip[0], ChannelsLast)
                          else fused.output_rows(skip[0]))
-        out = loaded(pack.from_rows(rows, skip_rows))[output]
+        if len(parts) == 1:
+            out = parts[0].loaded(pack.from_rows(rows, skip_rows))[output]
+        else:
+            out = np.empty((fused.m, c), np.int8)
+
+            def run(part: _Part) -> None:
+                end = part.start + part.rows
+                part_skip = None if skip_rows is None else skip_rows[part.start:end]
+                out[part.start:end] = part.loaded(pack.part(rows[part.start:end],
+                                                            part_skip))[output]
+
+            list(pool.map(run, parts))
         return ChannelsLast(out[:fused.m].reshape(n, h, w, c),
                             lambda: layer.unpack(out, ()))
 

@@ -18,21 +18,22 @@ from tests.ir.onnx import models
 CHANNELS = 20  # not a multiple of a 16- or 8-channel group: the last group is padded
 
 
-def depthwise_net(seed: int = 0, size: int = 9):
+def depthwise_net(seed: int = 0, size: int = 9, channels: int = CHANNELS):
     """Depthwise 3x3 (pad 1) -> Relu -> depthwise 3x3 stride 2: MobileNet's middle layer."""
     rng = np.random.default_rng(seed)
     nodes = [
-        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="dw1", group=CHANNELS,
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="dw1", group=channels,
                          pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-        helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], name="dw2", group=CHANNELS,
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], name="dw2", group=channels,
                          strides=[2, 2]),
     ]
-    inits = [models.weights(rng, "w1", [CHANNELS, 1, 3, 3]), models.weights(rng, "b1", [CHANNELS]),
-             models.weights(rng, "w2", [CHANNELS, 1, 3, 3]), models.weights(rng, "b2", [CHANNELS])]
+    inits = [models.weights(rng, name, shape) for name, shape in (
+        ("w1", [channels, 1, 3, 3]), ("b1", [channels]),
+        ("w2", [channels, 1, 3, 3]), ("b2", [channels]))]
     out = (size - 3) // 2 + 1
-    return models.model(nodes, [("x", TensorProto.FLOAT, [1, CHANNELS, size, size])],
-                        [("y", TensorProto.FLOAT, [1, CHANNELS, out, out])], inits)
+    return models.model(nodes, [("x", TensorProto.FLOAT, [1, channels, size, size])],
+                        [("y", TensorProto.FLOAT, [1, channels, out, out])], inits)
 
 
 @pytest.fixture(scope="module", params=[{}, {"per_channel": True}, {"unsigned": True}],
@@ -94,3 +95,21 @@ def test_no_residual_add_joins_a_depthwise_layer(net):
     layer = _depthwise(graph)[0]
     with pytest.raises(ValueError, match="depthwise"):
         layer.fused.joined(layer, layer, (16, 16, 16))
+
+
+def test_one_group_of_channels_is_the_plain_gemm(tmp_path):
+    # 16 channels are one group of a 16-wide tile: the kernel is the 2-D GEMM with its
+    # epilogue (a batch of one would be no loop for the engine to map).
+    built = models.quantize(depthwise_net(channels=16), tmp_path)
+    graph = import_model(models.save(built, tmp_path, "dw16.onnx"))
+    inputs = random_inputs(graph, 1)
+    expected = run_reference(graph, inputs)
+    for layer in _depthwise(graph):
+        form = layer.fused.layer(layer, (16, 16, 16))
+        assert form.func.name == "matmul_requantised"
+        assert [len(p.shape) for p in form.func.params] == [2, 2, 1, 1, 2]
+        arrays = [expected.get(name, inputs.get(name)) for name in layer.inputs]
+        np.testing.assert_array_equal(run_on_host(form, arrays), expected[layer.output])
+        sums, epilogue = layer.fused.unfused(layer, (16, 16, 16))
+        np.testing.assert_array_equal(run_on_host(epilogue, [run_on_host(sums, arrays)]),
+                                      expected[layer.output])

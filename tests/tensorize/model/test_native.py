@@ -86,9 +86,9 @@ def test_a_loaded_kernel_copies_again_what_may_have_changed(registry, context):
                                   a.astype(np.int32) @ frozen.astype(np.int32))
 
 
-def _bottleneck(seed: int = 0, size: int = 8):
+def _bottleneck(seed: int = 0, size: int = 8, c: int = 16):
     """1x1 -> Relu -> 3x3 (pad 1) -> Relu -> 1x1 -> Add (the first layer's output) -> Relu:
-    a ResNet bottleneck, tiny."""
+    a ResNet bottleneck of ``c`` channels, tiny."""
     rng = np.random.default_rng(seed)
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1"),
@@ -99,11 +99,11 @@ def _bottleneck(seed: int = 0, size: int = 8):
         helper.make_node("Add", ["c3", "r1"], ["a"], name="add"),
         helper.make_node("Relu", ["a"], ["y"], name="relu3"),
     ]
-    inits = [models.weights(rng, "w1", [16, 8, 1, 1]), models.weights(rng, "b1", [16]),
-             models.weights(rng, "w2", [16, 16, 3, 3]), models.weights(rng, "b2", [16]),
-             models.weights(rng, "w3", [16, 16, 1, 1]), models.weights(rng, "b3", [16])]
+    inits = [models.weights(rng, "w1", [c, 8, 1, 1]), models.weights(rng, "b1", [c]),
+             models.weights(rng, "w2", [c, c, 3, 3]), models.weights(rng, "b2", [c]),
+             models.weights(rng, "w3", [c, c, 1, 1]), models.weights(rng, "b3", [c])]
     return models.model(nodes, [("x", TensorProto.FLOAT, [1, 8, size, size])],
-                        [("y", TensorProto.FLOAT, [1, 16, size, size])], inits)
+                        [("y", TensorProto.FLOAT, [1, c, size, size])], inits)
 
 
 @pytest.mark.parametrize("network_model", [
@@ -130,3 +130,17 @@ def test_convolutions_hand_each_other_their_outputs_channels_last(tmp_path, cont
     ours = network(inputs)
     for name, want in zip(names, theirs):
         np.testing.assert_array_equal(ours[name], want)
+
+
+def test_a_layers_rows_split_over_threads_give_the_same_outputs(tmp_path, context):
+    # The 3x3 layer: 1024 rows x 576 x 64, 37.7M MACs, enough for two threads; the 1x1
+    # layers are one part each.
+    graph = import_model(models.save(models.quantize(_bottleneck(size=32, c=64), tmp_path),
+                                     tmp_path, "wide.onnx"))
+    network = compile_network(graph, context("x86", threads=2))
+    assert network.threads == 2 and network.split == {"conv2": 2}
+    inputs = random_inputs(graph, 5)
+    names = [info.name for info in graph.outputs]
+    theirs = reference_session(graph).run(names, inputs)
+    for name, want in zip(names, theirs):
+        np.testing.assert_array_equal(network(inputs)[name], want)

@@ -53,3 +53,13 @@ def test_a_cpu_target_runs_the_depthwise_kernel_itself(graph, context):
     assert run.ok
     for record, note in _depthwise(run):
         assert "compiled into the kernel" not in (note or "")
+
+
+def test_a_depthwise_layer_of_one_channel_group_runs_fused(tmp_path, context):
+    graph = import_model(models.save(models.quantize(depthwise_net(channels=16), tmp_path),
+                                     tmp_path, "dw16.onnx"))
+    run = run_model(graph, context("npu"))
+    assert run.ok
+    for record, note in _depthwise(run):
+        assert record["placement"] == "tensorized" and record["check"] == "exact"
+        assert "bias and requantisation on the vector unit, in the program" in note
