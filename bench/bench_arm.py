@@ -11,11 +11,23 @@ the first column), the smmla column with SMMLA named (its register-blocked sched
 run exactly under qemu-user where it is installed and are counted under unicorn with every
 i8mm instruction replaced by SDOT on the same registers (targets/arm/i8mm_count.py). Every
 column but llvm -O3 is tuned per kernel for the scheduling model (the description's
-tune_cpus) that executes it in the fewest instructions.
+tune_cpus) and the form of code (cpu_tune.CODE_FORMS) that execute it in the fewest
+instructions.
+
+A second table takes the GEMVs' weight (B) as a network has it, a constant: its packing is
+split off into a kernel of its own (targets.cpu.prepack), run once before the calls, as a
+model load would, and the per-call kernel reads the packed buffer. Its figures are a call's
+MACs per executed instruction with that packing excluded (+i8mm and smmla as above); the
+first column's kernel's instructions a call and its packing's, counted apart, are printed
+beside them, and the last column puts one packing and one call together. Every output is
+compared with numpy exactly.
+
+    .venv/bin/python bench/bench_arm.py --rows GEMV     # only the rows whose name has GEMV
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from pathlib import Path
@@ -53,7 +65,10 @@ I8MM = "+neon,+dotprod,+i8mm"
 
 
 def main() -> None:
-    rng = np.random.default_rng(0)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="", help="only the kernels whose name contains "
+                        "this text (default: all)")
+    rows = parser.parse_args().rows
     registry = default_registry()  # a bench is an edge: the built-in descriptions
     kernels = suite_kernels.builders()
     cases = [("int8 GEMM 64^3", kernels["gemm_int8"](64, 64, 64), 64 ** 3),
@@ -68,6 +83,18 @@ def main() -> None:
              ("int8 GEMV 1x1024x1024", kernels["gemm_int8"](1, 1024, 1024), 1024 * 1024),
              ("int8 GEMV 1x1024x1024, W[n, k]", kernels["dense_int8"](1, 1024, 1024),
               1024 * 1024)]
+    whole_kernels([case for case in cases if rows in case[0]], registry)
+    # The GEMVs' weights as constants, with numpy's product of the activation and weight.
+    constant = [("int8 GEMV 1x1024x1024, B packed once", kernels["gemm_int8"](1, 1024, 1024),
+                 1024 * 1024, lambda a, b: a @ b),
+                ("int8 GEMV 1x1024x1024, W[n, k] packed once",
+                 kernels["dense_int8"](1, 1024, 1024), 1024 * 1024, lambda a, w: a @ w.T)]
+    prepacked([case for case in constant if rows in case[0]], registry)
+
+
+def whole_kernels(cases: list, registry) -> None:
+    """The first table: each kernel whole, its packing included, against LLVM's -O3."""
+    rng = np.random.default_rng(0)
     print("MACs per executed AArch64 instruction, packing included; "
           ".venv/bin/python bench/bench_arm.py")
     print(f"{'kernel':36} {'ours':>8} {'llvm -O3':>9} {'ratio':>6} {'inner loop':>11} "
@@ -102,6 +129,43 @@ def main() -> None:
         print(f"{label:36} {count / mine.instructions:8.2f} {count / base.instructions:9.2f} "
               f"{base.instructions / mine.instructions:6.2f} {16 * dots / body:11.2f} "
               f"{figures[0]:7.2f} {figures[1]:7.2f}")
+
+
+def prepacked(cases: list, registry) -> None:
+    """The second table: each kernel's weight (its second parameter) packed once by a kernel
+    of its own, the per-call kernel counted without it; the packing counted apart."""
+    if not cases:
+        return
+    rng = np.random.default_rng(1)
+    print()
+    print("The weight a constant, packed once before the calls (as at a model load): MACs per")
+    print("executed instruction of a call, the packing excluded and its instructions counted "
+          "apart")
+    print(f"{'kernel':44} {'per call':>9} {'+i8mm':>7} {'smmla':>7} {'call':>9} "
+          f"{'packing once':>13} {'call+packing':>13}")
+    for label, func, count, reference in cases:
+        activation, weight = (p.name for p in func.params[:2])
+        inputs = {p.name: rng.integers(-128, 128, p.shape).astype(p.dtype.numpy)
+                  for p in func.params[:2]}
+        expected = reference(inputs[activation].astype(np.int32),
+                             inputs[weight].astype(np.int32))
+        figures = []
+        for features, intrinsic in ((None, None), (I8MM, None), (I8MM, "arm_smmla")):
+            chosen = auto_tensorize(func, "arm", registry=registry, features=features,
+                                    intrinsic=intrinsic).func
+            split = cpu.split_constants(chosen, [weight])
+            pack, _ = choose_tune_cpu(split.pack, "arm", registry=registry)
+            kernel, _ = choose_tune_cpu(split.kernel, "arm", features, registry=registry)
+            packing = cpu.run(pack, {weight: inputs[weight]})
+            call = {activation: inputs[activation],
+                    **{name: packing.outputs[name] for name in split.packed}}
+            if cpu.engine_for(kernel)[0] is not None and not np.array_equal(
+                    cpu.run(kernel, call).outputs[kernel.outputs[0]], expected):
+                raise SystemExit(f"{label}: the per-call kernel's output differs from numpy's")
+            figures.append((cpu.count_executed(kernel, call), packing.instructions))
+        (ours, packing), i8mm, smmla = figures
+        print(f"{label:44} {count / ours:9.2f} {count / i8mm[0]:7.2f} {count / smmla[0]:7.2f} "
+              f"{ours:9,} {packing:13,} {count / (ours + packing):13.2f}")
 
 
 if __name__ == "__main__":

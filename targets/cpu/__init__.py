@@ -14,13 +14,18 @@ lacks). ``docs/cpu_targets.md`` explains how to describe a target.
   it on numpy arrays; :func:`count_executed` counts the instructions it executes, where an
   engine here can; :func:`run_parts` runs kernels of parts of the output rows at once, one
   thread each (natively only; :func:`native_refusal` says why not here).
+- :func:`split_constants` splits a tensorized function into the packing of its constant
+  inputs (a network's weights: run once, at load) and the per-call kernel that reads the
+  packed buffers.
 """
 
 from targets.cpu.emit import CpuKernel, emit
 from targets.cpu.errors import CpuRunError, EmitError
 from targets.cpu.machine import compile
 from targets.cpu.parallel import Part, run_parts
+from targets.cpu.prepack import Prepacked, split_constants
 from targets.cpu.run import CpuRun, count_executed, engine_for, native_refusal, run
 
-__all__ = ["CpuKernel", "CpuRun", "CpuRunError", "EmitError", "Part", "compile", "count_executed",
-           "emit", "engine_for", "native_refusal", "run", "run_parts"]
+__all__ = ["CpuKernel", "CpuRun", "CpuRunError", "EmitError", "Part", "Prepacked", "compile",
+           "count_executed", "emit", "engine_for", "native_refusal", "run", "run_parts",
+           "split_constants"]

@@ -88,7 +88,8 @@ class CpuKernel:
 
 
 def emit(func: PrimFunc, target: str, features: str | None = None, *, registry: Registry,
-         tune_cpu: str | None = None) -> CpuKernel:
+         tune_cpu: str | None = None, rolled: bool = False,
+         chain_stores: bool = False) -> CpuKernel:
     """Emit ``func`` (tensorized for CPU target ``target``, or plain) as LLVM IR for it,
     with ``features`` (default: the target's own, ``cpu.features`` of its description in
     ``registry``, the descriptions the function was tensorized with).
@@ -98,7 +99,15 @@ def emit(func: PrimFunc, target: str, features: str | None = None, *, registry: 
     its template says, or indexes a register buffer by a value not known at emission time;
     IntrinsicSpecError when no description makes ``target`` a CPU target. ``tune_cpu`` (one
     of the description's ``tune_cpus``; default the first) is the CPU whose scheduling
-    model LLVM tunes the code for.
+    model LLVM tunes the code for. ``rolled`` keeps each counted loop that chains
+    multi-register loads (a k loop, :mod:`.chains`) as the schedule unrolled it: LLVM's
+    unroller leaves it (``llvm.loop.unroll.disable``), where unrolled further it may hoist
+    the loads of several iterations and spill (the one-row GEMV tuned for cortex-a55).
+    ``chain_stores`` addresses a packing loop's interleaving stores (``st4``, which has no
+    immediate offset) from one pointer that each advances, as the k loop's loads are
+    (:mod:`.chains`), where otherwise LLVM spends an ``add`` on each. Either may make
+    another kernel longer (LLVM allocates its registers differently); the tuner
+    (``tensorize.engine.cpu_tune.choose_tune_cpu``) keeps the form that executes fewest.
     """
     cpu = registry.cpu(target)
     tune_cpu = cpu.tune_cpus[0] if tune_cpu is None else tune_cpu
@@ -123,13 +132,27 @@ def emit(func: PrimFunc, target: str, features: str | None = None, *, registry: 
     function.args[-1].name = "status"
     builder = ll.IRBuilder(function.append_basic_block("entry"))
     emitter = _CpuEmitter(function, builder, dict(zip(buffers, function.args)),
-                          function.args[-1], registry, cpu)
+                          function.args[-1], registry, cpu, rolled, chain_stores)
     emitter.stmt(func.body)
     builder.ret_void()
     outputs = _written(func, registry)
     tune = None if tune_cpu == cpu.cpu else tune_cpu
-    return CpuKernel(func, _attributes(str(module), symbol, tune), symbol, buffers, outputs,
-                     cpu, features, tuple(emitter.sites))
+    return CpuKernel(func, _attributes(_loop_ids(str(module)), symbol, tune), symbol, buffers,
+                     outputs, cpu, features, tuple(emitter.sites))
+
+
+# The placeholder a rolled loop's latch branch carries (``_CpuEmitter._roll``), made a loop
+# ID by :func:`_loop_ids`: llvmlite writes no self-referring (distinct) metadata node.
+_ROLLED = "tensorize.rolled"
+
+
+def _loop_ids(text: str) -> str:
+    """Each rolled loop's placeholder node (``!N = !{ !"tensorize.rolled", i64 K }``) as the
+    loop ID that disables LLVM's unroller: ``!N = distinct !{ !N, !{!"llvm.loop.unroll.
+    disable"} }``, distinct so that each loop keeps its own."""
+    return re.sub(rf'^(!\d+) = !{{ !"{_ROLLED}", i64 \d+ }}$',
+                  r'\1 = distinct !{ \1, !{!"llvm.loop.unroll.disable"} }', text,
+                  flags=re.MULTILINE)
 
 
 def _attributes(text: str, symbol: str, tune_cpu: str | None) -> str:
@@ -213,8 +236,12 @@ class _CpuEmitter(StmtEmitter):
 
     def __init__(self, function: ll.Function, builder: ll.IRBuilder,
                  pointers: dict[Buffer, ll.Value], status: ll.Value, registry: Registry,
-                 cpu: CpuTarget) -> None:
+                 cpu: CpuTarget, rolled: bool = False, chain_stores: bool = False) -> None:
         super().__init__(function, builder, pointers, status)
+        # emit()'s choices of code form.
+        self.rolled = rolled
+        self.chain_stores = chain_stores
+        self._loops = 0
         self.registry = registry
         self.scope = cpu.register_scope
         self.vector_bytes = cpu.vector_bytes
@@ -451,8 +478,9 @@ class _CpuEmitter(StmtEmitter):
         shuffle of 2 to 4 registers, which LLVM stores with one ``st4`` (``st3``, ``st2``).
         B's 16 columns x 4 k rows take 14 instructions where ``zip``, ``st2`` and stores a
         register at a time took 20, A's 8 rows x 16 k values 23 where they took 34 (the
-        64^3 GEMM's packing and the rest, 2,276 to 1,446). False, having emitted nothing,
-        for any other run."""
+        64^3 GEMM's packing and the rest, 2,276 to 1,446). With ``chain_stores`` each is
+        addressed from its buffer's chain in the counted loop around it (:mod:`.chains`).
+        False, having emitted nothing, for any other run."""
         if not isinstance(element, ll.IntType) or len(lanes) <= width or \
                 any(isinstance(lane, int) for lane in lanes):
             return False
@@ -469,8 +497,10 @@ class _CpuEmitter(StmtEmitter):
         size = max(buffer.dtype.bits // 8, 1)
         for start, firsts, run in planned.segments:
             value = _interleave_runs(self.b, values, firsts, run, count)
-            address = self._form_address(buffer, Form(base.const + start * bits // 8 // size,
-                                                      base.terms))
+            form = Form(base.const + start * bits // 8 // size, base.terms)
+            chained = self.chains.store_address(buffer, form) \
+                if self.chains is not None and self.chain_stores else None
+            address = self._form_address(buffer, form) if chained is None else chained
             self.b.store(value, address, align=1)
         return True
 
@@ -692,13 +722,24 @@ class _CpuEmitter(StmtEmitter):
         with self._bind({loop.var: counter}, {}, {loop.var: Interval(lo, hi)}):
             self.stmt(loop.body)
         self.chains.close(b.block)
+        chained = self.chains.loads
         self.chains = outer_chains
         for key, phi in carried.items():
             phi.add_incoming(self.registers[key], b.block)
         following = b.add(counter, ll.Constant(ty, 1))
         counter.add_incoming(following, b.block)
-        b.cbranch(b.icmp_unsigned("<=", following, ll.Constant(ty, hi)), body, after)
+        latch = b.cbranch(b.icmp_unsigned("<=", following, ll.Constant(ty, hi)), body, after)
+        if chained and self.rolled:
+            self._roll(latch)
         b.position_at_end(after)
+
+    def _roll(self, latch: ll.Instruction) -> None:
+        """Mark the loop whose latch branch is ``latch`` for LLVM's unroller to leave (its
+        placeholder node, numbered so that each loop's is its own: :func:`_loop_ids`)."""
+        module = self.function.module
+        self._loops += 1
+        latch.set_metadata("llvm.loop", module.add_metadata(
+            [ll.MetaDataString(module, _ROLLED), ll.Constant(I64, self._loops)]))
 
     def _BlockRealize(self, realize: BlockRealize) -> None:
         block = realize.block
