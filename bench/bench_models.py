@@ -10,13 +10,15 @@ by target the NPU's total cycles and network MAC utilisation (the useful MACs of
 it ran over the array's peak for their cycles), the AArch64 instructions executed under the
 emulator, or for x86 the whole network compiled and called end to end
 (``tensorize.model.native``: native kernels, their packing and epilogues and the host
-layers, one thread) and the tensorized kernels' own native time, next to onnxruntime's run
-of the quantised model (default settings, one thread), the two taking turns, best of 5.
-Figures, not assertions.
+layers) and the tensorized kernels' own native time, next to onnxruntime's run of the
+quantised model (default settings), the two taking turns, best of 5: on one thread, and again
+on ``--threads`` (default all cores; each convolution's rows split over them, onnxruntime given
+as many). Figures, not assertions.
 
     .venv/bin/python bench/bench_models.py                          # the three, on the NPU
     .venv/bin/python bench/bench_models.py --networks resnet50 --profile 25
     .venv/bin/python bench/bench_models.py --small --targets npu arm x86
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_models.py --targets x86 --threads 2
 
 ``--small`` builds the sizes the tests use (``networks.SMALL``); ``--profile N`` prints the
 N costliest functions of the run (cProfile, cumulative).
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import sys
 import tempfile
@@ -45,13 +48,13 @@ from tensorize.runners import make_context
 NETWORKS = ("resnet50", "mobilenetv2", "bert_layer")
 
 
-def network_seconds(graph, target: str, runs: int = 5):
-    """The network compiled for ``target`` (``tensorize.model.native``) and onnxruntime's
-    session of it (default settings, one thread), each called ``runs`` times taking turns:
-    their timings, after checking the outputs agree."""
-    ctx = make_context(default_registry(), target)
+def network_seconds(graph, target: str, threads: int, runs: int = 5):
+    """The network compiled for ``target`` (``tensorize.model.native``) on ``threads``
+    threads and onnxruntime's session of it (default settings, as many threads), each called
+    ``runs`` times taking turns: their timings, after checking the outputs agree."""
+    ctx = make_context(default_registry(), target, threads=threads)
     network = compile_network(graph, ctx)
-    session = model_session(graph)
+    session = model_session(graph, threads)
     inputs = random_inputs(graph, 0)
     names = [info.name for info in graph.outputs]
     ours = network(inputs)
@@ -75,7 +78,8 @@ def model_path(name: str, folder: Path, small: bool) -> Path:
     return path
 
 
-def bench(name: str, target: str, folder: Path, small: bool, profile: int) -> None:
+def bench(name: str, target: str, folder: Path, small: bool, profile: int,
+          threads: int) -> None:
     """Build, import and run one network on one target; print its line."""
     path = model_path(name, folder, small)
     start = time.perf_counter()
@@ -96,11 +100,13 @@ def bench(name: str, target: str, folder: Path, small: bool, profile: int) -> No
         detail = f"instructions {totals['instructions']:,}"
     elif target == "x86":
         kernels = sum(r["run_s"] or 0 for r in run.records if r["placement"] == "tensorized")
-        ours, theirs = network_seconds(graph, target)
-        detail = (f"network {ours.best * 1e3:.1f} ms (CPU {best_cpu(ours) * 1e3:.1f} ms), "
-                  f"tensorized kernels {kernels * 1e3:.1f} ms (native); onnxruntime "
-                  f"{theirs.best * 1e3:.1f} ms (CPU {best_cpu(theirs) * 1e3:.1f} ms; "
-                  "1 thread, best of 5 taking turns)")
+        detail = f"tensorized kernels {kernels * 1e3:.1f} ms (native, one thread)"
+        for count in sorted({1, threads}):
+            ours, theirs = network_seconds(graph, target, count)
+            detail += (f"; {count} thread{'s' if count > 1 else ''}: network "
+                       f"{ours.best * 1e3:.1f} ms (CPU {best_cpu(ours) * 1e3:.1f} ms), "
+                       f"onnxruntime {theirs.best * 1e3:.1f} ms (CPU "
+                       f"{best_cpu(theirs) * 1e3:.1f} ms), best of 5 taking turns")
     print(f"{name:<12} {target:<4} import {import_s:5.2f} s  run {run.timings['run']:6.2f} s  "
           f"reference {run.timings['reference']:5.2f} s  tensorized {totals['tensorized']}/"
           f"{totals['layers']}  MACs {graph.macs:,}  exact {'yes' if run.ok else 'NO'}  "
@@ -121,6 +127,8 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="print the N costliest functions of each run")
     parser.add_argument("--keep", metavar="DIR", help="keep the built models in DIR")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="x86: the second round's threads (default: all cores)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.keep or tmp)
@@ -128,7 +136,7 @@ def main() -> None:
         print(f"# {' '.join(sys.argv)}")
         for name in args.networks:
             for target in args.targets:
-                bench(name, target, folder, args.small, args.profile)
+                bench(name, target, folder, args.small, args.profile, args.threads)
 
 
 if __name__ == "__main__":

@@ -490,6 +490,25 @@ class CpuExecutor(Executor):
             self._results[id(func)] = cached
         return cached[1]
 
+    def prepacked(self, func, constants: tuple[str, ...]):
+        """``func``'s tensorized kernel split at its constant inputs' packing
+        (:func:`targets.cpu.split_constants`): ``(pack, kernel, packed)``, the pack's and
+        the per-call kernel's emitted code and the packed buffers' names; None when
+        ``func`` does not tensorize or no stage packs those constants alone."""
+        from targets.cpu import EmitError, split_constants
+        from tensorize.runners.cpu import emit_cpu
+
+        result = self._engine(func)
+        outcome = _outcome(result, _compute_block(func))
+        if outcome is None or outcome.intrinsic is None:
+            return None
+        try:
+            split = split_constants(result.func, constants)
+        except EmitError:
+            return None
+        with self.timings.measure("compile"):
+            return emit_cpu(self.ctx, split.pack), emit_cpu(self.ctx, split.kernel), split.packed
+
     def compiled(self, func):
         """The engine's outcome for ``func``'s reduction block and, when tensorized, its
         emitted kernel (the CPU runner's :func:`~tensorize.runners.cpu.emit_cpu`; cached by

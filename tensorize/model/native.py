@@ -67,13 +67,15 @@ class NativeNetwork:
     host functions; ``threads`` the most threads a layer's kernel runs on."""
 
     def __init__(self, graph: Graph, steps: list[Step], native: int, threads: int,
-                 split: dict[str, int]) -> None:
+                 split: dict[str, int], prepacked: set[str]) -> None:
         self.graph = graph
         self.steps = steps
         self.native = native
         self.threads = threads
         # The layers whose rows run on several threads, with how many.
         self.split = split
+        # The layers whose weights were packed once, at compile time.
+        self.prepacked = prepacked
 
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The network's outputs for ``inputs`` (by graph input name)."""
@@ -92,47 +94,57 @@ def compile_network(graph: Graph, ctx: RunContext) -> NativeNetwork:
     threads = ctx.threads or os.cpu_count() or 1
     # One pool for the network: a layer's parts run on it, the caller's thread waiting.
     pool = ThreadPoolExecutor(threads) if threads > 1 else None
-    steps, native, split = [], 0, {}
+    steps, native, split, prepacked = [], 0, {}, set()
     for layer in graph.layers:
         step, parts = (_kernel_step(executor, layer, threads, pool) if layer.func is not None
-                       else (None, 1))
+                       else (None, []))
         native += step is not None
-        if parts > 1:
-            split[layer.name] = parts
+        if len(parts) > 1:
+            split[layer.name] = len(parts)
+        if parts and all(part.packed for part in parts):
+            prepacked.add(layer.name)
         steps.append(step or _host_step(layer))
-    return NativeNetwork(graph, steps, native, threads, split)
+    return NativeNetwork(graph, steps, native, threads, split, prepacked)
 
 
 def _kernel_step(executor: CpuExecutor, layer: Layer, threads: int,
-                 pool: ThreadPoolExecutor | None) -> tuple[Step | None, int]:
-    """The layer's pack, native kernel and unpack, and the threads it runs on; None when
-    no form of it tensorizes."""
+                 pool: ThreadPoolExecutor | None) -> tuple[Step | None, list[_Part]]:
+    """The layer's pack, native kernel and unpack, and the parts of its rows it runs as
+    (none: a layer's own kernel, whole); None when no form of it tensorizes."""
     from targets.cpu.loaded import LoadedKernel
 
     chosen, _, kernel = executor.kernel_for(layer)
     if kernel is None:
-        return None, 1
+        return None, []
     output = chosen.func.params[-1].name
     pack = chosen.pack
     if isinstance(pack, GemmPack) and pack.fused.rows_nhwc is not None:
         parts = _parts(executor, chosen, pack, threads)
-        return _channels_last_step(chosen, pack, parts, pool), len(parts)
+        return _channels_last_step(chosen, pack, parts, pool), parts
     loaded = LoadedKernel(kernel[0])
 
     def step(values: list[Value]) -> np.ndarray:
         arrays = [_array(value) for value in values]
         return chosen.unpack(loaded(pack(arrays))[output], arrays)
 
-    return step, 1
+    return step, []
 
 
 @dataclass(frozen=True)
 class _Part:
-    """Rows ``start`` to ``start + rows`` of a layer's GEMM, by a kernel of its own."""
+    """Rows ``start`` to ``start + rows`` of a layer's GEMM, by a kernel of its own, which
+    reads the weights as ``packed`` holds them (packed once, at compile time)."""
 
     start: int
     rows: int
     loaded: Any
+    packed: dict[str, np.ndarray]
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The kernel run on the layer's ``inputs`` (the weights among them as given)."""
+        names = {b.name for b in self.loaded.kernel.func.params}
+        return self.loaded({**{k: v for k, v in inputs.items() if k in names},
+                            **self.packed})
 
 
 def _parts(executor: CpuExecutor, layer: Layer, pack: GemmPack, threads: int
@@ -152,12 +164,27 @@ def _parts(executor: CpuExecutor, layer: Layer, pack: GemmPack, threads: int
     parts = []
     for start, rows in split:
         func = layer.func if len(split) == 1 else pack.kernel(rows)
+        prepacked = executor.prepacked(func, ("B",))
+        if prepacked is not None:
+            packer, kernel, names = prepacked
+            packed = LoadedKernel(packer)({"B": pack.constants["B"]})
+            # Copies, read-only: the kernel is then given the same arrays every call and
+            # copies them in once.
+            weights = {name: _frozen(packed[name]) for name in names}
+            parts.append(_Part(start, rows, LoadedKernel(kernel), weights))
+            continue
         _, kernel = executor.compiled(func)
         if kernel is None:
             raise CpuRunError(f"layer {layer.name}: its kernel over {rows} of its {m} rows "
                               "does not tensorize as the whole one does")
-        parts.append(_Part(start, rows, LoadedKernel(kernel[0])))
+        parts.append(_Part(start, rows, LoadedKernel(kernel[0]), {}))
     return parts
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    copy = np.array(array)
+    copy.setflags(write=False)
+    return copy
 
 
 def _channels_last_step(layer: Layer, pack: GemmPack, parts: list[_Part],
@@ -179,15 +206,14 @@ def _channels_last_step(layer: Layer, pack: GemmPack, parts: list[_Part],
             skip_rows = (skip[0].nhwc.reshape(fused.m, c) if isinstance(skip[0], ChannelsLast)
                          else fused.output_rows(skip[0]))
         if len(parts) == 1:
-            out = parts[0].loaded(pack.from_rows(rows, skip_rows))[output]
+            out = parts[0](pack.from_rows(rows, skip_rows))[output]
         else:
             out = np.empty((fused.m, c), np.int8)
 
             def run(part: _Part) -> None:
                 end = part.start + part.rows
                 part_skip = None if skip_rows is None else skip_rows[part.start:end]
-                out[part.start:end] = part.loaded(pack.part(rows[part.start:end],
-                                                            part_skip))[output]
+                out[part.start:end] = part(pack.part(rows[part.start:end], part_skip))[output]
 
             list(pool.map(run, parts))
         return ChannelsLast(out[:fused.m].reshape(n, h, w, c),

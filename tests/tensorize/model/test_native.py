@@ -139,6 +139,8 @@ def test_a_layers_rows_split_over_threads_give_the_same_outputs(tmp_path, contex
                                      tmp_path, "wide.onnx"))
     network = compile_network(graph, context("x86", threads=2))
     assert network.threads == 2 and network.split == {"conv2": 2}
+    # Each convolution's weights (each part's) were packed once, when compiled.
+    assert network.prepacked == {"conv1", "conv2", "conv3 + add"}
     inputs = random_inputs(graph, 5)
     names = [info.name for info in graph.outputs]
     theirs = reference_session(graph).run(names, inputs)
