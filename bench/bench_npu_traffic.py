@@ -8,11 +8,13 @@ int32. For the built-in 16x16 machine and the 32x32 one (examples/machines/npu32
 prints per distinct layer shape the bytes the schedule moves over the minimum (each operand
 read once, the output written once), by the traffic model (tensorize/engine/npu_traffic.py):
 
-- ``previous``: the least traffic among tiles of at most ``token_depth / 2`` column blocks
-  (the choice before the cycle model);
+- ``previous``: the schedule's choice before tiles spanned banks and grew wider: among
+  tiles of at most ``token_depth / 2`` column blocks, each staged copy within one bank
+  (``npu_cycles.choose_narrow``);
 - ``now``: the schedule's choice (tensorize/engine/npu_cycles.py);
 
-then the whole network's totals and the shapes within 1.2x. With ``--simulate``, each
+then the whole network's totals, the shapes within 1.2x, and the least traffic of any
+fitting tiling of each layer (any width, whatever its cycles), summed. With ``--simulate``, each
 layer's kernel as ``tensorize model`` runs it (on a machine with a requantisation stage the
 GEMM with its bias and requantisation on the vector unit, elsewhere the GEMM alone) is
 simulated for time under both tilings, and the 54 layers' cycles are summed: the network's
@@ -37,8 +39,9 @@ from ir.onnx.kernels import Requantisation, matmul_requantised
 from simulator import load_machine
 from targets import npu
 from tensorize.engine import auto_tensorize
+from tensorize.engine.npu_cycles import choose_narrow
 from tensorize.engine.npu_schedule import choose_tiling, gemm_axes, gemm_shape
-from tensorize.engine.npu_traffic import GemmShape, NpuTiling, most_blocks, ranked, traffic
+from tensorize.engine.npu_traffic import GemmShape, NpuTiling, in_banks, ranked, traffic
 from tensorize.engine.tune import timed_runs
 from tensorize.model.networks import resnet50
 
@@ -67,13 +70,10 @@ def resnet50_gemms() -> Counter[tuple[int, int, int]]:
 
 
 def previous_choice(shape: GemmShape, config) -> NpuTiling:
-    """The schedule's choice before the cycle model: the least traffic among the tiles of
-    at most ``most_blocks`` column blocks (accumulator and input tiles alike)."""
-    limit = most_blocks(config)
-    return next((t for t in ranked(shape, config)
-                 if (t.cols or shape.tj) // shape.tj <= limit
-                 and (t.depth or shape.tk) // shape.tk <= limit),
-                NpuTiling(shape.ti, shape.tj, shape.tk))
+    """The schedule's choice before tiles spanned banks and grew wider: the narrow choice
+    among the tilings whose staged copies each fit one bank."""
+    return choose_narrow(shape, config, [t for t in ranked(shape, config)
+                                         if in_banks(shape, t, config)])
 
 
 def padded(m: int, n: int, k: int, registry) -> GemmShape:
@@ -118,7 +118,8 @@ def report(label: str, path: Path | None, simulate: bool) -> None:
         for name, tiling in (("previous", before), ("now", now)):
             totals.update({name: count * traffic(shape, tiling),
                            f"{name} within": int(traffic(shape, tiling) <= 1.2 * least)})
-        totals.update({"min": count * least, "shapes": 1})
+        totals.update({"min": count * least, "shapes": 1,
+                       "fitting": count * traffic(shape, ranked(shape, config)[0])})
         line = (f"{f'{m} x {n} x {k}':>20} {count:>5} {traffic(shape, before) / least:>8.2f} "
                 f"{traffic(shape, now) / least:>6.2f}  "
                 f"{before.describe():>16} {now.describe():>16}")
@@ -133,6 +134,8 @@ def report(label: str, path: Path | None, simulate: bool) -> None:
           f"({totals['now']:,} of {totals['min']:,} bytes at least)")
     print(f"{'within 1.2x':>20} {'':>5} {totals['previous within']:>8} "
           f"{totals['now within']:>6}  of {totals['shapes']} shapes")
+    print(f"{'least fitting':>20} {'':>5} {'':>8} {totals['fitting'] / totals['min']:>6.2f}  "
+          f"(each layer's least-traffic tiling that fits)")
     if simulate:
         print(f"{'network cycles':>20}: {totals['cycles previous']:,} -> "
               f"{totals['cycles now']:,} ({time.perf_counter() - start:.0f} s wall, "

@@ -5,13 +5,21 @@ memory row per ``row_elems`` consecutive elements: a whole row (R int8 for inp, 
 wgt, C int32 for acc) when the buffer's last dimension is a multiple of it, else one buffer
 row per memory row, the rest of the memory row unused (the tiles of an intrinsic with
 k < R or n < C). Each buffer gets two copies when both fit, so that the emitter can alternate
-between them (double buffering); a copy never straddles a bank, since one instruction's
-rows must lie in one bank. DRAM buffers are laid out one after another, 64-byte aligned.
+between them (double buffering).
+
+One instruction's rows must lie in one bank, and an instruction walks at most one *slab* of
+a buffer: the rows of one index of its dimensions before the last two (a staged tile's
+call-wide column block, ``tm`` rows of an input or accumulator tile, ``kb`` of a weight
+tile), or the whole buffer when it has two dimensions or fewer. So a copy of at most a
+bank's rows never crosses a bank, and a larger copy starts on a bank boundary and spans the
+next banks when its slab divides the bank, so that no slab crosses one (:func:`place`).
+DRAM buffers are laid out one after another, 64-byte aligned.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import math
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from intrinsics.runnable import SCOPE_MEMORY, row_layout
@@ -75,7 +83,7 @@ def plan_on_chip(buffers: Iterable[Buffer], config: MachineConfig,
     plan: dict[Buffer, OnChip] = {}
     for mem, group in by_mem.items():
         width = row_elems(mem, config)
-        sizes, per_row = [], []
+        sizes, slabs, per_row = [], [], []
         for buffer in group:
             layout = row_layout(buffer.shape, width)
             if layout is None:
@@ -85,12 +93,13 @@ def plan_on_chip(buffers: Iterable[Buffer], config: MachineConfig,
                     f"shape {buffer.shape}")
             per_row.append(layout[0])
             sizes.append(layout[1])
-        placed = _place(sizes, [1 if b in single else 2 for b in group], _memory(mem, config))
+            slabs.append(slab_rows(buffer.shape, layout[1]))
+        memory = _memory(mem, config)
+        placed = place(sizes, slabs, [1 if b in single else 2 for b in group], memory)
         if placed is None:
-            placed = _place(sizes, [1] * len(group), _memory(mem, config))
+            placed = place(sizes, slabs, [1] * len(group), memory)
         if placed is None:
             need = ", ".join(f"{b.name} {s} rows" for b, s in zip(group, sizes))
-            memory = _memory(mem, config)
             raise ExecutionError(
                 f"the NPU's {mem.name.lower()} memory ({memory.rows} rows in {memory.banks} "
                 f"banks) cannot hold {need}; tile smaller")
@@ -99,19 +108,29 @@ def plan_on_chip(buffers: Iterable[Buffer], config: MachineConfig,
     return plan
 
 
-def _place(sizes: list[int], copies: list[int], memory: MemoryConfig
-           ) -> list[tuple[int, ...]] | None:
-    """Base rows of ``copies[i]`` copies of buffer i, first fit, no copy across a bank."""
+def slab_rows(shape: tuple[int, ...], rows: int) -> int:
+    """Memory rows of one slab (module docs) of a buffer of ``shape`` taking ``rows`` memory
+    rows: one index of its dimensions before the last two, the whole buffer when it has two
+    dimensions or fewer."""
+    return rows // math.prod(shape[:-2])
+
+
+def place(sizes: Sequence[int], slabs: Sequence[int], copies: Sequence[int],
+          memory: MemoryConfig) -> list[tuple[int, ...]] | None:
+    """Base rows of ``copies[i]`` copies of buffer i (``sizes[i]`` rows in slabs of
+    ``slabs[i]`` rows), first fit: a copy of at most a bank never across a bank, a larger
+    one from a bank boundary when its slab divides the bank (module docs). None when they
+    do not fit."""
     bank = memory.bank_rows
     cursor = 0
     result = []
-    for size, count in zip(sizes, copies):
-        if size > bank:
+    for size, slab, count in zip(sizes, slabs, copies):
+        if size > bank and bank % slab:
             return None
         bases = []
         for _ in range(count):
-            if cursor // bank != (cursor + size - 1) // bank:
-                cursor = (cursor // bank + 1) * bank
+            if size > bank or cursor // bank != (cursor + size - 1) // bank:
+                cursor = -(-cursor // bank) * bank  # the next bank's first row, or this one
             bases.append(cursor)
             cursor += size
         result.append(tuple(bases))

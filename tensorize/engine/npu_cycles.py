@@ -19,9 +19,11 @@ same way, so with ``y`` a tile's store time a tile takes
 the next step's loads, and about half of what the step does not cover shows (measured:
 a 256 x 64 tile 16 deep is 5% slower than 32 deep on a 12544 x 64 x 147 GEMM, as modelled).
 The run is at least the port's time for all its bytes, and adds the first step's loads
-before the first GEMM and the last tile's drain and store after the last::
+``x0`` (both operand tiles: more than ``x`` where a panel stays on chip and later steps load
+only the other operand) before the first GEMM and the last tile's drain and store after the
+last::
 
-    cycles = max(T * tile, bytes / bandwidth) + (L + x + P) + (d + L + y)
+    cycles = max(T * tile, bytes / bandwidth) + (L + x0 + P) + (d + L + y)
 
 A transfer's time (``x``, ``y``) is its bytes over the port's bandwidth, or, when it is
 many small requests, the requests' latency spread over the requests one DMA engine keeps
@@ -33,6 +35,12 @@ under every tiling near their least traffic, but the classifier's (up to 13% hig
 32x32 output-stationary one, within 5% on the compute-bound layers, up to 22% low on the
 memory-bound ones (``tests/tensorize/engine/test_npu_cycles.py``; docs/simulator.md, *GEMM
 tiles and DRAM traffic*).
+
+The choice (:func:`choose`) starts from tiles whose staged copies each fit a bank and whose
+accumulator tile has at most ``most_blocks`` column blocks; a larger tile (wider, or with
+copies spanning banks, and no fewer rows, so no more GEMM instructions) replaces that choice
+only where it moves less and the model, with what its width costs an epilogue
+(``WIDE_TILE_LATENCIES``), runs it as fast.
 """
 
 from __future__ import annotations
@@ -40,13 +48,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator import MachineConfig, timing
-from tensorize.engine.npu_traffic import (GemmShape, NpuTiling, most_blocks, ranked, reads,
-                                          traffic)
+from tensorize.engine.npu_traffic import (GemmShape, NpuTiling, in_banks, most_blocks, ranked,
+                                          reads, traffic)
 
 # How far above the least traffic a tiling may move and still be chosen for its cycles.
 TRAFFIC_SLACK = 0.10
 # Modelled cycles this close to the fewest count as equal: the model's resolution.
 CYCLE_SLACK = 0.01
+# What an accumulator tile of more column blocks than ``most_blocks`` costs, in DRAM
+# latencies per tile, once a requantising epilogue is on it: its vector instructions and
+# stores exchange tokens merged per run (targets.npu.tokens). Measured on the 16x16 machine
+# (latency 100) against 4-block tiles of the same layer: 305 cycles per 112 x 128 tile
+# (784 x 128 x 256 and x 1152), 329 per 112 x 128 x 64 (3136 x 256 x 64), 483 per 64 x 256
+# (49 x 512 x 1024, 49 x 2048 x 512); the GEMM alone pays about none of it.
+WIDE_TILE_LATENCIES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +69,8 @@ class Work:
     """What one tensorized GEMM executes, in the model's terms: ``tiles`` accumulator tiles
     of ``steps`` reduction steps in all, each step ``per_step`` GEMMs of ``rows`` rows
     ``tk`` deep; DRAM bytes and requests of the loads and of the stores, all steps and
-    tiles together."""
+    tiles together, and of the first step's loads (both operand tiles, where a panel kept
+    on chip makes the later steps load less)."""
 
     tiles: float
     steps: float
@@ -65,6 +81,8 @@ class Work:
     load_requests: float
     store_bytes: float
     store_requests: float
+    first_bytes: float
+    first_requests: float
 
 
 def transfer_cycles(nbytes: float, requests: float, config: MachineConfig) -> float:
@@ -101,7 +119,8 @@ def cycles(work: Work, config: MachineConfig) -> int:
     tile = max(busy + max(0, store - stream) / 2,
                (busy + drain + dram.latency + store) / 2)
     port = (work.load_bytes + work.store_bytes) / dram.bytes_per_cycle
-    return round(max(work.tiles * tile, port) + dram.latency + load + preload + drain
+    first = transfer_cycles(work.first_bytes, work.first_requests, config)
+    return round(max(work.tiles * tile, port) + dram.latency + first + preload + drain
                  + dram.latency + store)
 
 
@@ -120,7 +139,9 @@ def gemm_work(shape: GemmShape, tiling: NpuTiling) -> Work:
                 per_step=kb // s.tk * (tn // s.tj), rows=tm, tk=s.tk,
                 load_bytes=traffic(s, tiling) - c_bytes,
                 load_requests=a_loads * (kb // s.tk) + b_loads * (tn // s.tj),
-                store_bytes=c_bytes, store_requests=row_tiles * col_tiles * (tn // s.tj))
+                store_bytes=c_bytes, store_requests=row_tiles * col_tiles * (tn // s.tj),
+                first_bytes=tm * kb * s.a_bytes + kb * tn * s.b_bytes,
+                first_requests=kb // s.tk + tn // s.tj)
 
 
 def gemm_cycles(shape: GemmShape, tiling: NpuTiling, config: MachineConfig) -> int:
@@ -129,14 +150,32 @@ def gemm_cycles(shape: GemmShape, tiling: NpuTiling, config: MachineConfig) -> i
 
 
 def choose(shape: GemmShape, config: MachineConfig) -> NpuTiling:
-    """The tiling the schedule takes. Of the fitting tilings whose accumulator tile has at
-    most :func:`npu_traffic.most_blocks` column blocks, those moving at most
+    """The tiling the schedule takes: :func:`choose_narrow` among the fitting tilings whose
+    staged tiles each fit a bank (:func:`npu_traffic.in_banks`), then a larger tile in its
+    place (more column blocks, :func:`widest` at most, or staged copies that span banks;
+    as many rows or more) when it moves less and the model, with the cost of its width
+    (:func:`wide_cycles`), puts it within ``1 + CYCLE_SLACK`` of the narrow one: of those,
+    the least traffic, then the fewest modelled cycles."""
+    fitting = ranked(shape, config)
+    narrow = choose_narrow(shape, config, [t for t in fitting if in_banks(shape, t, config)])
+    bound = gemm_cycles(shape, narrow, config) * (1 + CYCLE_SLACK)
+    larger = {t: wide_cycles(shape, t, config) for t in fitting
+              if _larger(shape, t, narrow, config)
+              and traffic(shape, t) < traffic(shape, narrow)}
+    return min((t for t in larger if larger[t] <= bound),
+               key=lambda t: (traffic(shape, t), larger[t]), default=narrow)
+
+
+def choose_narrow(shape: GemmShape, config: MachineConfig, tilings: list[NpuTiling]
+                  ) -> NpuTiling:
+    """Of ``tilings`` (least traffic first, :func:`npu_traffic.ranked`) whose accumulator
+    tile has at most :func:`npu_traffic.most_blocks` column blocks, those moving at most
     ``1 + TRAFFIC_SLACK`` times the least traffic; of these, those the model puts within
     ``1 + CYCLE_SLACK`` of the fewest cycles; of these, the least traffic, then the largest
-    accumulator tile, then the fewest modelled cycles. One call's tile when nothing larger
-    fits."""
+    accumulator tile, then the fewest modelled cycles. One call's tile when none is
+    narrow enough."""
     limit = most_blocks(config)
-    found = [t for t in ranked(shape, config) if (t.cols or shape.tj) // shape.tj <= limit]
+    found = [t for t in tilings if _blocks(shape, t) <= limit]
     if not found:
         return NpuTiling(shape.ti, shape.tj, shape.tk)
     least = traffic(shape, found[0])
@@ -146,3 +185,37 @@ def choose(shape: GemmShape, config: MachineConfig) -> NpuTiling:
     fast = [t for t in near if modelled[t] <= fewest * (1 + CYCLE_SLACK)]
     return min(fast, key=lambda t: (traffic(shape, t), -t.rows * (t.cols or shape.tj),
                                     modelled[t]))
+
+
+def widest(config: MachineConfig) -> int:
+    """The most column blocks of an accumulator tile the schedule takes: twice the token
+    queue's depth, the widest measured to run near the model (docs/simulator.md)."""
+    return 2 * config.queues.token_depth
+
+
+def wide_cycles(shape: GemmShape, tiling: NpuTiling, config: MachineConfig) -> int:
+    """The modelled cycles of ``tiling``: :func:`gemm_cycles`, and when its accumulator tile
+    has more column blocks than :func:`npu_traffic.most_blocks`, ``WIDE_TILE_LATENCIES``
+    DRAM latencies per tile, what an epilogue's tokens merged per run cost
+    (docs/simulator.md, *GEMM tiles and DRAM traffic*)."""
+    modelled = gemm_cycles(shape, tiling, config)
+    if _blocks(shape, tiling) <= most_blocks(config):
+        return modelled
+    tiles = gemm_work(shape, tiling).tiles
+    return round(modelled + tiles * WIDE_TILE_LATENCIES * config.dram.latency)
+
+
+def _larger(shape: GemmShape, tiling: NpuTiling, narrow: NpuTiling, config: MachineConfig
+            ) -> bool:
+    """Whether :func:`choose` may put ``tiling`` in the place of ``narrow``: at most
+    :func:`widest` column blocks, more than ``most_blocks`` or copies that span banks (a
+    tile :func:`choose_narrow` does not take), and as many rows as ``narrow`` or more (its
+    GEMMs no shorter, so no more of them to compile and simulate)."""
+    blocks = _blocks(shape, tiling)
+    return (blocks <= widest(config) and tiling.rows >= narrow.rows
+            and (blocks > most_blocks(config) or not in_banks(shape, tiling, config)))
+
+
+def _blocks(shape: GemmShape, tiling: NpuTiling) -> int:
+    """Call-wide column blocks of the accumulator tile."""
+    return (tiling.cols or shape.tj) // shape.tj

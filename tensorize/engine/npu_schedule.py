@@ -40,6 +40,7 @@ fewest cycles by the cycle model (:func:`choose_tiling`, :mod:`.npu_cycles`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from intrinsics import Intrinsic, Operand, Registry, runnable
@@ -109,9 +110,20 @@ def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Re
     :func:`choose_tiling` on ``options["config"]``, the machine (required)."""
     config = machine(options)
     check_executable(match.intrinsic, config)
-    tiling = options.get("tiling") or choose_tiling(gemm_shape(match.intrinsic, extents),
-                                                    config)
+    shape = replace(gemm_shape(match.intrinsic, extents),
+                    acc_tiles=1 + len(_tile_inputs(sch, match.block)))
+    tiling = options.get("tiling") or choose_tiling(shape, config)
     schedule_npu(sch, match.block, match.intrinsic, registry, tiling, config)
+
+
+def _tile_inputs(sch: Schedule, block_name: str) -> list[str]:
+    """The kernel's inputs of the GEMM's output shape that blocks after it read: tiles an
+    epilogue fused onto the accumulator tile loads beside it (a residual add's skip)."""
+    block = sch.get(sch.get_block(block_name)).block
+    out = block.writes[0].buffer
+    operands = {r.buffer for r in block.reads}
+    return [p.name for p in sch.func.params[:-1]
+            if p.shape == out.shape and p not in operands and p is not out]
 
 
 def reshape(sch: Schedule, block_name: str, candidates: list[Intrinsic],

@@ -15,9 +15,11 @@ input panel is loaded once per row tile, so ``A`` is read once; in order ``"nm"`
 ``K x tn`` weight panel, so ``B`` is. The least any schedule moves reads each operand once
 and writes the output once: ``A + B + C``.
 
-A candidate fits when each staged tile fits one bank of its memory twice over (two copies,
-so the next tile's load overlaps the current tile's use): on-chip tiles are stored in
-``tk``- or ``tj``-wide column blocks, one block row per memory row.
+A candidate fits when the NPU backend's memory planner (``targets.npu.memory.place``) puts
+two copies of each staged tile in its memory (so the next tile's load overlaps the current
+tile's use): on-chip tiles are stored in ``tk``- or ``tj``-wide column blocks, one block row
+per memory row, and a copy larger than a bank spans banks when its column block divides a
+bank, since an instruction walks one block and must stay in one bank.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from dataclasses import dataclass
 
 from intrinsics.runnable import row_layout
 from simulator import MachineConfig
-from simulator.config import MemoryConfig, row_width
+from simulator.config import row_width
+from targets.npu.memory import place, slab_rows
 
 ORDERS = ("mn", "nm")
 
@@ -35,7 +38,9 @@ ORDERS = ("mn", "nm")
 @dataclass(frozen=True, slots=True)
 class GemmShape:
     """A GEMM as the schedule sees it: padded extents ``m x n x k``, the intrinsic's tile
-    ``ti x tj x tk``, and the bytes per element of A, B and C in DRAM."""
+    ``ti x tj x tk``, the bytes per element of A, B and C in DRAM, and the accumulator
+    tiles a step keeps on chip: the sums and each tile its epilogue loads beside them (a
+    residual add's skip input)."""
 
     m: int
     n: int
@@ -46,6 +51,7 @@ class GemmShape:
     a_bytes: int = 1
     b_bytes: int = 1
     c_bytes: int = 4
+    acc_tiles: int = 1
 
     @property
     def minimum(self) -> int:
@@ -89,23 +95,32 @@ def traffic(shape: GemmShape, tiling: NpuTiling) -> int:
 
 
 def tile_rows(shape: GemmShape, tiling: NpuTiling, config: MachineConfig
-              ) -> dict[str, int]:
-    """Memory rows of one copy of each staged tile: ``inp`` (A), ``wgt`` (B), ``acc`` (C).
-    A tile wider than one call is stored in call-wide column blocks (``tk`` for A, ``tj``
-    for B and C), one block row per memory row."""
+              ) -> dict[str, tuple[int, int]]:
+    """Memory rows of one copy of each staged tile, ``inp`` (A), ``wgt`` (B), ``acc`` (C),
+    and of one of its column blocks: a tile wider than one call is stored in call-wide
+    column blocks (``tk`` for A, ``tj`` for B and C), one block row per memory row."""
     s = shape
     tn, kb = tiling.cols or s.tj, tiling.depth or s.tk
     arr = config.array
-    return {"inp": _rows((kb // s.tk, tiling.rows, s.tk), row_width(arr, "inp")),
-            "wgt": _rows((tn // s.tj, kb, s.tj), row_width(arr, "wgt")),
-            "acc": _rows((tn // s.tj, tiling.rows, s.tj), row_width(arr, "acc"))}
+    tiles = {"inp": (kb // s.tk, tiling.rows, s.tk), "wgt": (tn // s.tj, kb, s.tj),
+             "acc": (tn // s.tj, tiling.rows, s.tj)}
+    return {name: _rows(tile, row_width(arr, name)) for name, tile in tiles.items()}
 
 
 def fits(shape: GemmShape, tiling: NpuTiling, config: MachineConfig) -> bool:
-    """Whether two copies of each staged tile fit its memory, each copy within a bank."""
+    """Whether the memory planner places two copies of each staged tile in its memory."""
     memories = {"inp": config.inp, "wgt": config.wgt, "acc": config.acc}
-    return all(_fits_twice(rows, memories[name])
-               for name, rows in tile_rows(shape, tiling, config).items())
+    tiles = {"inp": 1, "wgt": 1, "acc": shape.acc_tiles}
+    return all(place([rows] * tiles[name], [block] * tiles[name], [2] * tiles[name],
+                     memories[name]) is not None
+               for name, (rows, block) in tile_rows(shape, tiling, config).items())
+
+
+def in_banks(shape: GemmShape, tiling: NpuTiling, config: MachineConfig) -> bool:
+    """Whether each staged tile fits one bank of its memory (no copy spans banks)."""
+    memories = {"inp": config.inp, "wgt": config.wgt, "acc": config.acc}
+    return all(rows <= memories[name].bank_rows
+               for name, (rows, _) in tile_rows(shape, tiling, config).items())
 
 
 def candidates(shape: GemmShape, config: MachineConfig) -> Iterator[NpuTiling]:
@@ -122,12 +137,14 @@ def candidates(shape: GemmShape, config: MachineConfig) -> Iterator[NpuTiling]:
 
 
 def most_blocks(config: MachineConfig) -> int:
-    """The most call-wide column blocks of the accumulator tile the schedule chooses (and of
-    an elementwise kernel's tile, ``npu_vector``): half the token queue's depth. The store
-    of each block, and the vector instruction of each epilogue on it, exchange dependency
-    tokens with the other queues; the token pass merges tokens where a tile has more
-    (``targets.npu.tokens``), so any tile runs, but with ResNet-50's requantising epilogue
-    such tiles ran up to 7% slower (docs/simulator.md, *GEMM tiles and DRAM traffic*)."""
+    """The most call-wide column blocks of an accumulator tile the schedule takes at no
+    extra modelled cost (and of an elementwise kernel's tile, ``npu_vector``): half the
+    token queue's depth. The store of each block, and the vector instruction of each
+    epilogue on it, exchange dependency tokens with the other queues; the token pass merges
+    tokens where a tile has more (``targets.npu.tokens``), so any tile runs, but with
+    ResNet-50's requantising epilogue such tiles ran up to 7% slower, so the schedule takes
+    a wider one only where the model, charged for the width (``npu_cycles.wide_cycles``),
+    finds it as fast (docs/simulator.md, *GEMM tiles and DRAM traffic*)."""
     return max(1, config.queues.token_depth // 2)
 
 
@@ -145,11 +162,10 @@ def _multiples(extent: int, unit: int) -> list[int]:
     return [t for t in range(unit, extent + 1, unit) if extent % t == 0]
 
 
-def _rows(shape: tuple[int, ...], width: int) -> int:
+def _rows(shape: tuple[int, ...], width: int) -> tuple[int, int]:
+    """Memory rows of a tile of ``shape`` and of one of its column blocks."""
     layout = row_layout(shape, width)
-    # A block wider than a row but not a multiple of it has no layout: it never fits.
-    return layout[1] if layout is not None else 1 << 62
-
-
-def _fits_twice(rows: int, memory: MemoryConfig) -> bool:
-    return rows <= memory.bank_rows and 2 * rows <= memory.rows
+    if layout is None:
+        # A block wider than a row but not a multiple of it has no layout: it never fits.
+        return 1 << 62, 1 << 62
+    return layout[1], slab_rows(shape, layout[1])

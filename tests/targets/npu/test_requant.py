@@ -21,6 +21,8 @@ from ir.onnx.quant import requantize
 from simulator import MachineConfig, load_machine
 from targets import host, npu
 from tensorize.engine import auto_tensorize
+from tensorize.engine.npu_schedule import choose_tiling
+from tensorize.engine.npu_traffic import GemmShape
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "script" / "gemm_requant_int8.py"
@@ -83,7 +85,9 @@ def test_the_example_runs_its_whole_epilogue_on_the_npu_exactly(seed):
                     "out": "npu_store_acc_i8"}
     assert [s.on_npu for s in run.stages] == [True]
     assert run.calls["npu_vec_requant_row"] == (128 // 16) * (64 // 16)
-    assert run.calls["npu_load_acc_row_f32"] == 64 // 16
+    # One scale row per column block of every accumulator tile the schedule takes.
+    tiling = choose_tiling(GemmShape(128, 64, 96, 16, 16, 16), MACHINE)
+    assert run.calls["npu_load_acc_row_f32"] == 128 // tiling.rows * (64 // 16)
     got = run.outputs["out"]
     np.testing.assert_array_equal(got, module.reference(*inputs.values()))
     # The same through the ONNX path's requantisation, itself exact against onnxruntime.

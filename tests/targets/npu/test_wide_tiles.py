@@ -67,12 +67,14 @@ def test_fc_gemm_with_its_widest_tile_runs_exactly():
     _run_exactly(16, 1008, 2048, config, registry, tiling)
 
 
-# M x K x N: the classifier, then a 1x1 or 3x3 convolution of each stage as a GEMM.
-# The classifier in the default run; the convolutions in CI's slow pass.
+# M x K x N: the classifier, then a 1x1 or 3x3 convolution of each stage as a GEMM, and the
+# two that take tiles of more than token_depth / 2 column blocks on the 16x16 machine. The
+# classifier in the default run; the convolutions in CI's slow pass.
 @pytest.mark.parametrize(("m", "k", "n"), [
     (16, 2048, 1008),
     *(pytest.param(*shape, marks=pytest.mark.slow)
-      for shape in [(49, 1024, 512), (196, 2304, 256), (784, 256, 512), (3136, 64, 256)])])
+      for shape in [(49, 1024, 512), (196, 2304, 256), (784, 256, 512), (3136, 64, 256),
+                    (49, 4608, 512), (784, 1152, 128)])])
 def test_resnet_shapes_run_exactly_with_the_chosen_tiles(machine, m, k, n):
     config, registry = machine
     _run_exactly(m, n, k, config, registry)

@@ -56,6 +56,7 @@ def simulate(m: int, n: int, k: int, name: str | None, tiling: NpuTiling | None)
     (100, 96, 200, "npu32x32.yaml", None),                # padded to 128 x 96 x 224
     (31, 130, 40, "npu8x64.yaml", NpuTiling(16, 64, 16, "mn")),
     (64, 128, 96, "npu8x64.yaml", None),
+    (64, 128, 4096, None, None),                          # chosen: 8 blocks, wider than 4
 ])
 def test_the_models_bytes_are_the_simulators(m, n, k, name, tiling):
     shape, config, run, exact = simulate(m, n, k, name, tiling)
@@ -89,3 +90,27 @@ def test_a_tile_too_big_for_a_bank_does_not_fit():
     assert fits(shape, NpuTiling(128, 128, 16), config)
     assert not fits(shape, NpuTiling(256, 128, 16), config)
     assert all(t.rows * t.cols <= 128 * 128 for t in candidates(shape, config))
+
+
+def test_a_tile_the_epilogue_loads_beside_the_sums_counts_against_the_accumulator():
+    config = load_machine()  # acc: 2,048 rows of 16 int32 in 2 banks
+    alone = GemmShape(256, 256, 256, 16, 16, 16)
+    joined = GemmShape(256, 256, 256, 16, 16, 16, acc_tiles=2)
+    # 128 x 128 int32 takes 1,024 rows: two copies of the sums fill the memory, and two
+    # copies of a skip tile beside them do not fit.
+    assert fits(alone, NpuTiling(128, 128, 16), config)
+    assert not fits(joined, NpuTiling(128, 128, 16), config)
+    assert fits(joined, NpuTiling(64, 128, 16), config)
+
+
+def test_a_residual_add_joined_to_a_wide_layer_gets_a_tile_with_room_for_its_skip(registry,
+                                                                                 machine):
+    from ir.onnx import kernels
+    from tensorize.runners.npu import plan_npu
+
+    # ResNet-18's last 3x3 convolution with its residual add, padded to the 16x16 tile.
+    func = kernels.matmul_requantised_add(64, 4608, 512, kernels.Requantisation(0),
+                                          kernels.ResidualAdd(0, relu=True))
+    result = auto_tensorize(func, "npu", registry=registry, config=machine)
+    assert all(outcome.intrinsic for outcome in result.blocks)
+    plan_npu(result.func, machine, registry)  # the planner places every staged copy

@@ -37,8 +37,9 @@ def documented() -> dict[str, list[str]]:
 
 
 def printed(out: str) -> dict[str, list[str]]:
-    """The same cells from the bench's output: network bytes previous and now, the worst
-    layer now, the shapes within 1.2x now, the network cycles previous -> now."""
+    """The same cells from the bench's output: network bytes previous and now, the least
+    any fitting tiling moves, the worst layer now, the shapes within 1.2x now, the network
+    cycles previous -> now."""
     rows = {}
     for block in out.strip().split("\n\n"):
         label = block.split()[0]
@@ -47,9 +48,10 @@ def printed(out: str) -> dict[str, list[str]]:
         worst = max(layers, key=lambda cells: float(cells[7]))
         network = next(l.split() for l in lines if l.split()[0] == "network")
         within = next(l.split() for l in lines if l.strip().startswith("within"))
+        fitting = next(l.split() for l in lines if l.strip().startswith("least fitting"))
         cycles = next(l for l in lines if l.strip().startswith("network cycles"))
         before, after = re.findall(r"[\d,]{6,}", cycles)
-        rows[label] = [network[1], network[2],
+        rows[label] = [network[1], network[2], fitting[2],
                        f"{worst[7]} ({worst[0]} x {worst[2]} x {worst[4]})",
                        f"{within[3]} of {within[5]} shapes", f"{before} -> {after}"]
     return rows
