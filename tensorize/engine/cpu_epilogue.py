@@ -1,6 +1,8 @@
 """A CPU kernel's epilogue in one pass: each elementwise block that only feeds another (a
 bias add feeding a requantisation feeding the narrowing to int8) is inlined into its reader,
-so the GEMM's result is read once and no intermediate tensor is written.
+and an in-place update of the GEMM's result (the compensation of an operand shift: ``C -=
+128 * colsum(B)``) is folded into the block reading it next, so the GEMM's result is read
+once and no intermediate tensor is written.
 
 The GEMM schedule (``cpu_schedule``) leaves the blocks after the GEMM as they are, one loop
 nest and one full-size intermediate each; LLVM vectorises each loop but cannot merge them.
@@ -19,27 +21,39 @@ from tensorize.schedule import Schedule, tree
 
 def inline_epilogues(sch: Schedule) -> list[str]:
     """Inline every elementwise, untensorized block whose result only one other such block
-    reads, into that block (module docs); the names of the blocks inlined. A block
-    ``compute_inline`` refuses (an in-place update) stays as it is."""
+    reads, into that block, and fold each in-place update of the GEMM's result (an operand
+    shift's compensation) into the block reading it next (module docs); the names of the
+    blocks folded or inlined. A block the primitives refuse stays as it is."""
     inlined = []
     for name in tree.block_names(sch.func):
         if not _plain_elementwise(sch, name):
             continue
-        written = sch.get(sch.get_block(name)).block.writes[0].buffer
+        block = sch.get(sch.get_block(name)).block
+        written = block.writes[0].buffer
         if written in sch.func.params:
+            continue
+        if any(r.buffer is written for r in block.reads):
+            if _applied(sch, lambda: sch.inline_update(sch.get_block(name))):
+                inlined.append(name)
             continue
         readers = [b for b in tree.block_names(sch.func) if b != name and any(
             r.buffer is written for r in sch.get(sch.get_block(b)).block.reads)]
         if len(readers) != 1 or not _plain_elementwise(sch, readers[0]):
             continue
-        before = sch.snapshot()
-        try:
-            sch.compute_inline(sch.get_block(name))
-        except ScheduleError:
-            sch.restore(before)
-            continue
-        inlined.append(name)
+        if _applied(sch, lambda: sch.compute_inline(sch.get_block(name))):
+            inlined.append(name)
     return inlined
+
+
+def _applied(sch: Schedule, primitive) -> bool:
+    """Whether ``primitive`` applied; where it refused, ``sch`` as it was."""
+    before = sch.snapshot()
+    try:
+        primitive()
+    except ScheduleError:
+        sch.restore(before)
+        return False
+    return True
 
 
 def _plain_elementwise(sch: Schedule, name: str) -> bool:

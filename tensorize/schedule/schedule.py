@@ -79,6 +79,7 @@ class Schedule:
     diagonalize = _as_method(p.diagonalize)
     fold_init = _as_method(p.fold_init)
     fuse = _as_method(p.fuse)
+    inline_update = _as_method(p.inline_update)
     pad_einsum = _as_method(p.pad_einsum)
     parallel = _as_method(p.parallel)
     reindex = _as_method(p.reindex)

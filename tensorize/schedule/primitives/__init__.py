@@ -15,7 +15,7 @@ from tensorize.schedule.primitives.compact import compact_buffer
 from tensorize.schedule.primitives.compute_at import compute_at, reverse_compute_at
 from tensorize.schedule.primitives.diagonalize import diagonalize
 from tensorize.schedule.primitives.fold_init import fold_init
-from tensorize.schedule.primitives.inline import compute_inline, write_in_place
+from tensorize.schedule.primitives.inline import compute_inline, inline_update, write_in_place
 from tensorize.schedule.primitives.layout import (reindex, transform_block_layout,
                                                   transform_layout)
 from tensorize.schedule.primitives.loop_kinds import bind, parallel, unroll, vectorize
@@ -27,7 +27,8 @@ from tensorize.schedule.primitives.tensorize_call import tensorize
 
 PRIMITIVES: dict[str, Callable[..., Any]] = {f.__name__: f for f in (
     bind, blockize, cache_read, cache_write, compact_buffer, compute_at, compute_inline,
-    decompose_reduction, diagonalize, fold_init, fuse, pad_einsum, parallel, reindex, reorder,
+    decompose_reduction, diagonalize, fold_init, fuse, inline_update, pad_einsum, parallel,
+    reindex, reorder,
     reverse_compute_at, shift_operand, split, tensorize, transform_block_layout,
     transform_layout, unroll, vectorize, write_in_place)}
 

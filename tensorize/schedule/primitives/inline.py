@@ -1,9 +1,15 @@
-"""compute_inline and write_in_place: remove an intermediate buffer by folding one block into
-its readers, or by letting an elementwise block overwrite its input.
+"""compute_inline, inline_update and write_in_place: remove an intermediate buffer by folding
+one block into its readers, remove a pass over a buffer by folding an update of it in place
+into the block that reads it next, or let an elementwise block overwrite its input.
 
 ``compute_inline(block)``: a block that only computes ``B[v...] = f(v...)`` (no reduction,
 each element once) disappears; every read ``B[idx]`` becomes ``f(idx)``. A staging copy
 followed by an elementwise epilogue becomes the epilogue reading the staged tile directly.
+
+``inline_update(block)``: a block that updates each element of an intermediate in place,
+``B[v...] = g(B[v...], v...)`` (a compensation subtracted from a sum), disappears; the one
+block that reads ``B`` after it reads ``g(B[idx], idx)`` wherever it read ``B[idx]``. One
+pass over ``B`` fewer, the same values.
 
 ``write_in_place(block, buffer)``: an elementwise block that reads ``X[idx]`` and writes
 ``Y[idx]`` (same shape, dtype and scope, both intermediates) writes ``X[idx]`` instead, and
@@ -23,7 +29,7 @@ from tensorize.schedule.handles import BlockRV
 from tensorize.schedule.sites import Site, locate
 from tensorize.schedule.splicing import removal, splice_func, with_regions
 
-__all__ = ["compute_inline", "write_in_place"]
+__all__ = ["compute_inline", "inline_update", "write_in_place"]
 
 
 def compute_inline(func: PrimFunc, block: BlockRV) -> tuple[PrimFunc, None]:
@@ -77,6 +83,63 @@ def compute_inline(func: PrimFunc, block: BlockRV) -> tuple[PrimFunc, None]:
                                            realize.loc),)
     new = splice_func(func, edits)
     return _drop_alloc(new, buffer), None
+
+
+def inline_update(func: PrimFunc, block: BlockRV) -> tuple[PrimFunc, None]:
+    """Fold an in-place update ``B[v...] = g(B[v...], v...)`` into the one block that reads
+    ``B`` after it, and drop it (module docs).
+
+    Preconditions: the block has no reduce iterator, no init and no predicate; its body is
+    one store whose indices are its iterators, each once, over ``B``'s whole shape, and the
+    stored value reads ``B`` only at those indices; ``B`` is an intermediate; after the
+    block (in program order) exactly one block reads ``B``, not through an intrinsic call,
+    and none writes it. Returns the new function.
+    """
+    name = "inline_update"
+    site = locate(func, block, name)
+    blk = site.block
+    store = _single_store(site, name)
+    buffer = store.buffer
+    check(not any(iv.kind is IterKind.REDUCE for iv in blk.iter_vars) and blk.init is None
+          and _is_true(site.realize.predicate), name,
+          f"block {site.name!r} is a reduction or runs under a predicate; only an update of "
+          "every element once can be folded")
+    ivs = {iv.var: iv for iv in blk.iter_vars}
+    check(all(isinstance(i, Var) and i in ivs for i in store.indices)
+          and len({id(i) for i in store.indices}) == len(store.indices) == len(ivs)
+          and all(ivs[i].extent == n for i, n in zip(store.indices, buffer.shape)), name,
+          f"block {site.name!r} stores {buffer.name}[{_text(store.indices)}]; folding needs "
+          "one iterator per dimension, over the whole buffer")
+    check(buffer in func.allocs, name, f"block {site.name!r} updates {buffer.name}, a "
+                                       f"parameter of {func.name}: the caller reads it")
+    own: list[BufferLoad] = []
+    post_order_visit(store.value, lambda n: own.append(n) if isinstance(n, BufferLoad)
+                     and n.buffer is buffer else None)
+    check(all(load.indices == store.indices for load in own), name,
+          f"block {site.name!r} reads {buffer.name} at other indices than it updates")
+    after, readers = False, []
+    for stmt, _ in tree.walk_stmts(func):
+        if not isinstance(stmt, BlockRealize) or stmt.block is func.root:
+            continue
+        if stmt is site.realize:
+            after = True
+            continue
+        if not after:
+            continue
+        other = stmt.block
+        check(not any(w.buffer is buffer for w in other.writes), name,
+              f"block {other.name!r} writes {buffer.name} after the update")
+        if any(r.buffer is buffer for r in other.reads):
+            check(not _calls_intrinsic(other), name,
+                  f"block {other.name!r} reads {buffer.name} through an intrinsic call")
+            readers.append(stmt)
+    check(len(readers) == 1, name, f"{len(readers)} blocks read {buffer.name} after block "
+                                   f"{site.name!r}; folding needs exactly one")
+    reader, = readers
+    folded = with_regions(_Inline(buffer, store).visit(reader.block))
+    edits = {id(removal(site, name)): (),
+             id(reader): (BlockRealize(reader.bindings, folded, reader.predicate, reader.loc),)}
+    return splice_func(func, edits), None
 
 
 def write_in_place(func: PrimFunc, block: BlockRV, buffer: str) -> tuple[PrimFunc, None]:

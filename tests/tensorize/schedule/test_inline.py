@@ -1,4 +1,4 @@
-"""compute_inline and write_in_place: results unchanged, refusals clear."""
+"""compute_inline, inline_update and write_in_place: results unchanged, refusals clear."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import ir
 from ir import ScheduleError, te
 from ir.verify import verify
-from tensorize.schedule import Schedule
+from tensorize.schedule import Schedule, tree
 from tests.tensorize.schedule.kernels import assert_same_results, matmul_relu
 
 
@@ -80,3 +80,46 @@ def test_in_place_refuses_a_shifted_read():
     sch = Schedule(te.create_prim_func([A, C], "f"))
     with pytest.raises(ScheduleError, match="reads X at other indices"):
         sch.write_in_place(sch.get_block("Y"), "X")
+
+
+def shifted_sum(n: int = 16, readers: int = 1) -> ir.PrimFunc:
+    """``C = A @ B`` through A shifted by 128, its compensation an update of C in place,
+    then ``readers`` blocks reading C: the form x86's operand shift leaves before an
+    epilogue."""
+    A = te.placeholder((n, n), "int8", "A")
+    B = te.placeholder((n, n), "int8", "B")
+    k = te.reduce_axis(n, "k")
+    C = te.compute((n, n), lambda i, j: te.sum(
+        ir.cast("int32", A[i, k]) * ir.cast("int32", B[k, j]), axis=k), "C")
+    def reader(r: int) -> te.Tensor:
+        return te.compute((n, n), lambda i, j: C[i, j] + (r + 1), f"D{r}")
+
+    outs = [reader(r) for r in range(readers)]
+    sch = Schedule(te.create_prim_func([A, B, *outs], "shifted_sum"))
+    sch.shift_operand(sch.get_block("C"), "A", 128, "uint8")
+    return sch.func
+
+
+def test_an_update_folds_into_the_block_reading_it_next():
+    func = shifted_sum()
+    sch = Schedule(func)
+    sch.inline_update(sch.get_block("C_compensate"))
+    assert "C_compensate" not in tree.block_names(sch.func)
+    assert str(sch.get(sch.get_block("D0")).block.body) == \
+        "D0[vi, vj] = C[vi, vj] - 128 * B_sum[vj] + 1"
+    verify(sch.func)
+    assert_same_results(func, sch.func)
+
+
+def test_an_update_read_by_two_blocks_is_refused():
+    sch = Schedule(shifted_sum(readers=2))
+    before = sch.func
+    with pytest.raises(ScheduleError, match="2 blocks read C after block 'C_compensate'"):
+        sch.inline_update(sch.get_block("C_compensate"))
+    assert sch.func is before
+
+
+def test_a_block_that_is_no_update_of_an_intermediate_is_refused():
+    sch = Schedule(scale_then_add())
+    with pytest.raises(ScheduleError, match="parameter"):
+        sch.inline_update(sch.get_block("C"))
