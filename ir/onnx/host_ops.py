@@ -98,13 +98,18 @@ def pool_output_shape(x_shape, kernel, strides, pads) -> tuple[int, ...]:
             (w + pads[1] + pads[3] - kernel[1]) // strides[1] + 1)
 
 
-def max_pool(kernel, strides, pads) -> HostFn:
+def max_pool(kernel, strides, pads, channels_last: bool = False) -> HostFn:
     """MaxPool; the padding never wins. The window's offsets are maxed in one strided view
-    at a time (a few whole-array passes, where reducing the 6-D window view is slow)."""
+    at a time (a few whole-array passes, where reducing the 6-D window view is slow).
+    ``channels_last``: the input and output are ``(n, h, w, c)`` instead of ONNX's NCHW."""
     def run(xs: Sequence[np.ndarray]) -> np.ndarray:
         x = xs[0]
         fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-        windows = pool_windows(x, kernel, strides, pads, fill)
+        if channels_last:
+            windows = pool_windows(x.transpose(0, 3, 1, 2), kernel, strides, pads, fill)
+            windows = windows.transpose(0, 2, 3, 1, 4, 5)
+        else:
+            windows = pool_windows(x, kernel, strides, pads, fill)
         out = np.array(windows[..., 0, 0])
         for dy in range(kernel[0]):
             for dx in range(kernel[1]):

@@ -258,7 +258,8 @@ class _Importer(OperatorLayers):
                            epilogue="no compute intrinsic pools; the integers' max (input "
                                     "and output quantised alike)",
                            vector=functools.partial(vector_layers.max_pool, kernel, strides,
-                                                    pads))
+                                                    pads),
+                           channels_last=host_ops.max_pool(kernel, strides, pads, True))
         return layer
 
     def _qdq_add(self, node: NodeView, op: str, names: list[str], params: list[QParams],

@@ -223,7 +223,25 @@ def _channels_last_step(layer: Layer, pack: GemmPack, parts: list[_Part],
 
 
 def _host_step(layer: Layer) -> Step:
-    return lambda values: run_on_host(layer, [_array(value) for value in values])
+    """The layer's host function; on a channels-last input where the layer has a form for
+    one (:attr:`Layer.channels_last`: a max pool), that form, its output left so."""
+    if layer.channels_last is None:
+        return lambda values: run_on_host(layer, [_array(value) for value in values])
+
+    def step(values: list[Value]) -> Value:
+        x = values[0]
+        if not isinstance(x, ChannelsLast):
+            return run_on_host(layer, [x])
+        out = layer.channels_last([x.nhwc])
+        return ChannelsLast(out, lambda: _onnx_layout(out, layer.output_dtype))
+
+    return step
+
+
+def _onnx_layout(nhwc: np.ndarray, dtype: str) -> np.ndarray:
+    """A channels-last int8 tensor as ONNX holds it: NCHW, a uint8 one's values 128 up."""
+    nchw = np.ascontiguousarray(nhwc.transpose(0, 3, 1, 2))
+    return np.bitwise_xor(nchw.view(np.uint8), np.uint8(0x80)) if dtype == "uint8" else nchw
 
 
 def time_interleaved(calls: Mapping[str, Callable[[], object]], runs: int

@@ -13,7 +13,7 @@ from targets.cpu.loaded import LoadedKernel
 from tensorize.engine import auto_tensorize
 from tensorize.model import networks, random_inputs
 from tensorize.model.native import ChannelsLast, compile_network, time_interleaved
-from tensorize.model.reference import reference_session
+from tensorize.model.reference import reference_session, run_reference
 from tests.ir.onnx import models
 from tests.tensorize.schedule.kernels import gemm_int8
 
@@ -146,3 +146,28 @@ def test_a_layers_rows_split_over_threads_give_the_same_outputs(tmp_path, contex
     theirs = reference_session(graph).run(names, inputs)
     for name, want in zip(names, theirs):
         np.testing.assert_array_equal(network(inputs)[name], want)
+
+
+def test_a_max_pool_between_convolutions_keeps_them_channels_last(cnn, context):
+    network = compile_network(cnn, context("x86"))
+    inputs = random_inputs(cnn, 4)
+    values = dict(inputs)
+    layouts = {}
+    for layer, step in zip(network.graph.layers, network.steps):
+        values[layer.output] = step([values[name] for name in layer.inputs])
+        layouts[layer.op] = type(values[layer.output]).__name__
+    assert layouts["QDQ MaxPool"] == "ChannelsLast"
+    pooled = next(layer for layer in network.graph.layers if layer.op == "QDQ MaxPool")
+    want = run_reference(cnn, inputs)[pooled.output]
+    np.testing.assert_array_equal(values[pooled.output].array(), want)
+
+
+def test_a_channels_last_uint8_tensor_converts_to_onnxs_values():
+    from tensorize.model.native import _onnx_layout
+
+    nhwc = np.random.default_rng(6).integers(-128, 128, (1, 3, 4, 5), dtype=np.int8)
+    # The kernels hold a uint8 tensor's values less 128, as int8.
+    want = (nhwc.astype(np.int16) + 128).astype(np.uint8).transpose(0, 3, 1, 2)
+    got = _onnx_layout(nhwc, "uint8")
+    assert got.dtype == np.uint8 and np.array_equal(got, want)
+    assert np.array_equal(_onnx_layout(nhwc, "int8"), nhwc.transpose(0, 3, 1, 2))
