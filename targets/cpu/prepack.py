@@ -123,7 +123,9 @@ def _hoisted(accesses: list[_Access], fixed: frozenset[Buffer], params: frozense
     while True:
         known, hoisted = set(fixed), set()
         for i, access in enumerate(accesses):
-            if i not in barred and access.writes and access.reads <= known \
+            # A reduction reads the buffer it accumulates (a column sum of B): what it
+            # writes is its own, not an input from the call.
+            if i not in barred and access.writes and access.reads - access.writes <= known \
                     and not access.writes & params:
                 hoisted.add(i)
                 known |= access.writes
