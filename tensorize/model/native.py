@@ -92,8 +92,9 @@ def compile_network(graph: Graph, ctx: RunContext) -> NativeNetwork:
     executor = CpuExecutor(ctx)
     graph = executor.prepare(graph)
     threads = ctx.threads or os.cpu_count() or 1
-    # One pool for the network: a layer's parts run on it, the caller's thread waiting.
-    pool = ThreadPoolExecutor(threads) if threads > 1 else None
+    # One pool for the network: a layer's first part runs on the caller's thread, the
+    # others on the pool.
+    pool = ThreadPoolExecutor(threads - 1) if threads > 1 else None
     steps, native, split, prepacked = [], 0, {}, set()
     for layer in graph.layers:
         step, parts = (_kernel_step(executor, layer, threads, pool) if layer.func is not None
@@ -215,7 +216,11 @@ def _channels_last_step(layer: Layer, pack: GemmPack, parts: list[_Part],
                 part_skip = None if skip_rows is None else skip_rows[part.start:end]
                 out[part.start:end] = part(pack.part(rows[part.start:end], part_skip))[output]
 
-            list(pool.map(run, parts))
+            # The caller's thread runs the first part while the pool runs the others.
+            others = [pool.submit(run, part) for part in parts[1:]]
+            run(parts[0])
+            for other in others:
+                other.result()
         return ChannelsLast(out[:fused.m].reshape(n, h, w, c),
                             lambda: layer.unpack(out, ()))
 
