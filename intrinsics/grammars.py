@@ -46,6 +46,11 @@ CUDA_FUNCTIONS = (
     "tz_mma_m16n8k16_f16_f16_f32", "tz_mma_m16n8k16_bf16_bf16_f32",
     "tz_mma_m16n8k32_s8_s8_s32", "tz_mma_m16n8k32_u8_u8_s32",
     "tz_mma_m16n8k32_u8_s8_s32", "tz_mma_m16n8k32_s8_u8_s32",
+    "tz_mma_m16n8k32_e4m3_e4m3_f32", "tz_mma_m16n8k32_e5m2_e5m2_f32",
+    "tz_mma_m16n8k32_e4m3_e5m2_f32", "tz_mma_m16n8k32_e5m2_e4m3_f32",
+    "tz_mma_m16n8k64_s4_s4_s32", "tz_mma_m16n8k64_u4_u4_s32",
+    "tz_mma_m16n8k64_s4_u4_s32", "tz_mma_m16n8k64_u4_s4_s32",
+    "tz_lds_a_m16k64_4bit", "tz_lds_b_k64n8_4bit",
     "tz_mma_store_m16n8", "tz_mma_fill_m16n8",
 )
 CUDA_ENUMERATORS = ("nvcuda::wmma::mem_row_major", "nvcuda::wmma::mem_col_major")

@@ -14,19 +14,27 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
+import numpy as np
+
 from ir import (BinOp, BufferLoad, Call, Cast, DType, Expr, FloatImm, IntImm, Not, Select, Var,
                 dtypes)
 from ir.arith import Interval, bound
 from targets.cuda.errors import EmitError
 
-__all__ = ["CTYPES", "ExprPrinter", "PRELUDE", "ctype", "string_literal"]
+__all__ = ["CTYPES", "ExprPrinter", "PRELUDE", "ctype", "device_numpy", "string_literal"]
 
 CTYPES = {
     "bool": "bool", "int8": "signed char", "int16": "short", "int32": "int",
     "int64": "long long", "uint8": "unsigned char", "uint16": "unsigned short",
     "uint32": "unsigned int", "float16": "half", "bfloat16": "__nv_bfloat16",
     "float32": "float", "float64": "double",
+    "float8_e4m3": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2",
+    "int4": "signed char", "uint4": "unsigned char",
 }
+# Types the backend stores, moves and converts to wider ones but never computes in: C++ has
+# no 4-bit integer (a 4-bit value is held in a byte, below) and CUDA's 8-bit floats convert
+# from float with a saturation the host reference does not model.
+STORAGE_ONLY = frozenset({"int4", "uint4", "float8_e4m3", "float8_e5m2"})
 
 # Helpers every emitted source starts with (host and device, so the emulation can use them).
 PRELUDE = """\
@@ -40,6 +48,12 @@ template <class T> __host__ __device__ inline T tz_floormod(T a, T b) {
 }
 template <class T> __host__ __device__ inline T tz_min(T a, T b) { return a < b ? a : b; }
 template <class T> __host__ __device__ inline T tz_max(T a, T b) { return a < b ? b : a; }
+// An 8-bit float constant from its bits (CUDA's __nv_fp8_* keep them in __x).
+template <class T> __host__ __device__ inline T tz_fp8_bits(unsigned char bits) {
+  T value;
+  value.__x = bits;
+  return value;
+}
 #ifndef TZ_EMULATION
 // 16 bytes in one 128-bit load and one 128-bit store; both addresses are 16-byte aligned
 // (the backend proves it). The emulation defines its own, which checks that.
@@ -103,6 +117,17 @@ def ctype(dtype: DType) -> str:
     return CTYPES[dtype.name]
 
 
+def device_numpy(dtype: DType) -> np.dtype:
+    """The numpy dtype of ``dtype``'s elements in device (and emulated) memory: its own,
+    except that a 4-bit integer takes one byte holding its value sign- (or zero-) extended,
+    an int8 of -8..7 (a uint8 of 0..15), so that C++ reads the right number. The mma.sync
+    family's 4-bit loads pack two such bytes into one, low nibble first, as the tensor cores
+    read them (``targets/cuda/ptx.py``)."""
+    if dtype.is_int and dtype.bits == 4:
+        return np.dtype(np.int8 if dtype.kind == "int" else np.uint8)
+    return dtype.numpy
+
+
 def string_literal(text: str) -> str:
     """``text`` as a C++ string literal of its UTF-8 bytes: ASCII letters, digits, ``_`` and
     spaces as they are, every other byte as a three-digit octal escape (which cannot run into
@@ -110,6 +135,24 @@ def string_literal(text: str) -> str:
     the generated code this way, as the user wrote it."""
     safe = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_ ")
     return '"' + "".join(chr(b) if b in safe else f"\\{b:03o}" for b in text.encode()) + '"'
+
+
+def _moved(expr: Expr) -> bool:
+    """True when ``expr`` only picks a stored value: a load, an integer constant (exact in its
+    byte), or a select of such (a padding copy's zeros)."""
+    if isinstance(expr, Select):
+        return _moved(expr.true_value) and _moved(expr.false_value)
+    if isinstance(expr, FloatImm):
+        return _fp8_bits(expr) is not None
+    return isinstance(expr, (BufferLoad, IntImm))
+
+
+def _fp8_bits(imm: FloatImm) -> int | None:
+    """The bits of an 8-bit float constant, or None when its value does not fit exactly."""
+    held = np.array(imm.value, np.float64).astype(imm.dtype.numpy)
+    if float(held) != imm.value:
+        return None
+    return int(held.view(np.uint8))
 
 
 def _narrow(dtype: DType) -> bool:
@@ -130,6 +173,10 @@ class ExprPrinter:
     def __call__(self, expr: Expr) -> str:
         """The C++ text of ``expr`` (a value of ``ctype(expr.dtype)``)."""
         method = getattr(self, f"_{type(expr).__name__}", None)
+        if expr.dtype.name in STORAGE_ONLY and not _moved(expr):
+            raise EmitError(f"the CUDA backend moves {expr.dtype} values and converts them to "
+                            f"wider types, but does not compute in {expr.dtype} "
+                            f"({type(expr).__name__}); cast the operands up first")
         if method is None:
             raise EmitError(f"expression {type(expr).__name__} has no CUDA form")
         return method(expr)
@@ -154,6 +201,8 @@ class ExprPrinter:
         return f"(({ctype(imm.dtype)})({imm.value}))"
 
     def _FloatImm(self, imm: FloatImm) -> str:
+        if imm.dtype.bits == 8:
+            return f"tz_fp8_bits<{ctype(imm.dtype)}>({_fp8_bits(imm)})"
         value = imm.value
         if math.isnan(value):
             text = "(0.0f / 0.0f)"

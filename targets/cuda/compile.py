@@ -164,7 +164,7 @@ _FUNCTION = re.compile(r"Function : (\S+)")
 # /*0960*/   @!P0 IMMA.16816.S8.S8 R24, R12.reuse.ROW, R10.COL, RZ ;
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
 _BRANCH_TARGET = re.compile(r"0x([0-9a-f]+)")
-_MMA_OPCODES = ("HMMA", "IMMA", "HGMMA", "IGMMA", "DMMA", "BMMA")
+_MMA_OPCODES = ("HMMA", "IMMA", "QMMA", "HGMMA", "IGMMA", "QGMMA", "DMMA", "BMMA")
 
 
 def parse_sass(text: str) -> tuple[SassMix, ...]:

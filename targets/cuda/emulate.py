@@ -1,6 +1,6 @@
 """Running emitted CUDA C++ on the host: the same source, compiled by g++ against
-``emulation/mma.h``, ``emulation/cuda_fp16.h`` and ``emulation/cuda_bf16.h`` (which stand
-in for the CUDA headers), loaded with ctypes and run on numpy arrays.
+``emulation/mma.h``, ``cuda_fp16.h``, ``cuda_bf16.h`` and ``cuda_fp8.h`` (which stand in
+for the CUDA headers), loaded with ctypes and run on numpy arrays.
 
 The headers emulate the thread model (blocks in turn; a block's threads as coroutines that
 switch at barriers), the warp matrix API (each lane holds whole tiles) and the mma.sync
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from targets.cuda.cexpr import ctype
+from targets.cuda.cexpr import ctype, device_numpy
 from targets.cuda.emit import CudaKernel
 from targets.cuda.errors import EmulationError
 from targets.cuda.writer import CppWriter
@@ -162,13 +162,13 @@ def emulate(kernel: CudaKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.n
         inputs = {b.name: a for b, a in zip(kernel.buffers, inputs)}
     arrays = []
     for buffer in kernel.buffers:
-        array = _aligned(buffer.shape, buffer.dtype.numpy)
+        array = _aligned(buffer.shape, device_numpy(buffer.dtype))
         if buffer.name in inputs:
             given = np.asarray(inputs[buffer.name])
             if given.shape != buffer.shape or given.dtype != buffer.dtype.numpy:
                 raise ValueError(f"input {buffer.name} must be {buffer.dtype} {buffer.shape}, "
                                  f"got {given.dtype} {given.shape}")
-            array[...] = given
+            array[...] = given.astype(array.dtype)
         arrays.append(array)
     with phase(f"building the host emulation of {kernel.name}"):
         library = _library(kernel)
@@ -185,4 +185,5 @@ def emulate(kernel: CudaKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.n
         if banks is not None:
             banks.append((launch.kernel, _bank_records(library)))
     by_name = {b.name: a for b, a in zip(kernel.buffers, arrays)}
-    return {name: by_name[name].copy() for name in kernel.outputs}
+    dtypes = {b.name: b.dtype.numpy for b in kernel.buffers}
+    return {name: by_name[name].astype(dtypes[name]) for name in kernel.outputs}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from targets.cuda.cexpr import device_numpy
 from targets.cuda.compile import compile
 from targets.cuda.emit import CudaKernel
 
@@ -75,9 +76,9 @@ def run(kernel: CudaKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarr
         inputs = {b.name: a for b, a in zip(kernel.buffers, inputs)}
     allocations = []
     for buffer in kernel.buffers:
-        host = np.zeros(buffer.shape, buffer.dtype.numpy)
+        host = np.zeros(buffer.shape, device_numpy(buffer.dtype))
         if buffer.name in inputs:
-            host[...] = inputs[buffer.name]
+            host[...] = np.asarray(inputs[buffer.name]).astype(host.dtype)
         allocations.append(cupy.asarray(host))
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     best = float("inf")
@@ -88,7 +89,9 @@ def run(kernel: CudaKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarr
         end.synchronize()
         best = min(best, cupy.cuda.get_elapsed_time(start, end))
     by_name = {b.name: a for b, a in zip(kernel.buffers, allocations)}
-    return GpuRun({name: cupy.asnumpy(by_name[name]) for name in kernel.outputs}, best)
+    dtypes = {b.name: b.dtype.numpy for b in kernel.buffers}
+    return GpuRun({name: cupy.asnumpy(by_name[name]).astype(dtypes[name])
+                   for name in kernel.outputs}, best)
 
 
 def launch(functions: Sequence, args: tuple) -> None:

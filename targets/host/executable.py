@@ -100,8 +100,12 @@ def allocate(buffer: Buffer, poison: bool = False) -> np.ndarray:
         bits_dtype, value = _POISON_BITS.get(dt.name, ("uint8", 0x5A))
         backing.view(bits_dtype)[...] = value
     itemsize = backing.itemsize
+    # Strided through unsigned integers of the element's size: numpy's as_strided cannot
+    # rebuild the ml_dtypes types (bfloat16, float8, int4) from their array interface.
+    raw = backing.view(np.dtype(f"u{itemsize}"))
     return np.lib.stride_tricks.as_strided(
-        backing[-low:], shape=buffer.shape, strides=tuple(s * itemsize for s in strides))
+        raw[-low:], shape=buffer.shape, strides=tuple(s * itemsize for s in strides)
+    ).view(dt.numpy)
 
 
 def _bounds_error(func_name: str, site: BoundsSite, dim: int, index: int) -> ExecutionError:

@@ -9,6 +9,8 @@ bool          i1            i8          numpy stores bools as bytes
 int*/uint*    iN            iN          LLVM integers carry no sign; operations pick it
 float16       float         half        every operation rounds to half (below)
 bfloat16      float         i16         LLVM's bfloat cannot be relied on for arithmetic
+float8_*      float         i8          moved and widened only (below)
+int4/uint4    i4            i8          one value a byte, in its low nibble, as ml_dtypes
 float32/64    float/double  same
 ============  ============  ==========  =================================================
 
@@ -17,6 +19,11 @@ type. Each operation computes in float32 and rounds the result back (:func:`roun
 is what numpy does for float16 and ml_dtypes for bfloat16, so results agree bit for bit.
 Rounding to bfloat16 is done on the bits, to nearest even, with NaN made quiet as ml_dtypes
 does.
+
+The 8-bit floats are storage types here, as on the GPUs whose tensor cores read them: a
+value is loaded (decoded exactly to float32), stored back as it was, and converted to wider
+types. Rounding a result to one (arithmetic in it, or a cast to it) is refused when the
+function is built, with an ExecutionError, rather than rounded some other way than ml_dtypes.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from llvmlite import ir as ll
 
 from ir import dtypes
 from ir.dtypes import DType
+from ir.errors import ExecutionError
 
 I1 = ll.IntType(1)
 I8 = ll.IntType(8)
@@ -56,7 +64,7 @@ def value_type(dt: DType) -> ll.Type:
 
 def memory_type(dt: DType) -> ll.Type:
     """The LLVM type of one element of a buffer of ``dt`` (the numpy layout)."""
-    if dt.is_bool:
+    if dt.is_bool or dt.bits == 4 or (dt.is_float and dt.bits == 8):
         return I8
     if dt == dtypes.float16:
         return F16
@@ -87,7 +95,43 @@ def from_memory(b: ll.IRBuilder, dt: DType, raw: ll.Value) -> ll.Value:
         return b.fpext(raw, F32)
     if dt == dtypes.bfloat16:
         return b.bitcast(b.shl(b.zext(raw, I32), ll.Constant(I32, 16)), F32)
+    if dt.is_int and dt.bits == 4:
+        return b.trunc(raw, value_type(dt))
+    if dt == dtypes.float8_e5m2:
+        # e5m2 is the top byte of a binary16, infinities and NaNs included.
+        return b.fpext(b.bitcast(b.shl(b.zext(raw, I16), ll.Constant(I16, 8)), F16), F32)
+    if dt == dtypes.float8_e4m3:
+        return _e4m3_to_float(b, raw)
     return raw
+
+
+# e4m3's exponent bias (7) against float32's (127): its 7 magnitude bits, placed as the top of
+# a float32's exponent-and-fraction field, read 2**(7 - 127) times the value, subnormals too.
+_E4M3_SCALE = float(2.0 ** (127 - 7))
+
+
+def _e4m3_to_float(b: ll.IRBuilder, raw: ll.Value) -> ll.Value:
+    """An e4m3 byte decoded exactly; its one NaN pattern per sign (S.1111.111) to a quiet
+    NaN of that sign."""
+    wide = b.zext(raw, I32)
+    magnitude = b.and_(wide, ll.Constant(I32, 0x7F))
+    sign = b.shl(b.and_(wide, ll.Constant(I32, 0x80)), ll.Constant(I32, 24))
+    small = b.bitcast(b.or_(sign, b.shl(magnitude, ll.Constant(I32, 20))), F32)
+    value = b.fmul(small, ll.Constant(F32, _E4M3_SCALE))
+    is_nan = b.icmp_unsigned("==", magnitude, ll.Constant(I32, 0x7F))
+    signed_nan = b.bitcast(b.or_(sign, ll.Constant(I32, 0x7FC00000)), F32)
+    return b.select(is_nan, signed_nan, value)
+
+
+def _float_to_e4m3(b: ll.IRBuilder, value: ll.Value) -> ll.Value:
+    """The inverse of :func:`_e4m3_to_float` for a value e4m3 holds (registers hold only
+    those): scaling down is exact, and the bits sit where the decoder put them."""
+    bits = b.bitcast(b.fmul(value, ll.Constant(F32, 1.0 / _E4M3_SCALE)), I32)
+    magnitude = b.and_(b.lshr(bits, ll.Constant(I32, 20)), ll.Constant(I32, 0x7F))
+    is_nan = b.fcmp_unordered("uno", value, value)
+    magnitude = b.select(is_nan, ll.Constant(I32, 0x7F), magnitude)
+    sign = b.and_(b.lshr(bits, ll.Constant(I32, 24)), ll.Constant(I32, 0x80))
+    return b.trunc(b.or_(sign, magnitude), I8)
 
 
 def to_memory(b: ll.IRBuilder, dt: DType, value: ll.Value) -> ll.Value:
@@ -98,6 +142,12 @@ def to_memory(b: ll.IRBuilder, dt: DType, value: ll.Value) -> ll.Value:
         return b.fptrunc(value, F16)
     if dt == dtypes.bfloat16:
         return b.trunc(b.lshr(b.bitcast(value, I32), ll.Constant(I32, 16)), I16)
+    if dt.is_int and dt.bits == 4:
+        return b.zext(value, I8)
+    if dt == dtypes.float8_e5m2:
+        return b.trunc(b.lshr(b.bitcast(b.fptrunc(value, F16), I16), ll.Constant(I16, 8)), I8)
+    if dt == dtypes.float8_e4m3:
+        return _float_to_e4m3(b, value)
     return value
 
 
@@ -107,6 +157,9 @@ def round_to(b: ll.IRBuilder, dt: DType, value: ll.Value) -> ll.Value:
         return b.fpext(b.fptrunc(value, F16), F32)
     if dt == dtypes.bfloat16:
         return _round_bfloat16(b, value)
+    if dt.is_float and dt.bits == 8:
+        raise ExecutionError(f"the host executor moves {dt} values and widens them, but does "
+                             f"not round results to {dt}")
     return value
 
 

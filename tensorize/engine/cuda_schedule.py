@@ -61,7 +61,7 @@ from tensorize.schedule.index_map import IndexMap
 __all__ = ["TENSOR_SPEEDUP", "UNIT_MACS", "CudaTiling", "TensorPipe", "TilingFigures",
            "TilingTrial", "choose_family", "choose_tiling", "estimate", "instruction_macs",
            "mapping_cycles", "model_cycles", "schedule", "schedule_cuda", "search_tilings",
-           "tensor_pipe", "tiling_candidates"]
+           "sm_number", "tensor_pipe", "tiling_candidates"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -913,15 +913,15 @@ def mapping_cycles(func: PrimFunc, match: Match, registry: Registry) -> float:
     0.95. For 16-bit inputs both issue HMMA.16816 alike (measured 1.08 and 1.14, too close
     to call without compiling), so the tie stands and the matcher's order keeps WMMA."""
     intrinsic = match.intrinsic
-    oldest = min(_sm_number(name) for name in registry.gpu(intrinsic.target).architectures)
+    oldest = min(sm_number(name) for name in registry.gpu(intrinsic.target).architectures)
     needed = intrinsic.feature
-    if needed is not None and _sm_number(needed) > oldest:
+    if needed is not None and sm_number(needed) > oldest:
         return math.inf
     per_unit = issued_per_unit(intrinsic)
     return float(match.calls * intrinsic.cost.interval) + per_unit / (per_unit + 1)
 
 
-def _sm_number(name: str) -> int:
+def sm_number(name: str) -> int:
     """75 for ``sm_75``; an architecture feature of another form is never available."""
     digits = name.removeprefix("sm_")
     return int(digits) if name.startswith("sm_") and digits.isdigit() else 1 << 30

@@ -39,8 +39,10 @@ from tensorize.engine.cuda_schedule import (
     issued_per_unit,
     mapping_cycles,
     search_tilings,
+    sm_number,
     tensor_pipe,
 )
+from tensorize.engine.count import count_calls
 from tensorize.match import match_block
 from tensorize.runners.context import RunContext
 from tensorize.runners.report import RunReport
@@ -218,7 +220,7 @@ def run_cuda(ctx: RunContext, func: PrimFunc, reference: dict[str, np.ndarray],
                            "params": list(kernel.params)}
     if emit_code:
         emitted.append(_with_launches(kernel))
-    _compile(kernel, report, architectures(registry))
+    _compile(kernel, report, architectures(registry), _needed(func, registry))
     outputs = _emulate(kernel, inputs, reference, report) or reference
     return _on_gpu(kernel, inputs, reference, report) or outputs
 
@@ -233,13 +235,25 @@ def _with_launches(kernel: cuda.CudaKernel) -> str:
     return "\n".join(lines) + "\n" + kernel.source
 
 
+def _needed(func: PrimFunc, registry: Registry) -> tuple[str, str] | None:
+    """The newest architecture an intrinsic the kernel calls needs, with that intrinsic
+    (``("sm_89", "mma_m16n8k32_e4m3e4m3_f32")``); None when none needs one."""
+    needs = [(registry.get(name).feature, name) for name in count_calls(func)
+             if registry.get(name).feature is not None]
+    return max(needs, key=lambda need: sm_number(need[0]), default=None)
+
+
 def _compile(kernel: cuda.CudaKernel, report: RunReport,
-             limits: Mapping[str, GpuArchitecture]) -> None:
+             limits: Mapping[str, GpuArchitecture], needed: tuple[str, str] | None) -> None:
     if cuda.nvcc_path() is None:
         report.skip("compile", "nvcc not found (install the CUDA toolkit or set NVCC)")
         return
     disassemble = cuobjdump_path() is not None
     for arch in limits:
+        if needed is not None and sm_number(arch) < sm_number(needed[0]):
+            report.skip("compile", f"nvcc -arch={arch}: {needed[1]} needs {needed[0]} or "
+                                   "newer")
+            continue
         start = time.perf_counter()
         try:
             ptx = cuda.compile(kernel, arch).decode()

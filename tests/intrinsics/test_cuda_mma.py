@@ -27,21 +27,26 @@ def test_the_family_is_a_second_cuda_family_with_every_input_pair(family) -> Non
     compute = {i.name: i for i in family.intrinsics if i.kind == "compute"}
     assert set(compute) == {
         "mma_m16n8k16_f16f16_f32", "mma_m16n8k16_bf16bf16_f32", "mma_m16n8k32_s8s8_s32",
-        "mma_m16n8k32_u8u8_s32", "mma_m16n8k32_u8s8_s32", "mma_m16n8k32_s8u8_s32"}
+        "mma_m16n8k32_u8u8_s32", "mma_m16n8k32_u8s8_s32", "mma_m16n8k32_s8u8_s32",
+        "mma_m16n8k32_e4m3e4m3_f32", "mma_m16n8k32_e5m2e5m2_f32", "mma_m16n8k32_e4m3e5m2_f32",
+        "mma_m16n8k32_e5m2e4m3_f32", "mma_m16n8k64_s4s4_s32", "mma_m16n8k64_u4u4_s32",
+        "mma_m16n8k64_s4u4_s32", "mma_m16n8k64_u4s4_s32"}
     mixed = compute["mma_m16n8k32_u8s8_s32"]
     assert [o.dtype.name for o in mixed.operands] == ["uint8", "int8", "int32"]
     assert mixed.semantics_text == "C[i, j] += s32(A[i, k]) * s32(B[k, j])"
-    assert {i.feature for i in compute.values()} == {"sm_75", "sm_80"}
+    assert {i.feature for i in compute.values()} == {"sm_75", "sm_80", "sm_89"}
+    assert compute["mma_m16n8k32_e4m3e5m2_f32"].feature == "sm_89"
     assert compute["mma_m16n8k16_f16f16_f32"].feature == "sm_75"
     # One scale with WMMA's, the input type's rate on sm_80: 16 cycles per 4096 16-bit
-    # multiply-accumulates, 8 per 4096 8-bit ones (A100: 312 TFLOPS f16, 624 TOPS int8).
+    # multiply-accumulates, 8 per 4096 8-bit ones, 4 per 4096 4-bit ones (A100: 312 TFLOPS
+    # f16, 624 TOPS int8, 1248 TOPS int4; Ada's fp8 runs at its int8 rate).
     registry = load_registry([BUILTIN_DIR / "cuda.yaml", FAMILY])
     wmma = {i.name: i for i in registry.family("cuda").intrinsics if i.kind == "compute"}
     for intrinsic in [*compute.values(), *wmma.values()]:
         macs = 1
         for extent in intrinsic.extents:
             macs *= extent
-        per_4096 = 8 if intrinsic.operands[0].dtype.bits == 8 else 16
+        per_4096 = {4: 4, 8: 8}.get(intrinsic.operands[0].dtype.bits, 16)
         per_4096 *= 2 if intrinsic.operands[0].dtype.bits == 32 else 1
         assert intrinsic.cost.interval * 4096 == per_4096 * macs, intrinsic.name
 
@@ -49,11 +54,12 @@ def test_the_family_is_a_second_cuda_family_with_every_input_pair(family) -> Non
 def test_each_lane_holds_one_thirty_second_of_each_tile(family) -> None:
     # A fragment is spread over the 32 lanes: lane_registers 32-bit words each.
     movers = [i for i in family.intrinsics if i.kind != "compute"]
-    assert len(movers) == 12
+    assert len(movers) == 20
     for intrinsic in movers:
         fragment = next(o for o in intrinsic.operands if o.scope.startswith("mma."))
         words = intrinsic.params["lane_registers"]
-        assert words * 32 * 4 == fragment.nbytes, intrinsic.name
+        # Registers hold values packed (two 4-bit values a byte), whatever memory holds.
+        assert words * 32 * 32 == fragment.buffer.size * fragment.dtype.bits, intrinsic.name
         assert intrinsic.params["register_dtype"] in ("u32", "f32", "s32")
 
 

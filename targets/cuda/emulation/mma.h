@@ -62,6 +62,7 @@
 #include <ucontext.h>
 
 #include "cuda_bf16.h"
+#include "cuda_fp8.h"
 #include "cuda_fp16.h"
 
 // Emitted sources define their device-only helpers (tz_copy16...) unless this is set.
@@ -783,22 +784,44 @@ template <class T> inline T unpack(const uint32_t* words, int reg, int sub) {
   return value;
 }
 
+// The 4-bit integers of m16n8k64: 8 to a register, the lower slot in the lower nibble.
+struct s4 {
+  int value;
+  operator float() const { return float(value); }
+};
+struct u4 {
+  int value;
+  operator float() const { return float(value); }
+};
+template <class T> struct slots_per_word { static constexpr int value = 4 / int(sizeof(T)); };
+template <> struct slots_per_word<s4> { static constexpr int value = 8; };
+template <> struct slots_per_word<u4> { static constexpr int value = 8; };
+template <> inline s4 unpack<s4>(const uint32_t* words, int reg, int sub) {
+  int nibble = int(words[reg] >> (4 * sub) & 0xfu);
+  return s4{nibble - 2 * (nibble & 8)};
+}
+template <> inline u4 unpack<u4>(const uint32_t* words, int reg, int sub) {
+  return u4{int(words[reg] >> (4 * sub) & 0xfu)};
+}
+
 // mma.sync.m16n8kK.row.col: D = A x B + C in place on the lane's c. Of A (16 x K), element
 // (r, k) is in lane (r % 8) * 4 + (k % 4E) / E, register r / 8 + 2 (k / 4E), slot k % E;
 // of B (K x 8), element (k, n) in lane n * 4 + (k % 4E) / E, register k / 4E, slot k % E;
 // the lane's D element q is (l / 4 + 8 (q / 2), (l % 4) * 2 + q % 2). E is 2 for 16-bit
-// inputs, 4 for 8-bit. Integer tiles accumulate exactly, wrapping in 32 bits; float tiles
-// in float, in k order.
+// inputs, 4 for 8-bit (integers and the 8-bit floats alike), 8 for 4-bit. Integer tiles accumulate
+// exactly, wrapping in 32 bits; float tiles in float, in k order (each product is exact in
+// float for 16-bit and 8-bit float inputs, so only the additions round).
 template <class TA, class TB, int K, class TC>
 inline void mma(TC* c, const unsigned* a, const unsigned* b, const char* kind) {
-  static_assert(sizeof(TA) == sizeof(TB), "mma.sync inputs share one width");
+  static_assert(slots_per_word<TA>::value == slots_per_word<TB>::value,
+                "mma.sync inputs share one width");
   collective(kind, nullptr, 0, 1, c);
   unsigned lane = lane_id();
   Mailbox& box = mailbox();
   std::memcpy(box.a[lane], a, sizeof box.a[lane]);
   std::memcpy(box.b[lane], b, sizeof box.b[lane]);
   exchange();
-  const int E = 4 / int(sizeof(TA)), piece = 4 * E;
+  const int E = slots_per_word<TA>::value, piece = 4 * E;
   using Wide = typename std::conditional<std::is_integral<TC>::value, long long, float>::type;
   for (int q = 0; q < 4; ++q) {
     int r = int(lane / 4) + 8 * (q / 2), n = int(lane % 4) * 2 + q % 2;
@@ -850,4 +873,39 @@ inline void tz_mma_m16n8k32_u8_s8_s32(int* c, const unsigned* a, const unsigned*
 }
 inline void tz_mma_m16n8k32_s8_u8_s32(int* c, const unsigned* a, const unsigned* b) {
   tz::mma<signed char, unsigned char, 32>(c, a, b, "mma.sync.m16n8k32.s8.u8");
+}
+#define TZ_MMA_FP8(A, B)                                                                     \
+  inline void tz_mma_m16n8k32_##A##_##B##_f32(float* c, const unsigned* a,                   \
+                                              const unsigned* b) {                           \
+    tz::mma<__nv_fp8_##A, __nv_fp8_##B, 32>(c, a, b, "mma.sync.m16n8k32." #A "." #B);        \
+  }
+TZ_MMA_FP8(e4m3, e4m3)
+TZ_MMA_FP8(e5m2, e5m2)
+TZ_MMA_FP8(e4m3, e5m2)
+TZ_MMA_FP8(e5m2, e4m3)
+#undef TZ_MMA_FP8
+#define TZ_MMA_INT4(A, B)                                                                    \
+  inline void tz_mma_m16n8k64_##A##_##B##_s32(int* c, const unsigned* a, const unsigned* b) { \
+    tz::mma<tz::A, tz::B, 64>(c, a, b, "mma.sync.m16n8k64." #A "." #B);                      \
+  }
+TZ_MMA_INT4(s4, s4)
+TZ_MMA_INT4(u4, u4)
+TZ_MMA_INT4(s4, u4)
+TZ_MMA_INT4(u4, s4)
+#undef TZ_MMA_INT4
+// An 8-byte shared load of a lane (a 4-bit fragment's 8 values): 8-byte aligned, inside a
+// shared array, its bytes recorded as the thread's read.
+inline unsigned long long tz_ptx_lds8(const void* p) {
+  if (reinterpret_cast<uintptr_t>(p) % 8)
+    tz::fail("8-byte shared load from %p: the address is not 8-byte aligned", p);
+  else if (!tz::shared_array(p))
+    tz::fail("8-byte shared load from %p: the address is not in a shared array", p);
+  else
+    tz::check_bounds(p, 8, "read");
+  if (tz::error_text[0]) return 0;
+  tz::touch(p, 8, tz::READ);
+  tz::record_bank(tz::SCALAR_ACCESS, p, 8);
+  unsigned long long value;
+  std::memcpy(&value, p, 8);
+  return value;
 }
