@@ -16,7 +16,7 @@ from typing import Any
 import ir
 from intrinsics import checks, limits
 from intrinsics.cpu_target import BACKEND as CPU_BACKEND
-from intrinsics.model import (Accepted, Cost, Intrinsic, Operand, Scope, StrideRule,
+from intrinsics.model import (Accepted, Accumulation, Cost, Intrinsic, Operand, Scope, StrideRule,
                              frozen_mapping)
 from intrinsics.source import Findings, YNode
 from intrinsics.templates import ATTRIBUTES, Placeholder, TemplateError, parse
@@ -67,6 +67,7 @@ def build_intrinsic(node: YNode, params: dict[str, Any], ctx: Context, findings:
     parts = checks.Parts(where, node.value["kind"].value, store, operands, iter_vars, resets,
                          _text_loc(node.value["semantics"]), node.at("resets"))
     checks.check_all(parts, findings)
+    accumulation = _accumulation(node, store, iter_vars, findings, where)
     emit = {backend: child.value for backend, child in node.value["emit"].value.items()}
     _check_templates(node.value["emit"], operands, ctx, findings, where)
     companions = {field: _companions(node, field, operands, findings, where)
@@ -84,7 +85,8 @@ def build_intrinsic(node: YNode, params: dict[str, Any], ctx: Context, findings:
         stores=frozen_mapping({k: v[0] for k, v in companions["stores"].items()}),
         fill=frozen_mapping({k: v[0] for k, v in companions["fill"].items()}),
         resets=resets, params=frozen_mapping(params),
-        description=_optional(node, "description", ""), loc=node.value["name"].loc)
+        description=_optional(node, "description", ""), loc=node.value["name"].loc,
+        accumulation=accumulation)
     refs = [CompanionRef(intrinsic, field, operand, target, loc)
             for field, by_operand in companions.items()
             for operand, (targets, loc) in by_operand.items() for target in targets]
@@ -193,6 +195,29 @@ def _accepted(item: YNode, role: str, dtype: ir.DType, findings: Findings, where
                      f"{source.max + bias}] for bias {bias}")
     else:
         return accepted
+    return None
+
+
+def _accumulation(node: YNode, store: ir.BufferStore, iter_vars: tuple[ir.IterVar, ...],
+                  findings: Findings, where: str) -> Accumulation | None:
+    """The intrinsic's ``accumulation``, or None (absent, or wrong: recorded why). It states
+    the order of one reduce iterator's products, so it needs a float product-sum over one."""
+    child = node.get("accumulation")
+    if child is None:
+        return None
+    values = child.plain()
+    reduces = [iv for iv in iter_vars if iv.kind is IterKind.REDUCE]
+    term = checks.accumulated_term(store)
+    where = f"{where}: accumulation"
+    if not store.buffer.dtype.is_float:
+        findings.add(node.at("accumulation"), f"{where} requires a float accumulator, got "
+                     f"{store.buffer.dtype}")
+    elif len(reduces) != 1 or not isinstance(term, ir.BinOp) or term.op != "mul":
+        findings.add(node.at("accumulation"), f"{where} requires semantics C += x * y with "
+                     f"one reduce iterator, got {len(reduces)} reduce iterator(s) in "
+                     f"{store.buffer.name}[...] = {store.value}")
+    else:
+        return Accumulation(values["order"], values["rounding"], values["denormals"])
     return None
 
 

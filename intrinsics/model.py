@@ -72,6 +72,19 @@ class Accepted:
 
 
 @dataclass(frozen=True, slots=True)
+class Accumulation:
+    """How a float product-sum ``C += f(X) * f(Y)`` over one reduce iterator accumulates, as
+    the vendor's manual states it: each product, exact, is added to the accumulator on its
+    own, in the reduce iterator's ``order`` (``ascending`` or ``descending``), the sum
+    rounded once (``rounding``: ``nearest_even``); ``denormals`` is ``flush`` (denormal
+    inputs read and denormal results written as zero: DAZ and FTZ) or ``keep``."""
+
+    order: str
+    rounding: str
+    denormals: str
+
+
+@dataclass(frozen=True, slots=True)
 class Operand:
     """One tensor an intrinsic reads or writes.
 
@@ -145,7 +158,8 @@ class Intrinsic:
     (``{name.ld}`` is the operand's leading dimension). ``loads``/``stores``/``fill`` map an
     operand to the intrinsics that move it into or out of its scope, or zero it. ``resets``:
     the instruction overwrites its accumulator instead of adding to it. ``params`` are the
-    variant parameters it was expanded with. Like a Buffer, an intrinsic is an identity.
+    variant parameters it was expanded with. ``accumulation`` is how a float product-sum
+    adds its products (None: not stated). Like a Buffer, an intrinsic is an identity.
     """
 
     name: str
@@ -166,6 +180,7 @@ class Intrinsic:
     params: Mapping[str, Any] = field(default_factory=_empty)
     description: str = ""
     loc: ir.SourceLoc | None = None
+    accumulation: Accumulation | None = None
 
     def __repr__(self) -> str:
         return f"Intrinsic({self.name}, {self.kind}, {self.target})"

@@ -5,6 +5,11 @@ become one ``numpy.einsum`` whose subscripts say which iterators index which ope
 else is evaluated elementwise over the whole iteration space with numpy broadcasting (one axis
 per iterator), then summed over the reduce iterators. Integer arithmetic wraps in its dtype,
 as the IR defines it.
+
+A float intrinsic that states its ``accumulation`` (the order of its products, their
+rounding, its denormals) has a second model, :func:`hardware_model`: what the hardware
+computes, bit for bit, one rounded addition per product in the stated order;
+:func:`accumulate` is that one step, shared with references of whole kernels.
 """
 
 from __future__ import annotations
@@ -12,11 +17,12 @@ from __future__ import annotations
 import string
 from collections.abc import Callable, Mapping
 
+import ml_dtypes
 import numpy as np
 
 import ir
 from intrinsics.checks import accumulated_term
-from intrinsics.model import Intrinsic
+from intrinsics.model import Accumulation, Intrinsic
 from ir import IterKind
 
 Arrays = Mapping[str, np.ndarray]
@@ -42,6 +48,84 @@ def numpy_model(intrinsic: Intrinsic, inputs: Arrays) -> np.ndarray:
     result = start.copy()
     result[grid.indices(store.indices)] = values
     return result
+
+
+def hardware_model(intrinsic: Intrinsic, inputs: Arrays) -> np.ndarray:
+    """The output operand after one execution as the hardware computes it, by the
+    intrinsic's ``accumulation``: the products of its reduce iterator's values added to the
+    accumulator one at a time, in the stated order, each sum rounded once (and denormals
+    flushed where stated). Exact where each product and each sum's float64 value round to
+    the accumulator's dtype without double rounding: inputs of at most 12 significant bits
+    (bfloat16, float16) into float32. UnsupportedSemantics for semantics that is not one
+    product of loads indexed by plain iterators."""
+    rule = intrinsic.accumulation
+    term = accumulated_term(intrinsic.semantics)
+    pattern = None if term is None else einsum_subscripts(intrinsic, term)
+    if rule is None or pattern is None:
+        raise UnsupportedSemantics("no stated accumulation of a product of plain loads")
+    subscripts, loads, casts = pattern
+    reduce_var = next(iv for iv in intrinsic.iter_vars if iv.kind is IterKind.REDUCE)
+    letter = string.ascii_letters[intrinsic.iter_vars.index(reduce_var)]
+    x, y = (_read(np.asarray(inputs[_name(intrinsic, load)]), rule).astype(cast.numpy)
+            .astype(np.float64) for load, cast in zip(loads, casts))
+    # Every product on its own, exact in float64: an einsum that sums over nothing.
+    products = np.einsum(subscripts + letter, x, y)
+    out = intrinsic.output
+    acc = np.zeros(out.shape, out.dtype.numpy) if intrinsic.resets \
+        else _read(np.array(inputs[out.name], dtype=out.dtype.numpy), rule)
+    steps = range(reduce_var.extent)
+    for step in (steps if rule.order == "ascending" else reversed(steps)):
+        acc = accumulate(acc, products[..., step], rule)
+    return acc
+
+
+def hardware_gemm(a: np.ndarray, b: np.ndarray, group: int, rule: Accumulation,
+                  acc_dtype: type = np.float32) -> np.ndarray:
+    """``a @ b`` as a register-blocked kernel computes it with an intrinsic that adds
+    ``group`` k values a call by ``rule``: every output from a zero accumulator, the k
+    groups in ascending order, within a group the products in the stated order, each one
+    rounded addition (:func:`accumulate`); a k past the end (padding) adds nothing."""
+    if rule.denormals == "flush":
+        a, b = flush_denormals(a), flush_denormals(b)
+    wide_a, wide_b = a.astype(np.float64), b.astype(np.float64)
+    k = a.shape[1]
+    acc = np.zeros((a.shape[0], b.shape[1]), acc_dtype)
+    for start in range(0, k, group):
+        steps = range(start, min(start + group, k))
+        for step in (steps if rule.order == "ascending" else reversed(steps)):
+            acc = accumulate(acc, np.outer(wide_a[:, step], wide_b[step]), rule)
+    return acc
+
+
+def accumulate(acc: np.ndarray, product: np.ndarray, rule: Accumulation) -> np.ndarray:
+    """``acc + product`` rounded once to ``acc``'s dtype (numpy's conversion rounds to
+    nearest even), a denormal result flushed to zero where ``rule`` says so. ``product`` is
+    exact (float64); the float64 sum of it and a float32 ``acc`` rounds to float32 exactly
+    as one rounding would when the product has at most 24 significant bits."""
+    with np.errstate(all="ignore"):
+        total = (acc.astype(np.float64) + product).astype(acc.dtype)
+    return _written(total, rule)
+
+
+def flush_denormals(values: np.ndarray) -> np.ndarray:
+    """``values`` with every denormal replaced by a zero of its sign (DAZ, FTZ)."""
+    tiny = float(ml_dtypes.finfo(values.dtype).smallest_normal)
+    wide = values.astype(np.float64)
+    denormal = (wide != 0) & (np.abs(wide) < tiny)
+    if not denormal.any():
+        return values
+    return np.where(denormal, np.copysign(0.0, wide), wide).astype(values.dtype)
+
+
+def _read(values: np.ndarray, rule: Accumulation) -> np.ndarray:
+    """An input as the hardware reads it: denormals as zero under ``flush``."""
+    return flush_denormals(values) if rule.denormals == "flush" and \
+        values.dtype.kind in "fV" else values
+
+
+def _written(values: np.ndarray, rule: Accumulation) -> np.ndarray:
+    """A result as the hardware writes it: a denormal as zero under ``flush``."""
+    return flush_denormals(values) if rule.denormals == "flush" else values
 
 
 def einsum_subscripts(intrinsic: Intrinsic, term: ir.Expr) -> tuple[str, list[ir.BufferLoad],

@@ -28,6 +28,11 @@ DETECTORS = ("llvm", "cpuinfo")
 KINDS = ("compute", "load", "store", "fill")
 ITER_KINDS = ("spatial", "reduce")
 LAYOUTS = ("row_major", "col_major")
+# How a float instruction accumulates (``accumulation``): the order its reduce iterator's
+# products are added in, the rounding of each addition, and what it does with denormals.
+ORDERS = ("ascending", "descending")
+ROUNDINGS = ("nearest_even",)
+DENORMALS = ("flush", "keep")
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SCOPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
@@ -439,6 +444,15 @@ OPERAND = Record("an operand", (
     Field("description", Text(), False, "what it holds"),
 ))
 
+ACCUMULATION = Record("an accumulation", (
+    Field("order", Choice(ORDERS), True, "the reduce iterator's values in the order their "
+          "products are added to the accumulator, one at a time"),
+    Field("rounding", Choice(ROUNDINGS), True, "the rounding of each addition (the product "
+          "is exact: a fused multiply-add)"),
+    Field("denormals", Choice(DENORMALS), True, "flush: denormal inputs read and denormal "
+          "results written as zero (DAZ, FTZ); keep: IEEE gradual underflow"),
+))
+
 COST = Record("a cost", (
     Field("latency", Int(0), True, "cycles from issue to result"),
     Field("interval", Int(1), True, "cycles between two issues on one unit"),
@@ -462,6 +476,8 @@ INTRINSIC = Record("an intrinsic", (
           "f32(B[k, j])"),
     Field("resets", Bool(), False, "true when the instruction overwrites its accumulator "
           "instead of adding to it"),
+    Field("accumulation", ACCUMULATION, False, "{order, rounding, denormals}: how a float "
+          "product-sum adds its products, as the hardware does"),
     Field("loads", COMPANIONS, False, "operand -> load intrinsic(s) that fill its scope"),
     Field("stores", COMPANIONS, False, "operand -> store intrinsic(s) that drain its scope"),
     Field("fill", COMPANIONS, False, "operand -> fill intrinsic(s) that zero it"),

@@ -6,8 +6,10 @@ backend live with their backend and are passed in from above, so this package ne
 ``targets``: ``targets.host.selfcheck.SemanticsChecker`` runs the intrinsic's ``desc_func()``
 on random inputs with the reference executor and compares the output with the independent
 numpy model of :mod:`intrinsics.oracle` (exactly for integers, within a tolerance scaled by the
-dtype's epsilon and the reduction length for floats); ``targets.npu.selfcheck`` runs NPU
-instructions on the simulator. :func:`random_inputs` and :func:`compare` are shared by them.
+dtype's epsilon and the reduction length for floats), and, for an intrinsic that states its
+``accumulation``, the hardware-order model against float64 within :func:`accumulation_bound`
+(:func:`check_accumulation`); ``targets.npu.selfcheck`` runs NPU instructions on the
+simulator. :func:`random_inputs` and :func:`compare` are shared by them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ import numpy as np
 
 from intrinsics.checks import accumulated_term
 from intrinsics.model import Intrinsic, Operand
-from intrinsics.oracle import einsum_subscripts, numpy_model
+from intrinsics.oracle import (
+    UnsupportedSemantics,
+    einsum_subscripts,
+    hardware_model,
+    numpy_model,
+)
 
 OK = "ok"
 MISMATCH = "mismatch"
@@ -162,3 +169,66 @@ def tolerance(intrinsic: Intrinsic, want: np.ndarray,
         magnitude = max(magnitude, float(np.max(np.abs(
             numpy_model(intrinsic, absolute).astype(np.float64)), initial=0.0)))
     return (terms + 2) * eps * magnitude
+
+
+def check_accumulation(intrinsic: Intrinsic, inputs: Mapping[str, np.ndarray],
+                       checker: str) -> CheckResult:
+    """The hardware-order model (:func:`intrinsics.oracle.hardware_model`) against the exact
+    product-sum in float64, within :func:`accumulation_bound`: the stated order, rounding
+    and denormals may not stray further from the mathematics than the bound says."""
+    try:
+        got = hardware_model(intrinsic, inputs)
+    except UnsupportedSemantics as err:
+        return CheckResult(intrinsic.name, checker, ERROR, detail=f"its accumulation is "
+                           f"stated for semantics the hardware-order model cannot run: {err}")
+    exact, magnitude = _float64_sum(intrinsic, inputs)
+    diff = np.abs(got.astype(np.float64) - exact)
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    limit = accumulation_bound(intrinsic, magnitude)
+    excess = diff - limit
+    worst = float(diff.max()) if diff.size else 0.0
+    if not diff.size or float(excess.max()) <= 0:
+        return CheckResult(intrinsic.name, checker, OK, worst, float(np.max(limit, initial=0)))
+    at = int(np.argmax(excess))
+    where = tuple(int(i) for i in np.unravel_index(at, diff.shape))
+    return CheckResult(intrinsic.name, checker, MISMATCH, float(diff.flat[at]),
+                       float(limit.flat[at]), detail="hardware order against float64",
+                       where=where)
+
+
+def accumulation_bound(intrinsic: Intrinsic, magnitude: np.ndarray) -> np.ndarray:
+    """How far, per element, the hardware's result may be from the exact float64 sum:
+    ``gamma_K * magnitude + (K + 1) * tiny``. ``magnitude`` is ``|C| + sum |x * y|`` per
+    element and K the products added, each sum rounded once with unit roundoff u
+    (``gamma_K = K u / (1 - K u)``, the bound of a recursive sum, Higham's Accuracy and
+    Stability, section 4.2); ``tiny`` (the smallest normal) covers each denormal the
+    hardware flushes, K results and the starting accumulator."""
+    dtype = intrinsic.output.dtype
+    info = ml_dtypes.finfo(dtype.numpy)
+    terms = math.prod(iv.extent for iv in intrinsic.iter_vars
+                      if iv.var in intrinsic.reduce_vars())
+    unit = float(info.eps) / 2
+    gamma = terms * unit / (1 - terms * unit)
+    flushes = (terms + 1) * float(info.smallest_normal) \
+        if intrinsic.accumulation is not None and intrinsic.accumulation.denormals == "flush" \
+        else 0.0
+    return gamma * magnitude + flushes
+
+
+def _float64_sum(intrinsic: Intrinsic, inputs: Mapping[str, np.ndarray]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The product-sum in float64 (no rounding but float64's, no flushing) and, per
+    element, ``|C| + sum |x * y|``."""
+    term = accumulated_term(intrinsic.semantics)
+    pattern = None if term is None else einsum_subscripts(intrinsic, term)
+    if pattern is None:
+        raise UnsupportedSemantics("no product of loads indexed by plain iterators")
+    subscripts, loads, _ = pattern
+    names = {o.buffer: o.name for o in intrinsic.operands}
+    x, y = (np.asarray(inputs[names[load.buffer]]).astype(np.float64) for load in loads)
+    out = intrinsic.output
+    start = np.zeros(out.shape) if intrinsic.resets \
+        else np.asarray(inputs[out.name]).astype(np.float64)
+    exact = start + np.einsum(subscripts, x, y)
+    magnitude = np.abs(start) + np.einsum(subscripts, np.abs(x), np.abs(y))
+    return exact, magnitude

@@ -116,6 +116,7 @@ def emit(func: PrimFunc, target: str, features: str | None = None, *, registry: 
                         f"tune_cpus ({', '.join(cpu.tune_cpus)})")
     features = cpu.default_features if features is None else features
     _check_features(func, features, registry)
+    features = _narrowed(func, features, target, registry)
     buffers = tuple(b for b in storage(func) if b.scope != cpu.register_scope)
     module = ll.Module(name=mangle(func.name))
     # llvmlite writes the triple between quotes as it is: escaped, no description (nor a
@@ -177,6 +178,16 @@ def _ir_string(text: str) -> str:
     in Python from writing IR)."""
     return "".join(chr(b) if 0x20 <= b < 0x7F and b not in (0x22, 0x5C) else f"\\{b:02X}"
                    for b in text.encode("utf-8"))
+
+
+def _narrowed(func: PrimFunc, features: str, target: str, registry: Registry) -> str:
+    """``features`` less each that only an instruction ``func`` does not call needs (an
+    intrinsic's ``feature``): a GEMM on VPDPBUSD is compiled, and runs, without
+    ``avx512bf16``, which only VDPBF16PS needs, so a host without it still runs it."""
+    called = {registry.get(call.intrinsic).feature for call in _calls(func)}
+    unused = {i.feature for i in registry.for_target(target) if i.feature} - called
+    items = [f.strip() for f in features.split(",") if f.strip()]
+    return ",".join(f for f in items if not (f.startswith("+") and f[1:] in unused))
 
 
 def _check_features(func: PrimFunc, features: str, registry: Registry) -> None:
@@ -888,7 +899,7 @@ class _CpuEmitter(StmtEmitter):
         """Operand ``name`` as a value of vector type ``ty``: a register, a load of contiguous
         memory, or a 32-bit lane replicated to all lanes (of a register: the by-element forms;
         of memory: a broadcast load)."""
-        bits = ty.count * ty.element.width
+        bits = ty.count * templates.lane_bits(ty.element)
         if tile.key is None and bits == tile.size * 8:
             return self.b.load(self._memory(intrinsic, name, tile, ty, 1), typ=ty,
                                align=tile.align)
@@ -921,7 +932,7 @@ class _CpuEmitter(StmtEmitter):
             raise EmitError(f"block {self.block_name}: {intrinsic.name} stores to register "
                             f"buffer {regions[name].buffer.name}; its operand {name} must be "
                             "in memory")
-        bits = value.type.count * value.type.element.width
+        bits = value.type.count * templates.lane_bits(value.type.element)
         if tile.size == self.vector_bytes and bits == self.vector_bytes * 8:
             self.registers[tile.key] = value
             return
@@ -938,7 +949,7 @@ class _CpuEmitter(StmtEmitter):
         """The address of a memory operand of ``ty``'s size that its template says is
         ``align``-byte aligned; EmitError when the tile is not that size or the address is
         not proven that aligned."""
-        bits = ty.count * ty.element.width
+        bits = ty.count * templates.lane_bits(ty.element)
         if tile.address is None or bits != tile.size * 8:
             raise EmitError(f"block {self.block_name}: operand {name} of {intrinsic.name} "
                             f"requires {bits // 8} bytes of memory, got a {tile.size}-byte "

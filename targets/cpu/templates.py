@@ -27,7 +27,7 @@ from llvmlite import ir as ll
 
 from targets.cpu.errors import EmitError
 
-_TYPE = r"<\d+ x i\d+>"
+_TYPE = r"<\d+ x (?:i\d+|half|bfloat|float|double)>"
 # Only LLVM intrinsics: the description's grammar admits no other callee, and the backend
 # declares whatever name it is given.
 _CALL = re.compile(rf"^\{{(\w+)\}} = call ({_TYPE}|\[\d x {_TYPE}\]) @(llvm\.[\w.]+)\((.*)\)$")
@@ -57,10 +57,37 @@ class Template:
     registers: int = 1
 
 
+class BFloatType(ll.types._BaseFloatType):
+    """LLVM's ``bfloat``, which llvmlite's IR builder does not define: its values are only
+    passed between registers, memory and intrinsic calls, never computed with here."""
+
+    null = "0.0"
+    intrinsic_name = "bf16"
+
+    def __str__(self) -> str:
+        return "bfloat"
+
+
+BFloatType._create_instance()
+
+# The float lane types a template may name, with the llvmlite type of each.
+_FLOATS: dict[str, ll.Type] = {"half": ll.HalfType(), "bfloat": BFloatType(),
+                               "float": ll.FloatType(), "double": ll.DoubleType()}
+_FLOAT_BITS = {"half": 16, "bfloat": 16, "float": 32, "double": 64}
+
+
 def vector_type(text: str) -> ll.VectorType:
-    """``<16 x i8>`` as an llvmlite type."""
-    count, bits = re.findall(r"\d+", text)
-    return ll.VectorType(ll.IntType(int(bits)), int(count))
+    """``<16 x i8>`` or ``<16 x float>`` as an llvmlite type."""
+    count, lane = re.search(r"<(\d+) x (\w+)>", text).groups()  # type: ignore[union-attr]
+    element = _FLOATS.get(lane) or ll.IntType(int(lane[1:]))
+    return ll.VectorType(element, int(count))
+
+
+def lane_bits(element: ll.Type) -> int:
+    """Bits of one lane of a template's vector type (an integer or a float lane)."""
+    if isinstance(element, ll.IntType):
+        return element.width
+    return _FLOAT_BITS[str(element)]
 
 
 def parse(name: str, text: str) -> Template:
@@ -93,5 +120,5 @@ def parse(name: str, text: str) -> Template:
     if match := _ZERO.match(line):
         return Template("zero", match.group(1), vector_type(match.group(3)))
     raise EmitError(f"the CPU code generator requires an emit.llvm template that is a call, "
-                    f"load, store or zeroing bitcast of integer vectors (<N x iM>); {name}'s "
-                    f"is {line!r}")
+                    f"load, store or zeroing bitcast of vectors (<N x iM>, <N x float>...); "
+                    f"{name}'s is {line!r}")

@@ -2,7 +2,9 @@
 
 :class:`SemanticsChecker` is the :class:`intrinsics.selfcheck.Checker` that runs an
 intrinsic's ``desc_func()`` (its semantics statement as a function) on random inputs with this
-backend and compares the output with the independent numpy model of :mod:`intrinsics.oracle`.
+backend and compares the output with the independent numpy model of :mod:`intrinsics.oracle`
+and, where the intrinsic states its ``accumulation``, its hardware-order model with float64
+(:func:`intrinsics.selfcheck.check_accumulation`).
 It lives here, not in ``intrinsics/``, because descriptions never import a backend: the caller
 (``tensorize intrinsics validate``, the tests) hands it to :func:`intrinsics.self_check`.
 """
@@ -15,7 +17,15 @@ import ir
 import targets.host as host_backend
 from intrinsics.model import Intrinsic
 from intrinsics.oracle import UnsupportedSemantics, numpy_model
-from intrinsics.selfcheck import ERROR, OK, SKIPPED, CheckResult, compare, random_inputs
+from intrinsics.selfcheck import (
+    ERROR,
+    OK,
+    SKIPPED,
+    CheckResult,
+    check_accumulation,
+    compare,
+    random_inputs,
+)
 
 
 class SemanticsChecker:
@@ -45,6 +55,8 @@ class SemanticsChecker:
                                    detail=f"the reference executor failed: {err.message}")
             got = np.asarray(results[intrinsic.output.name])
             result = compare(intrinsic, got, want, inputs, self.name)
+            if not result.failed and intrinsic.accumulation is not None:
+                result = check_accumulation(intrinsic, inputs, self.name)
             if result.failed:
                 return result
             if result.max_error >= worst.max_error:

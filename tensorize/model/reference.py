@@ -77,8 +77,8 @@ def reference_session(graph: Graph):
 
 def model_session(graph: Graph, threads: int = 1):
     """onnxruntime's session of the model as it is (no output exposed) and as a user runs
-    it (onnxruntime's default settings) on ``threads`` threads: what a timing beside ours
-    runs. (The reference's setting for int8 activations is left out: it keeps every
+    it (onnxruntime's default settings, but for its idle threads' spinning, off) on
+    ``threads`` threads: what a timing beside ours runs. (The reference's setting for int8 activations is left out: it keeps every
     fusion when outputs are exposed, but sends int8 x int8 products to slower kernels
     than the uint8 ones onnxruntime picks by default, whose float32 rounding differs in
     places.)"""
@@ -91,6 +91,9 @@ def model_session(graph: Graph, threads: int = 1):
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 4
+    # Idle worker threads spin for a while after a run by default: timed taking turns, they
+    # would take the cores the next contender's call runs on.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
         return ort.InferenceSession(graph.model.SerializeToString(), options,
                                     providers=["CPUExecutionProvider"])

@@ -179,9 +179,9 @@ def test_validate_exits_1_when_only_the_self_check_fails(capsys: pytest.CaptureF
     assert out.splitlines()[-1].startswith(f"{path}: FAILED: family npx")
 
 
-# Intrinsics added to the arm target whose accumulator store is written as a float vector:
+# Intrinsics added to the arm target whose accumulator store is written as one 128-bit scalar:
 # the template grammar admits it (LLVM would store the same 16 bytes), the CPU code generator
-# emits integer vectors only.
+# emits vectors only.
 CPU_FLOAT_STORE = Path(__file__).resolve().parents[1] / "corpus" / "intrinsics" / \
     "runnable_cpu_template.yaml"
 SMALL_GEMM = '''
@@ -209,7 +209,7 @@ def test_validate_refuses_a_cpu_template_the_code_generator_refuses_with_its_rea
     path.write_text(CPU_FLOAT_STORE.read_text())
     status, out, _ = _run(capsys, "validate", str(path))
     assert status == 2
-    template = "store <4 x float> {src}, ptr {dst}, align 4"
+    template = "store i128 {src}, ptr {dst}, align 4"
     line = next(n for n, text in enumerate(path.read_text().splitlines(), 1)
                 if template in text)
     with pytest.raises(EmitError) as refusal:
@@ -229,8 +229,8 @@ def test_run_refuses_that_cpu_template_with_the_same_reason(
     _, err = capsys.readouterr()
     assert status == 2
     assert "the CPU code generator requires an emit.llvm template that is a call, load, store " \
-           "or zeroing bitcast of integer vectors (<N x iM>); armx_st_c's is 'store <4 x " \
-           "float> {src}, ptr {dst}, align 4'" in err
+           "or zeroing bitcast of vectors (<N x iM>, <N x float>...); armx_st_c's is 'store " \
+           "i128 {src}, ptr {dst}, align 4'" in err
 
 
 MACHINES = Path(__file__).parents[2] / "examples" / "machines"

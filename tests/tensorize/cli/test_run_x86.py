@@ -189,8 +189,14 @@ def test_s8s8_on_x86_runs_exactly_through_the_shifted_a(gemm, capsys):
 
 
 def test_features_remove_the_dot_product_on_x86(gemm, capsys):
-    assert main(["run", gemm, "--target", "x86", "--quiet", "--features=-avx512vnni"]) == 1
+    assert main(["run", gemm, "--target", "x86", "--quiet",
+                 "--features=-avx512vnni,-avx512bf16"]) == 1
     assert "no x86 intrinsic to try" in capsys.readouterr().err
+
+
+def test_without_vnni_an_int8_gemm_is_told_why_the_bf16_dot_does_not_fit(gemm, capsys):
+    assert main(["run", gemm, "--target", "x86", "--quiet", "--features=-avx512vnni"]) == 1
+    assert "C is int32, x86_vdpbf16ps's C is float32" in capsys.readouterr().err
 
 
 def test_an_undeclared_target_is_a_usage_error_naming_the_declared_ones(gemm, capsys):
