@@ -52,7 +52,8 @@ def _depthwise(graph):
     return layers
 
 
-@pytest.mark.parametrize("tile", [(16, 16, 16), (4, 8, 8)], ids=["16x16x16", "4x8x8"])
+@pytest.mark.parametrize("tile", [(16, 16, 16), pytest.param((4, 8, 8), marks=pytest.mark.slow)],
+                         ids=["16x16x16", "4x8x8"])
 def test_the_grouped_form_equals_onnxruntime(net, tile):
     graph, inputs, expected = net
     for layer in _depthwise(graph):

@@ -52,6 +52,7 @@ def test_the_packed_weight_and_the_per_call_kernel_give_numpys_product(shape, re
     assert abs(saved - pack.instructions) < 0.1 * pack.instructions
 
 
+@pytest.mark.slow  # a convolution under the emulator: over a second
 def test_a_convolutions_weights_pack_once_and_the_result_is_exact(registry):
     func = auto_tensorize(conv2d_nhwc(8, 8, 8, 16), "arm", registry=registry).func
     split = cpu.split_constants(func, ["W"])

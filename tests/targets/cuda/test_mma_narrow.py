@@ -96,7 +96,8 @@ def _check(a: str, b: str, size: int, seed: int = 3) -> None:
         assert np.all(np.abs(out - exact) <= size * 2.0 ** -24 * magnitude)
 
 
-@pytest.mark.parametrize("a, b", [("int4", "int4"), ("float8_e4m3", "float8_e4m3")])
+@pytest.mark.parametrize("a, b", [("int4", "int4"), pytest.param(
+    "float8_e4m3", "float8_e4m3", marks=pytest.mark.slow)])
 def test_gemm_is_exact_under_the_per_lane_emulation(a, b):
     _check(a, b, 64)
 

@@ -48,6 +48,7 @@ def test_without_fusion_the_depthwise_epilogue_is_a_second_program(graph, contex
         assert without["dram_bytes"] > with_fusion["dram_bytes"]
 
 
+@pytest.mark.slow  # compiles the x86 depthwise kernels: seconds
 def test_a_cpu_target_runs_the_depthwise_kernel_itself(graph, context):
     run = run_model(graph, context("x86"))
     assert run.ok
