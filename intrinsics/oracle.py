@@ -73,6 +73,9 @@ def hardware_model(intrinsic: Intrinsic, inputs: Arrays) -> np.ndarray:
     out = intrinsic.output
     acc = np.zeros(out.shape, out.dtype.numpy) if intrinsic.resets \
         else _read(np.array(inputs[out.name], dtype=out.dtype.numpy), rule)
+    if rule.order == "pairwise":
+        return accumulate(acc, pair_sum(products[..., 0], products[..., 1], acc.dtype, rule),
+                          rule)
     steps = range(reduce_var.extent)
     for step in (steps if rule.order == "ascending" else reversed(steps)):
         acc = accumulate(acc, products[..., step], rule)
@@ -92,19 +95,70 @@ def hardware_gemm(a: np.ndarray, b: np.ndarray, group: int, rule: Accumulation,
     acc = np.zeros((a.shape[0], b.shape[1]), acc_dtype)
     for start in range(0, k, group):
         steps = range(start, min(start + group, k))
-        for step in (steps if rule.order == "ascending" else reversed(steps)):
-            acc = accumulate(acc, np.outer(wide_a[:, step], wide_b[step]), rule)
+        products = [np.outer(wide_a[:, step], wide_b[step]) for step in steps]
+        if rule.order == "pairwise":
+            # A k past the end is a zero product: rounded, it adds exactly nothing.
+            second = products[1] if len(products) > 1 else np.zeros_like(products[0])
+            acc = accumulate(acc, pair_sum(products[0], second, acc.dtype, rule), rule)
+            continue
+        for product in (products if rule.order == "ascending" else reversed(products)):
+            acc = accumulate(acc, product, rule)
     return acc
 
 
 def accumulate(acc: np.ndarray, product: np.ndarray, rule: Accumulation) -> np.ndarray:
-    """``acc + product`` rounded once to ``acc``'s dtype (numpy's conversion rounds to
-    nearest even), a denormal result flushed to zero where ``rule`` says so. ``product`` is
-    exact (float64); the float64 sum of it and a float32 ``acc`` rounds to float32 exactly
-    as one rounding would when the product has at most 24 significant bits."""
+    """``acc + product`` rounded once to ``acc``'s dtype by ``rule.rounding``, a denormal
+    result flushed to zero where ``rule`` says so. ``product`` is exact (float64)."""
+    return _written(_rounded(acc.astype(np.float64), product, acc.dtype, rule), rule)
+
+
+def pair_sum(first: np.ndarray, second: np.ndarray, dtype: np.dtype | type,
+             rule: Accumulation) -> np.ndarray:
+    """The ``pairwise`` order's inner step, as float64 holding values of ``dtype``: each
+    exact product rounded to ``dtype`` (and flushed), then their sum rounded (and flushed)."""
+    zero = np.zeros_like(first)
+    one, two = (_written(_rounded(p, zero, dtype, rule), rule).astype(np.float64)
+                for p in (first, second))
+    return _written(_rounded(one, two, dtype, rule), rule).astype(np.float64)
+
+
+def _rounded(x: np.ndarray, y: np.ndarray, dtype: np.dtype | type,
+             rule: Accumulation) -> np.ndarray:
+    """``x + y`` (float64 values) rounded once to ``dtype`` by ``rule.rounding``. The
+    float64 sum ``s`` and its exact error ``e`` (Knuth's TwoSum: ``x + y == s + e``) give
+    the result without double rounding: for ``nearest_even``, ``s`` alone rounds as the exact
+    sum does when each addend has at most 24 significant bits above the other's lowest
+    (the inputs here: 12-bit values, their 24-bit products, float32 sums); for ``odd``, the
+    exact sum truncated toward zero, its last bit set when inexact, and an overflow is
+    infinity."""
     with np.errstate(all="ignore"):
-        total = (acc.astype(np.float64) + product).astype(acc.dtype)
-    return _written(total, rule)
+        total = x + y
+        nearest = total.astype(dtype)
+        if rule.rounding == "nearest_even":
+            return nearest
+        virtual = total - x
+        error = (x - (total - virtual)) + (y - virtual)
+        # What the exact sum has beyond ``nearest``: its sign says which side it lies on.
+        rest = (total - nearest.astype(np.float64)) + error
+    info = ml_dtypes.finfo(dtype)
+    # Truncation never overflows: a sum below the power of two just past the largest finite
+    # value is that value (odd already), one at or past it infinity.
+    below = np.isinf(nearest) & (np.abs(total) < 2.0 ** info.maxexp)
+    nearest = np.where(below, np.copysign(np.float64(info.max), total), nearest).astype(dtype)
+    beyond = (rest != 0) & ~np.isnan(rest) & np.isfinite(nearest)
+    # A nonzero sum that rounds to zero lies beyond the smallest denormal of its sign.
+    tiny = np.copysign(np.float64(info.smallest_subnormal), rest)
+    nearest = np.where(beyond & (nearest == 0), tiny, nearest).astype(dtype)
+    inward = beyond & (np.sign(rest) != np.sign(nearest.astype(np.float64)))
+    uint = _UINT[np.dtype(dtype).itemsize]
+    bits = nearest.view(uint)
+    # One step toward zero on the bit pattern (sign and magnitude) is nextafter(v, 0).
+    bits = np.where(inward, bits - 1, bits)
+    bits = np.where(beyond, bits | 1, bits)
+    return np.asarray(bits, uint).view(dtype)
+
+
+_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def flush_denormals(values: np.ndarray) -> np.ndarray:

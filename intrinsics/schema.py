@@ -30,8 +30,10 @@ ITER_KINDS = ("spatial", "reduce")
 LAYOUTS = ("row_major", "col_major")
 # How a float instruction accumulates (``accumulation``): the order its reduce iterator's
 # products are added in, the rounding of each addition, and what it does with denormals.
-ORDERS = ("ascending", "descending")
-ROUNDINGS = ("nearest_even",)
+# ``pairwise``: the two products rounded, their sum rounded, then added to the accumulator
+# (Arm's BFDOT with FPCR.EBF 0); ``odd``: round to odd, an overflow to infinity (the same).
+ORDERS = ("ascending", "descending", "pairwise")
+ROUNDINGS = ("nearest_even", "odd")
 DENORMALS = ("flush", "keep")
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -446,9 +448,11 @@ OPERAND = Record("an operand", (
 
 ACCUMULATION = Record("an accumulation", (
     Field("order", Choice(ORDERS), True, "the reduce iterator's values in the order their "
-          "products are added to the accumulator, one at a time"),
+          "products are added to the accumulator, one at a time; pairwise: the two products "
+          "(each rounded) summed first, the sum rounded and then added"),
     Field("rounding", Choice(ROUNDINGS), True, "the rounding of each addition (the product "
-          "is exact: a fused multiply-add)"),
+          "is exact: a fused multiply-add): nearest_even, or odd (an inexact result's last "
+          "bit forced to 1, an overflow to infinity)"),
     Field("denormals", Choice(DENORMALS), True, "flush: denormal inputs read and denormal "
           "results written as zero (DAZ, FTZ); keep: IEEE gradual underflow"),
 ))

@@ -202,17 +202,21 @@ def accumulation_bound(intrinsic: Intrinsic, magnitude: np.ndarray) -> np.ndarra
     element and K the products added, each sum rounded once with unit roundoff u
     (``gamma_K = K u / (1 - K u)``, the bound of a recursive sum, Higham's Accuracy and
     Stability, section 4.2); ``tiny`` (the smallest normal) covers each denormal the
-    hardware flushes, K results and the starting accumulator."""
+    hardware flushes, K results and the starting accumulator. Round to odd errs by up to
+    a whole unit in the last place, so u is then the machine epsilon; and the ``pairwise``
+    order's products are no more often rounded (once in their pair's sum, then in each
+    accumulation), but each product and each pair's sum may flush too: 2K + 1 flushes."""
     dtype = intrinsic.output.dtype
     info = ml_dtypes.finfo(dtype.numpy)
+    rule = intrinsic.accumulation
     terms = math.prod(iv.extent for iv in intrinsic.iter_vars
                       if iv.var in intrinsic.reduce_vars())
-    unit = float(info.eps) / 2
+    unit = float(info.eps) / (1 if rule is not None and rule.rounding == "odd" else 2)
     gamma = terms * unit / (1 - terms * unit)
-    flushes = (terms + 1) * float(info.smallest_normal) \
-        if intrinsic.accumulation is not None and intrinsic.accumulation.denormals == "flush" \
-        else 0.0
-    return gamma * magnitude + flushes
+    if rule is None or rule.denormals != "flush":
+        return gamma * magnitude
+    results = 2 * terms if rule.order == "pairwise" else terms
+    return gamma * magnitude + (results + 1) * float(info.smallest_normal)
 
 
 def _float64_sum(intrinsic: Intrinsic, inputs: Mapping[str, np.ndarray]

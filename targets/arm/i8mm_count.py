@@ -1,9 +1,11 @@
-"""Instructions an i8mm kernel executes, counted under unicorn, which does not execute i8mm.
+"""Instructions an i8mm or bf16 kernel executes, counted under unicorn, which executes
+neither.
 
-qemu-user runs SMMLA, UMMLA, USMMLA and USDOT exactly but counts nothing; unicorn counts every
-instruction but raises on those four. Counting a kernel with each of them replaced by SDOT
-(vector) on the same registers gives its true count: one instruction for one, and no branch
-of these kernels depends on the values they compute. The values computed are then wrong, so
+qemu-user runs SMMLA, UMMLA, USMMLA, USDOT and BFDOT exactly but counts nothing; unicorn
+counts every instruction but raises on those. Counting a kernel with each of them replaced by
+SDOT on the same registers (the vector form for the vector forms, the by-element form, same
+lane, for BFDOT by element) gives its true count: one instruction for one, and no branch of
+these kernels depends on the values they compute. The values computed are then wrong, so
 exactness is checked separately, under qemu-user (``targets.cpu.run``).
 """
 
@@ -19,24 +21,29 @@ from targets.cpu import CpuKernel
 from targets.cpu.machine import compile as compile_kernel
 from targets.cpu.run import aligned_zeros
 
-__all__ = ["count_i8mm"]
+__all__ = ["COUNTED_AS_SDOT", "count_i8mm"]
 
-# SMMLA, UMMLA, USMMLA and USDOT (vector): their fixed bits with the registers cleared.
-_I8MM = (0x4E80A400, 0x6E80A400, 0x4E80AC00, 0x4E809C00)
-_I8MM_MASK = 0xFFE0FC00
-_REGISTERS = 0x001F03FF
-_SDOT_VECTOR = 0x4E809400
+# The features whose instructions are counted as SDOT.
+COUNTED_AS_SDOT = frozenset({"i8mm", "bf16"})
+# (fixed bits with the registers cleared, their mask, the SDOT of the same register fields):
+# SMMLA, UMMLA, USMMLA, USDOT and BFDOT (vector, 128-bit) as SDOT (vector); BFDOT (by
+# element, 128-bit: L, M, Rm and H keep their places) as SDOT (by element).
+_VECTOR_MASK, _SDOT_VECTOR = 0xFFE0FC00, 0x4E809400
+_SUBSTITUTES = tuple((fixed, _VECTOR_MASK, _SDOT_VECTOR)
+                     for fixed in (0x4E80A400, 0x6E80A400, 0x4E80AC00, 0x4E809C00, 0x6E40FC00)
+                     ) + ((0x4F40F000, 0xFFC0F400, 0x4F80E000),)
 
 
 def count_i8mm(kernel: CpuKernel, inputs: Mapping[str, np.ndarray]) -> int:
     """Instructions ``kernel`` executes on ``inputs`` (by buffer name; the others start at
-    zero), its i8mm instructions counted as SDOT on the same registers."""
+    zero), its i8mm and bf16 instructions counted as SDOT on the same registers."""
     obj = bytearray(compile_kernel(kernel, "obj"))
     offset, size = _text(bytes(obj))
     for at in range(offset, offset + size, 4):
         word, = struct.unpack_from("<I", obj, at)
-        if word & _I8MM_MASK in _I8MM:
-            struct.pack_into("<I", obj, at, _SDOT_VECTOR | word & _REGISTERS)
+        for fixed, mask, sdot in _SUBSTITUTES:
+            if word & mask == fixed:
+                struct.pack_into("<I", obj, at, sdot | word & ~mask & 0xFFFFFFFF)
     arrays = []
     for buffer in kernel.buffers:
         array = aligned_zeros(buffer.shape, buffer.dtype.numpy, kernel.cpu.alignment)

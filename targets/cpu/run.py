@@ -92,15 +92,17 @@ def count_executed(kernel: CpuKernel, inputs: Mapping[str, np.ndarray]) -> int |
     """Instructions ``kernel`` executes on ``inputs`` (by parameter name; others start as
     zeros) where an engine here counts them; None
     where none does (natively, under qemu-user, or no engine at all). AArch64 code whose
-    only feature the counting emulator lacks is i8mm is counted there with its i8mm
+    only features the counting emulator lacks are i8mm or bf16 is counted there with those
     instructions as SDOT (``targets.arm.i8mm_count``: one instruction for one; the values
     it computes are then wrong, so exactness is checked by :func:`run`)."""
     engine = engine_for(kernel)[0]
     lacking = _needed(kernel) - kernel.cpu.emulated.get("unicorn", frozenset())
-    if engine != "native" and kernel.cpu.arch == "aarch64" and lacking == {"i8mm"}:
-        from targets.arm.i8mm_count import count_i8mm
+    if engine != "native" and kernel.cpu.arch == "aarch64" and lacking:
+        # Imported here: the counter needs unicorn, which only this path runs.
+        from targets.arm.i8mm_count import COUNTED_AS_SDOT, count_i8mm
 
-        return count_i8mm(kernel, inputs)
+        if lacking <= COUNTED_AS_SDOT:
+            return count_i8mm(kernel, inputs)
     if engine is None:
         return None
     return run(kernel, inputs).instructions
