@@ -41,6 +41,11 @@ _DTYPE = {"inp": ir.dtype("int8"), "wgt": ir.dtype("int8"), "acc": ir.dtype("int
 # requantisation scale as well (vec.requant reads a row of them), or an int8 value a
 # widening load sign-extended (vec.qadd adds a tile of them).
 _ALSO = {"inp": (), "wgt": (), "acc": (ir.dtype("float32"), ir.dtype("int8"))}
+# The same on a float array (``machine.datapath``): bfloat16 operands, a float32 accumulator
+# and nothing else (it has no requantisation stage and no widening load).
+_FLOAT_DTYPE = {"inp": ir.dtype("bfloat16"), "wgt": ir.dtype("bfloat16"),
+                "acc": ir.dtype("float32")}
+_FLOAT_ALSO: dict[str, tuple[ir.DType, ...]] = {"inp": (), "wgt": (), "acc": ()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +202,26 @@ def unit_problem(intrinsic: Intrinsic, config: MachineConfig) -> str | None:
             f"machine.{unit}, and {config.name} has none")
 
 
+def accumulation_problem(intrinsic: Intrinsic, config: MachineConfig) -> str | None:
+    """Why a compute intrinsic's stated ``accumulation`` is not what the machine ``config``'s
+    float array does (None: it is, or the array is int8): the family states the order the
+    hardware-order checks assume, the machine's ``datapath`` the order the simulator adds
+    in, and the two must be one."""
+    datapath = config.datapath
+    if datapath is None or intrinsic.kind != "compute":
+        return None
+    want = (datapath.order, datapath.rounding, datapath.denormals)
+    rule = intrinsic.accumulation
+    got = None if rule is None else (rule.order, rule.rounding, rule.denormals)
+    if got == want:
+        return None
+    text = "none" if got is None else (
+        f"{{order: {got[0]}, rounding: {got[1]}, denormals: {got[2]}}}")
+    return (f"intrinsic {intrinsic.name} runs on {config.name}'s float array "
+            f"(machine.datapath), which requires accumulation: {{order: {want[0]}, "
+            f"rounding: {want[1]}, denormals: {want[2]}}}, got {text}")
+
+
 def check_npu_family(intrinsics: Iterable[Intrinsic], scopes: Mapping[str, Scope],
                      config: MachineConfig | None, findings: Findings) -> None:
     """Record, at its YAML line, everything that keeps an NPU family from running (module
@@ -215,7 +240,7 @@ def check_npu_family(intrinsics: Iterable[Intrinsic], scopes: Mapping[str, Scope
         for intrinsic, operand in tiles.values():
             _check_tile(intrinsic, operand, config, findings)
         for intrinsic in intrinsics:
-            problem = unit_problem(intrinsic, config)
+            problem = unit_problem(intrinsic, config) or accumulation_problem(intrinsic, config)
             if problem is not None:
                 findings.add(intrinsic.loc, problem)
     for intrinsic in intrinsics:
@@ -232,7 +257,7 @@ def _check_scope(scope: Scope, config: MachineConfig, findings: Findings) -> Non
     name = mem.name.lower()
     memory = getattr(config, name)
     nbytes = memory_bytes(config, name)
-    dtype = _DTYPE[name]
+    dtype = (_FLOAT_DTYPE if config.is_float else _DTYPE)[name]
     what = (f"the machine's {_ROLE[mem]} (machine.{name}: {memory.rows} rows of "
             f"{row_width(config.array, name)} {dtype}, {memory.banks} banks)")
     if scope.capacity is not None and scope.capacity != nbytes:
@@ -241,11 +266,12 @@ def _check_scope(scope: Scope, config: MachineConfig, findings: Findings) -> Non
     if scope.banks is not None and scope.banks != memory.banks:
         findings.add(scope.loc, f"scope {scope.name} requires banks: {memory.banks}, the banks "
                      f"of {what}, got {scope.banks}")
-    allowed = (dtype, *_ALSO[name])
+    others = (_FLOAT_ALSO if config.is_float else _ALSO)[name]
+    allowed = (dtype, *others)
     if scope.dtypes and (dtype not in scope.dtypes or
                          any(d not in allowed for d in scope.dtypes)):
         held = ", ".join(d.name for d in scope.dtypes)
-        also = "".join(f" (and {d})" for d in _ALSO[name])
+        also = "".join(f" (and {d})" for d in others)
         findings.add(scope.loc, f"scope {scope.name} requires dtype {dtype}{also}, what "
                      f"{what} holds, got {held}")
 

@@ -2,7 +2,8 @@
 
 Load, compute and store queues run concurrently and synchronise through dependency tokens;
 a weight-stationary (or output-stationary) R x C array, int8 scratchpads, an int32
-accumulator and a vector unit compute; two DMA engines share one DRAM port. Every run is
+accumulator (or, as ``machine.datapath`` states, bfloat16 and float32) and a vector unit
+compute; two DMA engines share one DRAM port. Every run is
 exact and timed: it reports cycles, per-unit busy and stall time, MAC utilisation, bytes
 moved and a Chrome trace, and faults on what hardware would silently get wrong. Programs
 keep their size in proportion to their loop nests, not their work: loop and step words

@@ -112,11 +112,27 @@ class QueueConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class FloatDatapathConfig:
+    """A float array (``datapath:``): ``operand`` x ``operand`` products summed into an
+    ``accumulator``, each product exact and added to the running sum in ``order`` of k with
+    one ``rounding`` per add, ``denormals`` kept. A machine without it is int8 x int8 ->
+    int32. Each field admits the one semantics the simulator computes, so a file states it
+    and a different one is refused at its line rather than simulated wrongly."""
+
+    operand: str
+    accumulator: str
+    order: str
+    rounding: str
+    denormals: str
+
+
+@dataclass(frozen=True, slots=True)
 class MachineConfig:
     """Every parameter of the simulated NPU; mirrors the YAML `machine:` section.
 
-    Row widths follow from the array: an ``inp`` row holds R int8 (one K-slice of an input
-    row), a ``wgt`` row C int8 (one K-row of a weight tile), an ``acc`` row C int32.
+    Row widths follow from the array: an ``inp`` row holds R operands (one K-slice of an
+    input row), a ``wgt`` row C operands (one K-row of a weight tile), an ``acc`` row C
+    accumulators: int8 and int32, or as ``datapath`` states (bfloat16 and float32).
     ``source`` names the file (or ``<dict>``) it came from and takes no part in equality.
     """
 
@@ -131,12 +147,18 @@ class MachineConfig:
     dma: DmaConfig
     queues: QueueConfig
     requant: RequantConfig | None = None
+    datapath: FloatDatapathConfig | None = None
     source: str = field(default="<dict>", compare=False)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> MachineConfig:
         """Build and validate a config from the contents of a `machine:` section."""
         return _build(data, {}, source)
+
+    @property
+    def is_float(self) -> bool:
+        """True for a float array (bfloat16 x bfloat16 -> float32), False for int8."""
+        return self.datapath is not None
 
     def to_dict(self) -> dict[str, Any]:
         """The `machine:` section as plain data; ``from_dict(to_dict())`` gives an equal config."""
@@ -297,10 +319,22 @@ _SECTIONS: dict[str, tuple[type, dict[str, _Check]]] = {
 _OPTIONAL: dict[str, tuple[type, dict[str, _Check]]] = {
     "requant": (RequantConfig, {"lanes": _integer(1, MAX_ROWS - 1),
                                 "latency": _integer(0, MAX_CYCLES)}),
+    "datapath": (FloatDatapathConfig, {
+        "operand": _choice(("bfloat16",)), "accumulator": _choice(("float32",)),
+        "order": _choice(("ascending",)), "rounding": _choice(("nearest_even",)),
+        "denormals": _choice(("keep",))}),
 }
 _SCALARS: dict[str, _Check] = {"name": _text(), "clock_mhz": _number(MIN_RATE, MAX_RATE)}
 # Bytes per element of each on-chip memory: int8 scratchpads, an int32 accumulator.
 ELEMENT_BYTES = {"inp": 1, "wgt": 1, "acc": 4}
+# The same on a float array: bfloat16 scratchpads, a float32 accumulator.
+FLOAT_ELEMENT_BYTES = {"inp": 2, "wgt": 2, "acc": 4}
+
+
+def element_bytes(datapath: FloatDatapathConfig | None, memory: str) -> int:
+    """Bytes per element of on-chip ``memory`` (inp, wgt or acc) on a machine whose
+    ``datapath`` is this (None: int8 x int8 -> int32)."""
+    return (ELEMENT_BYTES if datapath is None else FLOAT_ELEMENT_BYTES)[memory]
 
 
 class _Findings:
@@ -377,14 +411,14 @@ def _build(data: Any, marks: Mapping[tuple[str, ...], SourceLoc], source: str,
 
 def row_width(array: ArrayConfig, memory: str) -> int:
     """Elements per row of on-chip ``memory`` (inp, wgt or acc) beside ``array``: an inp row
-    holds one K-slice of R int8, a wgt row C int8, an acc row C int32."""
+    holds one K-slice of R operands, a wgt row C operands, an acc row C accumulators."""
     return array.rows if memory == "inp" else array.cols
 
 
 def memory_bytes(config: MachineConfig, memory: str) -> int:
     """The bytes of on-chip ``memory`` (inp, wgt or acc): rows x row width x element."""
     rows = getattr(config, memory).rows
-    return rows * row_width(config.array, memory) * ELEMENT_BYTES[memory]
+    return rows * row_width(config.array, memory) * element_bytes(config.datapath, memory)
 
 
 def _check_across(values: Mapping[str, Any], findings: _Findings, name: str) -> None:
@@ -401,7 +435,8 @@ def _check_across(values: Mapping[str, Any], findings: _Findings, name: str) -> 
                          f"{name}.array.cols ({cols}), the int32 elements of an accumulator "
                          f"row (or a multiple of it, for a unit wider than a row), got {lanes}")
     sizes = {}
-    for memory, element in ELEMENT_BYTES.items():
+    for memory in ELEMENT_BYTES:
+        element = element_bytes(values.get("datapath"), memory)
         rows = getattr(values.get(memory), "rows", None)
         width = row_width(array, memory) if array is not None else None
         if width is None or rows is None:

@@ -1,6 +1,7 @@
 """What each unit computes: exact integer arithmetic, one numpy operation per tile.
 
-Accumulation is int32 with two's-complement wraparound. Requantisation and narrowing round and
+Accumulation is int32 with two's-complement wraparound; a float array's (``gemm_float``) is
+float32 in the order of k, one rounding per add. Requantisation and narrowing round and
 saturate as documented on each function; docs/simulator.md repeats the rules.
 """
 
@@ -48,6 +49,27 @@ def gemm(acc: np.ndarray, inp: np.ndarray, wgt: np.ndarray, reset: bool) -> None
         acc[...] = product
     else:
         np.add(acc, product, out=acc)
+
+
+def gemm_float(acc: np.ndarray, inp: np.ndarray, wgt: np.ndarray, reset: bool) -> None:
+    """acc (+)= inp @ wgt in place on a float array: bfloat16 operands (held as float32),
+    a float32 accumulator.
+
+    Each PE adds its products in ascending order of k, one at a time, each addition one
+    fused multiply-add rounded to nearest even in float32 (the product is exact), denormals
+    kept; ``reset`` starts the sum from +0. A product of two 8-bit significands is exact in
+    float64, and a sum of it and a float32 (24 bits) rounds from float64 to float32 as one
+    rounding would (53 >= 2 * 24 + 2), so float64 then float32 gives the hardware's bits.
+    """
+    total = np.zeros(acc.shape, np.float32) if reset else acc.astype(np.float32, copy=True)
+    # An overflow is IEEE arithmetic (an infinity), not a fault: silence numpy's warning.
+    with np.errstate(over="ignore", invalid="ignore"):
+        wide_inp = inp.astype(np.float64)
+        wide_wgt = wgt.astype(np.float64)
+        for k in range(inp.shape[1]):
+            products = wide_inp[:, k:k + 1] * wide_wgt[k]
+            total = (total.astype(np.float64) + products).astype(np.float32)
+    acc[...] = total
 
 
 def requantise(x: np.ndarray, mult: int, shift: int) -> np.ndarray:

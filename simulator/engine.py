@@ -25,7 +25,7 @@ from threadpoolctl import threadpool_limits
 
 from ir.errors import SimulatorFault
 from simulator import datapath, timing
-from simulator.config import MachineConfig
+from simulator.config import MachineConfig, element_bytes
 from simulator.isa import (
     Finish,
     Gemm,
@@ -211,6 +211,41 @@ def _check_program(program: tuple[Instruction, ...]) -> None:
                                  unit="fetch")
 
 
+# What a float array's vector unit does: FILL (zeroing a tile before its first GEMM). The
+# other operations, REQUANT, QADD and the int8 DMA forms compute on int32 and are refused.
+_FLOAT_VEC_OPS = (VecOp.FILL,)
+
+
+def _check_float_program(program: tuple[Instruction, ...]) -> None:
+    """Fault at the first instruction a float (bfloat16 x bfloat16 -> float32) array lacks."""
+    for index, insn in enumerate(program):
+        what = None
+        if isinstance(insn, Requant | QAdd):
+            what = type(insn).__name__.lower()
+        elif isinstance(insn, Vec) and insn.op not in _FLOAT_VEC_OPS:
+            what = f"vec.{insn.op.name.lower()}"
+        elif isinstance(insn, Load) and insn.widen:
+            what = "load with widen (int8 to int32)"
+        elif isinstance(insn, Store) and insn.narrow:
+            what = "store with narrow (int32 to int8)"
+        if what is not None:
+            raise SimulatorFault(f"a float array (bfloat16 x bfloat16 -> float32) has no "
+                                 f"{what}; its vector unit runs vec.fill only",
+                                 index=index, unit=unit_name(insn))
+
+
+def _dram_elements(raw: np.ndarray, width: int, float_array: bool) -> np.ndarray:
+    """DRAM bytes (rows x row bytes, uint8) as the elements a load moves: int8 or int32 on
+    an int8 array; bfloat16 (as the float32 whose upper half it is) or float32 on a float
+    array."""
+    if not float_array:
+        return raw.view("<i4") if width == 4 else raw.view(np.int8)
+    if width == 4:
+        return raw.view("<f4")
+    # A bfloat16 is the upper 16 bits of the float32 with the same value.
+    return (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
+
+
 class _Machine:
     """One run's whole state; :meth:`run` executes the program, :meth:`result` reports."""
 
@@ -237,12 +272,20 @@ class _Machine:
         describe = self.describe
         # The scratchpads hold int8 values as float32 (exact), the form the array's product
         # takes them in (datapath.matmul_exact), so a GEMM does not convert its operands.
+        # A float array's bfloat16 operands are float32 values too (exact: bfloat16 is
+        # float32's upper half), beside a float32 accumulator.
+        self.float_array = config.is_float
+        if self.float_array:
+            _check_float_program(program)
+        self.element_bytes = {mem: element_bytes(config.datapath, mem.name.lower())
+                              for mem in (Mem.INP, Mem.WGT, Mem.ACC)}
         self.memories = {
             Mem.INP: OnChipMemory("inp", config.inp.rows, array.rows, np.float32,
                                   config.inp.banks, describe),
             Mem.WGT: OnChipMemory("wgt", config.wgt.rows, array.cols, np.float32,
                                   config.wgt.banks, describe),
-            Mem.ACC: OnChipMemory("acc", config.acc.rows, array.cols, np.int32,
+            Mem.ACC: OnChipMemory("acc", config.acc.rows, array.cols,
+                                  np.float32 if self.float_array else np.int32,
                                   config.acc.banks, describe),
         }
         # Accumulator scoreboard, kept only for programs with vector instructions: when each
@@ -505,23 +548,24 @@ class _Machine:
             raise _Fault(f"load of {cols} columns into {memory.name}, whose rows hold "
                          f"{memory.width}", "load")
         memory.check_bounds(sram, rows, "writes")
-        width = insn.element_bytes
+        width = self.element_bytes[insn.mem] if self.float_array else insn.element_bytes
         row_bytes = cols * width
         if dram + (rows - 1) * insn.stride + row_bytes > self.dram_size:  # dram_extent
             self._dram_access(dram, rows, row_bytes, insn.stride, "reads", "load")
         nbytes = rows * row_bytes
         traffic = self.traffic
         traffic[DRAM_READ] += nbytes
-        # On-chip bytes written: a row is its width in elements, int32 in acc (widened or
-        # not), int8 in inp and wgt (which the simulator holds as float32 for BLAS).
-        traffic[_WRITTEN_BY_LOAD[insn.mem]] += rows * memory.width * (
-            4 if insn.mem is Mem.ACC else 1)
+        # On-chip bytes written: a row is its width in elements, int32 (or float32) in acc
+        # (widened or not), int8 (or bfloat16) in inp and wgt (which the simulator holds as
+        # float32 for BLAS).
+        traffic[_WRITTEN_BY_LOAD[insn.mem]] += rows * memory.width * self.element_bytes[
+            insn.mem]
         if insn.mem is Mem.WGT:
             self._invalidate_weights(sram, sram + rows)
         if self.functional:
             memory.write(sram, sram + rows, q.kind, q.clock, number)
             source = datapath.dram_rows(self.dram, dram, rows, row_bytes, insn.stride)
-            source = source.view("<i4") if width == 4 else source.view(np.int8)
+            source = _dram_elements(source, width, self.float_array)
             # A widening load's int8 values sign-extend as numpy assigns them to int32 rows.
             target = memory.data[sram:sram + rows]
             if cols == memory.width:
@@ -553,7 +597,8 @@ class _Machine:
         if self.functional:
             acc.read(sram, sram + rows, q.kind, q.clock, number)
             values = acc.data[sram:sram + rows, :insn.cols]
-            data = datapath.narrow(values) if insn.narrow else values.astype("<i4")
+            data = (datapath.narrow(values) if insn.narrow
+                    else values.astype("<f4" if self.float_array else "<i4"))
             target = datapath.dram_rows(self.dram, dram, rows, row_bytes, insn.stride)
             target[...] = data.view(np.uint8)
         return self._transfer(number, t, q, nbytes, STORE_UNIT, avail)
@@ -595,7 +640,7 @@ class _Machine:
                 self.buffer_free[active] = released
         else:
             begin = stream_start = ready if ready > self.stream_free else self.stream_free
-            self.traffic[WGT_READ] += k * array.cols
+            self.traffic[WGT_READ] += k * array.cols * self.element_bytes[Mem.WGT]
             stream_end = stream_start + timing.stream_cycles(rows, k, config)
         done = stream_end + (self.drain_cycles if self.weight_stationary
                              else timing.drain_cycles(k, config))
@@ -606,7 +651,7 @@ class _Machine:
         cols = array.cols
         self.useful_macs += rows * k * cols
         traffic = self.traffic
-        traffic[INP_READ] += rows * k
+        traffic[INP_READ] += rows * k * self.element_bytes[Mem.INP]
         traffic[ACC_WRITE] += rows * cols * 4
         if not insn.reset:
             traffic[ACC_READ] += rows * cols * 4
@@ -618,8 +663,9 @@ class _Machine:
                 acc.write(lo, hi, kind, clock, number)
             else:
                 acc.modify(lo, hi, kind, clock, number)
-            datapath.gemm(acc.data[lo:hi], inp.data[inp_row:inp_row + rows, :k],
-                          wgt.data[wgt_row:wgt_row + k], insn.reset)
+            gemm = datapath.gemm_float if self.float_array else datapath.gemm
+            gemm(acc.data[lo:hi], inp.data[inp_row:inp_row + rows, :k],
+                 wgt.data[wgt_row:wgt_row + k], insn.reset)
         self._account(GEMM_UNIT, number, avail, begin, done)
         return begin, done
 
@@ -637,7 +683,7 @@ class _Machine:
             self.active = 0 if tag == held[0] else 1
             start = ready if ready > self.stream_free else self.stream_free
             return start, start
-        self.traffic[WGT_READ] += k * config.array.cols
+        self.traffic[WGT_READ] += k * config.array.cols * self.element_bytes[Mem.WGT]
         buffer = 1 - self.active if config.array.double_buffered_weights else 0
         preload = max(ready, self.preload_free, self.buffer_free[buffer])
         self.preload_free = preload + timing.preload_cycles(config)

@@ -127,7 +127,7 @@ def _tokens(items: list, sizes: dict[str, int], config: MachineConfig) -> list:
     its own token where that runs, else as few merged into one per run as make it run."""
     depths = (config.queues.token_depth, config.queues.instruction_depth)
     for merge in Merge:
-        program = insert_tokens(items, sizes, merge)
+        program = insert_tokens(items, sizes, merge, config.datapath)
         why = stuck(program, *depths)
         if why is None:
             return program

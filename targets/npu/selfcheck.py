@@ -4,7 +4,10 @@ run on the simulator, against its semantics.
 For an intrinsic, a harness function loads every operand it reads from DRAM into its
 on-chip scope with the family's load intrinsics, calls the intrinsic once, stores what it
 writes back to DRAM, and runs on the simulator; the result is compared with the independent
-numpy model of the semantics (:mod:`intrinsics.oracle`), exactly. A one-row operand (a bias
+numpy model of the semantics (:mod:`intrinsics.oracle`), exactly. A float product-sum that
+states its ``accumulation`` is compared bit for bit with the hardware-order model
+(:func:`intrinsics.oracle.hardware_model`): the simulator's float array adds in that order
+(docs/simulator.md, "A float array"). A one-row operand (a bias
 row) travels as row 0 of a tile. Scalars whose template needs their base-2 logarithm are
 drawn as powers of two.
 """
@@ -17,8 +20,16 @@ import numpy as np
 
 import ir
 from intrinsics.model import Intrinsic, Operand
-from intrinsics.oracle import UnsupportedSemantics, numpy_model
-from intrinsics.selfcheck import ERROR, SKIPPED, CheckResult, compare, random_inputs
+from intrinsics.oracle import UnsupportedSemantics, hardware_model, numpy_model
+from intrinsics.selfcheck import (
+    ERROR,
+    MISMATCH,
+    OK,
+    SKIPPED,
+    CheckResult,
+    compare,
+    random_inputs,
+)
 from intrinsics.templates import placeholders
 from simulator import MachineConfig
 from targets.npu.memory import SCOPE_MEMORY
@@ -47,7 +58,8 @@ class SimulatorChecker:
             inputs[operand.name] = np.asarray(2 ** int(rng.integers(0, 31)),
                                               operand.dtype.numpy)
         try:
-            want = numpy_model(intrinsic, inputs)
+            stated = intrinsic.accumulation is not None
+            want = (hardware_model if stated else numpy_model)(intrinsic, inputs)
             func, arrays = self.harness(intrinsic, inputs)
         except UnsupportedSemantics as err:
             return CheckResult(intrinsic.name, self.name, SKIPPED, detail=str(err))
@@ -59,8 +71,25 @@ class SimulatorChecker:
             return CheckResult(intrinsic.name, self.name, ERROR,
                                detail=f"the simulated run failed: {err.message}")
         output = intrinsic.output
-        got = run.outputs[f"{output.name}_out"]
-        return compare(intrinsic, _unpad(got, output), want, inputs, self.name)
+        got = _unpad(run.outputs[f"{output.name}_out"], output)
+        if stated:
+            return self.compare_bits(intrinsic, got, want)
+        return compare(intrinsic, got, want, inputs, self.name)
+
+    def compare_bits(self, intrinsic: Intrinsic, got: np.ndarray, want: np.ndarray
+                     ) -> CheckResult:
+        """The simulator's float output against the hardware-order model, bit for bit (a
+        stated order and rounding leave no tolerance)."""
+        unsigned = np.dtype(f"u{want.dtype.itemsize}")
+        differ = got.view(unsigned) != want.view(unsigned)
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        worst = float(np.nanmax(diff, initial=0.0))
+        if not differ.any():
+            return CheckResult(intrinsic.name, self.name, OK, worst, 0.0)
+        where = tuple(int(i) for i in np.unravel_index(int(np.argmax(differ)), differ.shape))
+        return CheckResult(intrinsic.name, self.name, MISMATCH, worst, 0.0,
+                           detail="bits against the hardware order", where=where)
 
     def harness(self, intrinsic: Intrinsic, inputs: dict[str, np.ndarray]
                 ) -> tuple[ir.PrimFunc, dict[str, np.ndarray]]:

@@ -24,6 +24,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from simulator.config import FloatDatapathConfig, element_bytes
 from simulator.isa import (
     Deps,
     Finish,
@@ -47,11 +48,13 @@ T = TypeVar("T")
 _INSTRUCTIONS = (Load, Store, Gemm, Vec, Requant, QAdd, Nop, Finish)
 
 
-def accesses(insn: Instruction) -> tuple[list[Access], list[Access]]:
-    """(reads, writes) of an instruction, as row ranges of inp/wgt/acc and DRAM chunks."""
+def accesses(insn: Instruction, datapath: FloatDatapathConfig | None = None
+             ) -> tuple[list[Access], list[Access]]:
+    """(reads, writes) of an instruction, as row ranges of inp/wgt/acc and DRAM chunks, on
+    a machine whose float array is ``datapath`` (None: int8)."""
     if isinstance(insn, Load):
         mem = insn.mem.name.lower()
-        width = insn.element_bytes
+        width = insn.element_bytes if datapath is None else element_bytes(datapath, mem)
         return ([_dram(insn.dram, (insn.rows - 1) * insn.stride + insn.cols * width)],
                 [(mem, insn.sram, insn.sram + insn.rows)])
     if isinstance(insn, Store):
@@ -124,10 +127,12 @@ class Merge(enum.Enum):
 
 
 def insert_tokens(program: Sequence[Instruction | T], sizes: dict[str, int],
-                  merge: Merge = Merge.NONE) -> list[Instruction | T]:
+                  merge: Merge = Merge.NONE,
+                  datapath: FloatDatapathConfig | None = None) -> list[Instruction | T]:
     """``program`` with dependency flags set (and NOPs added where the load and store queues
     must wait for each other), ending with FINISH. ``sizes`` gives the rows of inp/wgt/acc
-    and the DRAM bytes. Items that are not instructions (the emitter's loop marks) stay in
+    and the DRAM bytes; ``datapath`` the machine's float array, if it has one (its DMA
+    elements are bfloat16 and float32, not int8 and int32). Items that are not instructions (the emitter's loop marks) stay in
     place and take part in no hazard.
 
     ``merge`` picks the dependencies whose token the run's last instruction pushes: that
@@ -160,7 +165,7 @@ def insert_tokens(program: Sequence[Instruction | T], sizes: dict[str, int],
             out.append(insn)
             flags.append({})
             continue
-        reads, writes = accesses(insn)
+        reads, writes = accesses(insn, datapath)
         queue = int(insn.queue)
         latest = last.conflict(reads, writes, queue)
         far = [q for q in range(3) if latest[q] >= 0 and abs(q - queue) == 2]

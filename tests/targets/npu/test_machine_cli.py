@@ -109,7 +109,7 @@ def test_machine_applies_to_the_npu_only(files, capsys):
     assert "--machine apply to --target npu only" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["npu32x32.yaml", "npu8x64.yaml"])
+@pytest.mark.parametrize("name", ["npu32x32.yaml", "npu8x64.yaml", "npu_bf16.yaml"])
 def test_an_example_machine_validates_with_its_own_memories(name, capsys):
     # Each stands in for the built-in NPU family, whose scopes are another machine's.
     assert main(["intrinsics", "validate", str(EXAMPLES / name)]) == 0
