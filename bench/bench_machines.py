@@ -1,8 +1,9 @@
 """What limits a layer on each NPU: kernels tensorized, emitted and simulated on machines
 described in YAML, with the roofline the run reports.
 
-For each machine (default: the built-in intrinsics/npu.yaml and every examples/machines/*.yaml)
-and kernel, prints the simulated cycles and time at the machine's clock, MAC utilisation, the
+For each int8 machine (default: the built-in intrinsics/npu.yaml and every
+examples/machines/*.yaml whose array multiplies int8; a float array runs no int8 kernel) and
+kernel, prints the simulated cycles and time at the machine's clock, MAC utilisation, the
 DRAM bandwidth achieved, the roofline bound (the larger of MACs / (R * C) and the layer's
 tensors over the DRAM port), which of the two binds, and the run's cycles over the bound; then
 the tile search's model against the simulator for the tile heights it simulates. Figures, not
@@ -39,9 +40,12 @@ def main() -> None:
                    batch=1, height=56, width=56, in_channels=64, out_channels=64))]
     print(f"{'machine':<16}{'kernel':<30}{'cycles':>10}{'us':>9}{'MAC util':>9}"
           f"{'B/cycle':>9}{'bound':>10}{'binds':>11}{'/bound':>8}")
-    tuned = []
+    tuned, skipped = [], []
     for path in machines:
         config = npu.load_machine(path)
+        if config.is_float:
+            skipped.append(config.name)
+            continue
         registry = npu.machine_registry(path) if path else default_registry()
         for label, func in kernels:
             result = auto_tensorize(func, "npu", registry=registry, config=config)
@@ -56,6 +60,8 @@ def main() -> None:
         print(f"\n{name}, {kernels[0][0]}, tile search:")
         for trial in trials:
             print(f"  {trial.describe()}")
+    for name in skipped:
+        print(f"\n{name}: skip: a float array, and these kernels are int8")
 
 
 if __name__ == "__main__":

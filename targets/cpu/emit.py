@@ -183,8 +183,12 @@ def _ir_string(text: str) -> str:
 def _narrowed(func: PrimFunc, features: str, target: str, registry: Registry) -> str:
     """``features`` less each that only an instruction ``func`` does not call needs (an
     intrinsic's ``feature``): a GEMM on VPDPBUSD is compiled, and runs, without
-    ``avx512bf16``, which only VDPBF16PS needs, so a host without it still runs it."""
-    called = {registry.get(call.intrinsic).feature for call in _calls(func)}
+    ``avx512bf16``, which only VDPBF16PS needs, so a host without it still runs it. A
+    function that calls no intrinsic keeps them all: LLVM's own vectoriser may use any."""
+    calls = _calls(func)
+    if not calls:
+        return features
+    called = {registry.get(call.intrinsic).feature for call in calls}
     unused = {i.feature for i in registry.for_target(target) if i.feature} - called
     items = [f.strip() for f in features.split(",") if f.strip()]
     return ",".join(f for f in items if not (f.startswith("+") and f[1:] in unused))

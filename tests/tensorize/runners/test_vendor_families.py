@@ -49,7 +49,7 @@ def test_a_vendor_cuda_family_runs_end_to_end(kernel, tmp_path, capsys):
     if shutil.which("g++") is None and shutil.which("c++") is None:
         pytest.skip("no host C++ compiler to build the CUDA emulation with")
     family = _renamed(ROOT / "intrinsics" / "cuda_mma.yaml",
-                      r"(mma_m16n8k|ldmatrix_|mma_store_|mma_fill_)", "mma",
+                      r"(mma_m16n8k|ldmatrix_|lds_|mma_store_|mma_fill_)", "mma",
                       tmp_path / "vendor" / "acme_mma.yaml")
     assert main(["run", str(kernel), "--target", "cuda", "--intrinsics-dir",
                  str(family.parent), "--intrinsic", "acme_mma_m16n8k32_s8s8_s32",
