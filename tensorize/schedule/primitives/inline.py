@@ -63,17 +63,7 @@ def compute_inline(func: PrimFunc, block: BlockRV) -> tuple[PrimFunc, None]:
                                        f"of {func.name}: its values must reach the caller")
     check(not _reads(store.value, buffer), name,
           f"block {site.name!r} reads {buffer.name}, the buffer it writes")
-    readers = []
-    for stmt, _ in tree.walk_stmts(func):
-        if not isinstance(stmt, BlockRealize) or stmt is site.realize or stmt.block is func.root:
-            continue
-        other = stmt.block
-        check(not any(w.buffer is buffer for w in other.writes), name,
-              f"block {other.name!r} also writes {buffer.name}")
-        if any(r.buffer is buffer for r in other.reads):
-            check(not _calls_intrinsic(other), name,
-                  f"block {other.name!r} reads {buffer.name} through an intrinsic call")
-            readers.append(stmt)
+    readers = _readers(func, site, buffer, name, after_only=False)
     check(bool(readers), name, f"no block reads {buffer.name}; there is nothing to inline into")
     inline = _Inline(buffer, store)
     edits = {id(removal(site, name)): ()}
@@ -117,22 +107,7 @@ def inline_update(func: PrimFunc, block: BlockRV) -> tuple[PrimFunc, None]:
                      and n.buffer is buffer else None)
     check(all(load.indices == store.indices for load in own), name,
           f"block {site.name!r} reads {buffer.name} at other indices than it updates")
-    after, readers = False, []
-    for stmt, _ in tree.walk_stmts(func):
-        if not isinstance(stmt, BlockRealize) or stmt.block is func.root:
-            continue
-        if stmt is site.realize:
-            after = True
-            continue
-        if not after:
-            continue
-        other = stmt.block
-        check(not any(w.buffer is buffer for w in other.writes), name,
-              f"block {other.name!r} writes {buffer.name} after the update")
-        if any(r.buffer is buffer for r in other.reads):
-            check(not _calls_intrinsic(other), name,
-                  f"block {other.name!r} reads {buffer.name} through an intrinsic call")
-            readers.append(stmt)
+    readers = _readers(func, site, buffer, name, after_only=True)
     check(len(readers) == 1, name, f"{len(readers)} blocks read {buffer.name} after block "
                                    f"{site.name!r}; folding needs exactly one")
     reader, = readers
@@ -190,6 +165,30 @@ def write_in_place(func: PrimFunc, block: BlockRV, buffer: str) -> tuple[PrimFun
     merged = replace_buffers(func.body, {target: source})
     new = PrimFunc(func.name, func.params, merged, func.loc)
     return _drop_alloc(new, target, keep=source), None
+
+
+def _readers(func: PrimFunc, site: Site, buffer: Buffer, primitive: str, after_only: bool
+             ) -> list[BlockRealize]:
+    """The blocks other than ``site``'s that read ``buffer`` (with ``after_only``, those
+    after it in program order); ScheduleError where such a block also writes ``buffer`` or
+    reads it through an intrinsic call."""
+    readers, after = [], False
+    for stmt, _ in tree.walk_stmts(func):
+        if not isinstance(stmt, BlockRealize) or stmt.block is func.root:
+            continue
+        if stmt is site.realize:
+            after = True
+            continue
+        if after_only and not after:
+            continue
+        other = stmt.block
+        check(not any(w.buffer is buffer for w in other.writes), primitive,
+              f"block {other.name!r} also writes {buffer.name}")
+        if any(r.buffer is buffer for r in other.reads):
+            check(not _calls_intrinsic(other), primitive,
+                  f"block {other.name!r} reads {buffer.name} through an intrinsic call")
+            readers.append(stmt)
+    return readers
 
 
 class _Inline(Mutator):

@@ -10,15 +10,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import ir
 from intrinsics import self_check
 from intrinsics.oracle import hardware_gemm, hardware_model, numpy_model
 from intrinsics.selfcheck import OK
-from ir import te
 from targets import cpu
 from targets.arm.qemu import qemu_binary
 from targets.host.selfcheck import SemanticsChecker
 from tensorize.engine import auto_tensorize
+from tests.tensorize.schedule.kernels import bf16_inputs, gemm_bf16
 
 BF16 = ml_dtypes.bfloat16
 FEATURES = "+neon,+dotprod,+bf16"
@@ -32,26 +31,6 @@ def bfdot(registry):
     return registry.get("arm_bfdot_lane")
 
 
-def _bf16_gemm(m: int, n: int, k: int) -> ir.PrimFunc:
-    """C = A @ B, A and B bfloat16, products accumulated in float32."""
-    a = te.placeholder((m, k), "bfloat16", "A")
-    b = te.placeholder((k, n), "bfloat16", "B")
-    rk = te.reduce_axis(k, "k")
-    c = te.compute((m, n), lambda i, j: te.sum(
-        ir.cast("float32", a[i, rk]) * ir.cast("float32", b[rk, j]), axis=[rk]), "C")
-    return te.create_prim_func([a, b, c], "gemm_bf16")
-
-
-def _inputs(m: int, n: int, k: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Normal bf16 values, with a few denormals and zeros of each sign in both inputs."""
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal((m, k)).astype(BF16)
-    b = rng.standard_normal((k, n)).astype(BF16)
-    for x in (a, b):
-        x.flat[:4] = np.array([1e-39, -1e-39, 0.0, -0.0], np.float32).astype(BF16)
-    return {"A": a, "B": b}
-
-
 def _one_lane(c: float, a: tuple[float, float], b: tuple[float, float]) -> dict:
     """Inputs whose lane 0 computes ``c + (a[0] * b[0] + a[1] * b[1])``; other lanes zero."""
     panel = np.zeros((4, 2), BF16)
@@ -62,7 +41,7 @@ def _one_lane(c: float, a: tuple[float, float], b: tuple[float, float]) -> dict:
 
 
 def _kernel(shape: tuple[int, int, int], registry) -> cpu.CpuKernel:
-    result = auto_tensorize(_bf16_gemm(*shape), "arm", features=FEATURES, registry=registry)
+    result = auto_tensorize(gemm_bf16(*shape), "arm", features=FEATURES, registry=registry)
     assert [b.intrinsic for b in result.tensorized] == ["arm_bfdot_lane"]
     return cpu.emit(result.func, "arm", FEATURES, registry=registry)
 
@@ -109,7 +88,7 @@ def test_the_self_check_bounds_the_hardware_order_by_float64(bfdot) -> None:
 @pytest.mark.parametrize("shape", [(15, 16, 17), (17, 33, 65), (1, 4, 2), (33, 15, 16)])
 def test_bf16_gemm_equals_the_hardware_order_bit_for_bit(shape, registry) -> None:
     m, n, k = shape
-    inputs = _inputs(m, n, k)
+    inputs = bf16_inputs(m, n, k)
     run = cpu.run(_kernel(shape, registry), inputs)
     assert run.engine == "qemu-user"
     got = run.outputs["C"]
@@ -129,7 +108,7 @@ def test_the_reference_rule_matters(registry) -> None:
     """The exact check has teeth: rounding to nearest even, or adding the products one at a
     time, gives another result on these inputs, which the emulated run does not equal."""
     shape = (16, 16, 64)
-    inputs = _inputs(*shape, seed=3)
+    inputs = bf16_inputs(*shape, seed=3)
     got = cpu.run(_kernel(shape, registry), inputs).outputs["C"]
     rule = registry.get("arm_bfdot_lane").accumulation
     for other in (type(rule)("pairwise", "nearest_even", "flush"),
@@ -145,13 +124,13 @@ def test_the_kernel_calls_bfdot_and_is_counted(registry) -> None:
     assert dots and all(".4s" in line and ".8h" in line for line in dots)
     # Unicorn does not execute BFDOT: counted as SDOT, one for one. 8 MACs a BFDOT: the
     # kernel executes at least its 512 BFDOTs and less than one instruction a MAC.
-    count = cpu.count_executed(kernel, _inputs(8, 16, 32))
+    count = cpu.count_executed(kernel, bf16_inputs(8, 16, 32))
     assert count is not None and 8 * 16 * 32 // 8 < count < 8 * 16 * 32
 
 
 @pytest.mark.slow  # half a second under unicorn, at the default run's limit for a test
 def test_the_documented_256_cubed_count(registry) -> None:
     """docs/arm_backend.md, "bf16 on FEAT_BF16": 3,635,914 instructions, 0.217 a MAC."""
-    count = cpu.count_executed(_kernel((256, 256, 256), registry), _inputs(256, 256, 256))
+    count = cpu.count_executed(_kernel((256, 256, 256), registry), bf16_inputs(256, 256, 256))
     assert count == 3_635_914
     assert round(count / 256 ** 3, 3) == 0.217

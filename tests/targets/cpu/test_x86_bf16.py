@@ -6,44 +6,23 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import ir
 from intrinsics.oracle import hardware_gemm
-from ir import te
 from targets import cpu
 from tensorize.engine import auto_tensorize
+from tests.tensorize.schedule.kernels import bf16_inputs, gemm_bf16
 from tests.targets.cpu.conftest import run_here, u8s8_gemm
 
 BF16 = ml_dtypes.bfloat16
-
-
-def _bf16_gemm(m: int, n: int, k: int) -> ir.PrimFunc:
-    """C = A @ B, A and B bfloat16, products accumulated in float32."""
-    a = te.placeholder((m, k), "bfloat16", "A")
-    b = te.placeholder((k, n), "bfloat16", "B")
-    rk = te.reduce_axis(k, "k")
-    c = te.compute((m, n), lambda i, j: te.sum(
-        ir.cast("float32", a[i, rk]) * ir.cast("float32", b[rk, j]), axis=[rk]), "C")
-    return te.create_prim_func([a, b, c], "gemm_bf16")
-
-
-def _inputs(m: int, n: int, k: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Normal bf16 values, with a few denormals and zeros of each sign in both inputs."""
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal((m, k)).astype(BF16)
-    b = rng.standard_normal((k, n)).astype(BF16)
-    for x in (a, b):
-        x.flat[:4] = np.array([1e-39, -1e-39, 0.0, -0.0], np.float32).astype(BF16)
-    return {"A": a, "B": b}
 
 
 @pytest.mark.parametrize("shape", [(32, 32, 32), (15, 16, 17), (17, 33, 65), (1, 16, 2),
                                    (33, 15, 16)])
 def test_bf16_gemm_equals_the_hardware_order_bit_for_bit(shape, registry) -> None:
     m, n, k = shape
-    result = auto_tensorize(_bf16_gemm(m, n, k), "x86", registry=registry)
+    result = auto_tensorize(gemm_bf16(m, n, k), "x86", registry=registry)
     assert [b.intrinsic for b in result.tensorized] == ["x86_vdpbf16ps"]
     kernel = cpu.emit(result.func, "x86", registry=registry)
-    inputs = _inputs(m, n, k)
+    inputs = bf16_inputs(m, n, k)
     run = run_here(kernel, inputs)
     rule = registry.get("x86_vdpbf16ps").accumulation
     got = run.outputs["C"]
@@ -61,8 +40,8 @@ def test_the_reference_order_matters(registry) -> None:
     """The exact check has teeth: adding each pair's products in the other order gives
     another result on these inputs, which the native run does not equal."""
     m, n, k = 16, 16, 64
-    result = auto_tensorize(_bf16_gemm(m, n, k), "x86", registry=registry)
-    inputs = _inputs(m, n, k, seed=3)
+    result = auto_tensorize(gemm_bf16(m, n, k), "x86", registry=registry)
+    inputs = bf16_inputs(m, n, k, seed=3)
     run = run_here(cpu.emit(result.func, "x86", registry=registry), inputs)
     rule = registry.get("x86_vdpbf16ps").accumulation
     other = type(rule)("ascending", rule.rounding, rule.denormals)
@@ -71,7 +50,7 @@ def test_the_reference_order_matters(registry) -> None:
 
 
 def test_the_kernel_calls_vdpbf16ps_on_zmm_registers(registry) -> None:
-    result = auto_tensorize(_bf16_gemm(64, 64, 64), "x86", registry=registry)
+    result = auto_tensorize(gemm_bf16(64, 64, 64), "x86", registry=registry)
     asm = cpu.compile(cpu.emit(result.func, "x86", registry=registry), "asm")
     dots = [line.strip() for line in asm.splitlines() if line.strip().startswith("vdpbf16ps")]
     assert dots and all("%zmm" in line for line in dots)
@@ -80,7 +59,7 @@ def test_the_kernel_calls_vdpbf16ps_on_zmm_registers(registry) -> None:
 def test_each_kernel_needs_only_the_features_of_the_instructions_it_calls(registry) -> None:
     """An int8 GEMM still runs on a host without avx512bf16 (Ice Lake), a bf16 one on a host
     without avx512vnni; both keep the target's base features."""
-    bf16 = auto_tensorize(_bf16_gemm(32, 32, 32), "x86", registry=registry).func
+    bf16 = auto_tensorize(gemm_bf16(32, 32, 32), "x86", registry=registry).func
     int8 = auto_tensorize(u8s8_gemm(32, 32, 32), "x86", registry=registry).func
     bf16_features = cpu.emit(bf16, "x86", registry=registry).features.split(",")
     int8_features = cpu.emit(int8, "x86", registry=registry).features.split(",")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 import ir
@@ -17,6 +18,27 @@ def gemm_int8(m: int = 32, n: int = 24, k: int = 16) -> ir.PrimFunc:
     C = te.compute((m, n), lambda i, j: te.sum(ir.cast("int32", A[i, rk])
                                                * ir.cast("int32", B[rk, j]), axis=rk), "C")
     return te.create_prim_func([A, B, C], "gemm_int8")
+
+
+def gemm_bf16(m: int, n: int, k: int) -> ir.PrimFunc:
+    """C = A @ B, A and B bfloat16, products accumulated in float32, one block "C"."""
+    A = te.placeholder((m, k), "bfloat16", "A")
+    B = te.placeholder((k, n), "bfloat16", "B")
+    rk = te.reduce_axis(k, "k")
+    C = te.compute((m, n), lambda i, j: te.sum(
+        ir.cast("float32", A[i, rk]) * ir.cast("float32", B[rk, j]), axis=[rk]), "C")
+    return te.create_prim_func([A, B, C], "gemm_bf16")
+
+
+def bf16_inputs(m: int, n: int, k: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs of :func:`gemm_bf16`: normal values, with a few denormals and zeros of each
+    sign in both operands."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    for x in (a, b):
+        x.flat[:4] = np.array([1e-39, -1e-39, 0.0, -0.0], np.float32).astype(ml_dtypes.bfloat16)
+    return {"A": a, "B": b}
 
 
 def batch_matmul(b: int = 3, m: int = 16, n: int = 12, k: int = 8) -> ir.PrimFunc:
