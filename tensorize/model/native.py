@@ -140,11 +140,13 @@ class _Part:
     rows: int
     loaded: Any
     packed: dict[str, np.ndarray]
+    # The kernel's parameters: a layer's input it lacks (the weights it reads packed) is
+    # not given to it.
+    params: frozenset[str]
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The kernel run on the layer's ``inputs`` (the weights among them as given)."""
-        names = {b.name for b in self.loaded.kernel.func.params}
-        return self.loaded({**{k: v for k, v in inputs.items() if k in names},
+        return self.loaded({**{k: v for k, v in inputs.items() if k in self.params},
                             **self.packed})
 
 
@@ -172,13 +174,15 @@ def _parts(executor: CpuExecutor, layer: Layer, pack: GemmPack, threads: int
             # Copies, read-only: the kernel is then given the same arrays every call and
             # copies them in once.
             weights = {name: _frozen(packed[name]) for name in names}
-            parts.append(_Part(start, rows, LoadedKernel(kernel), weights))
+            parts.append(_Part(start, rows, LoadedKernel(kernel), weights,
+                               frozenset(b.name for b in kernel.func.params)))
             continue
         _, kernel = executor.compiled(func)
         if kernel is None:
             raise CpuRunError(f"layer {layer.name}: its kernel over {rows} of its {m} rows "
                               "does not tensorize as the whole one does")
-        parts.append(_Part(start, rows, LoadedKernel(kernel[0]), {}))
+        parts.append(_Part(start, rows, LoadedKernel(kernel[0]), {},
+                           frozenset(b.name for b in kernel[0].func.params)))
     return parts
 
 

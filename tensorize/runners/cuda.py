@@ -238,8 +238,8 @@ def _with_launches(kernel: cuda.CudaKernel) -> str:
 def _needed(func: PrimFunc, registry: Registry) -> tuple[str, str] | None:
     """The newest architecture an intrinsic the kernel calls needs, with that intrinsic
     (``("sm_89", "mma_m16n8k32_e4m3e4m3_f32")``); None when none needs one."""
-    needs = [(registry.get(name).feature, name) for name in count_calls(func)
-             if registry.get(name).feature is not None]
+    features = {name: registry.get(name).feature for name in count_calls(func)}
+    needs = [(feature, name) for name, feature in features.items() if feature is not None]
     return max(needs, key=lambda need: sm_number(need[0]), default=None)
 
 

@@ -13,6 +13,7 @@ from intrinsics.model import Accumulation
 from intrinsics.oracle import hardware_model, numpy_model
 from intrinsics.selfcheck import OK, accumulation_bound, check_accumulation, random_inputs
 from targets.host.selfcheck import SemanticsChecker
+from tests.tensorize.schedule.kernels import bf16_one_lane
 
 BF16 = ml_dtypes.bfloat16
 
@@ -24,11 +25,7 @@ def vdpbf16ps(registry):
 
 def _one_lane(c: float, a: tuple[float, float], b: tuple[float, float]) -> dict:
     """Inputs whose lane 0 computes ``c + a[1] * b[1] + a[0] * b[0]``; other lanes zero."""
-    big = np.zeros((16, 2), BF16)
-    big[0] = np.array(b, np.float32).astype(BF16)
-    acc = np.zeros(16, np.float32)
-    acc[0] = c
-    return {"A": np.array(a, np.float32).astype(BF16), "B": big, "C": acc}
+    return bf16_one_lane(c, a, b, 16)
 
 
 def test_the_yaml_states_vdpbf16ps_accumulation(vdpbf16ps, registry) -> None:

@@ -17,7 +17,7 @@ from targets import cpu
 from targets.arm.qemu import qemu_binary
 from targets.host.selfcheck import SemanticsChecker
 from tensorize.engine import auto_tensorize
-from tests.tensorize.schedule.kernels import bf16_inputs, gemm_bf16
+from tests.tensorize.schedule.kernels import bf16_inputs, bf16_one_lane, gemm_bf16
 
 BF16 = ml_dtypes.bfloat16
 FEATURES = "+neon,+dotprod,+bf16"
@@ -33,11 +33,7 @@ def bfdot(registry):
 
 def _one_lane(c: float, a: tuple[float, float], b: tuple[float, float]) -> dict:
     """Inputs whose lane 0 computes ``c + (a[0] * b[0] + a[1] * b[1])``; other lanes zero."""
-    panel = np.zeros((4, 2), BF16)
-    panel[0] = np.array(b, np.float32).astype(BF16)
-    acc = np.zeros(4, np.float32)
-    acc[0] = c
-    return {"A": np.array(a, np.float32).astype(BF16), "B": panel, "C": acc}
+    return bf16_one_lane(c, a, b, 4)
 
 
 def _kernel(shape: tuple[int, int, int], registry) -> cpu.CpuKernel:

@@ -41,6 +41,17 @@ def bf16_inputs(m: int, n: int, k: int, seed: int = 0) -> dict[str, np.ndarray]:
     return {"A": a, "B": b}
 
 
+def bf16_one_lane(c: float, a: tuple[float, float], b: tuple[float, float], lanes: int
+                  ) -> dict[str, np.ndarray]:
+    """Inputs of one call of a bf16 pair-dot intrinsic of ``lanes`` fp32 lanes whose lane 0
+    holds ``c`` and multiplies the pair ``a`` by the pair ``b``; the other lanes zero."""
+    panel = np.zeros((lanes, 2), ml_dtypes.bfloat16)
+    panel[0] = np.array(b, np.float32).astype(ml_dtypes.bfloat16)
+    acc = np.zeros(lanes, np.float32)
+    acc[0] = c
+    return {"A": np.array(a, np.float32).astype(ml_dtypes.bfloat16), "B": panel, "C": acc}
+
+
 def batch_matmul(b: int = 3, m: int = 16, n: int = 12, k: int = 8) -> ir.PrimFunc:
     """C[b, i, j] = sum_k A[b, i, k] * B[b, k, j] in int32, one block "C"."""
     A = te.placeholder((b, m, k), "int32", "A")
