@@ -46,10 +46,11 @@ class FusedGemm:
     # Every product is one of the layer's (a depthwise layer's grouped form multiplies
     # zeros too: :class:`ir.onnx.depthwise.DepthwiseGemm`).
     diagonal: bool = False
-    # ``rows`` from a convolution's input held int8 and channels last, ``(n, h, w, c)``:
-    # for a caller that keeps a convolution's output in its kernel's layout for the next
-    # one (:mod:`tensorize.model.native`); None: the input is no image.
-    rows_nhwc: Callable[[np.ndarray], np.ndarray] | None = None
+    # The rows of a convolution's input held int8 and channels last, ``(n, h, w, c)``, to
+    # gather where the caller wants them: for a caller that keeps a convolution's output in
+    # its kernel's layout for the next one (:mod:`tensorize.model.native`); None: the input
+    # is no image.
+    rows_nhwc: Callable[[np.ndarray], ImageRows] | None = None
 
     def layer(self, base: Layer, tile: tuple[int, int, int]) -> Layer:
         """``base`` computed by this GEMM with every dimension padded to a multiple of
@@ -137,6 +138,43 @@ class FusedGemm:
         return sums, requantised
 
 
+class ImageRows:
+    """A convolution's GEMM rows over one input, not yet gathered: ``windows`` is the
+    ``(n, oh, ow, kh, kw, c)`` view of its padded channels-last input, row ``r`` the
+    window of output pixel ``r`` (``n``, ``oh``, ``ow`` in order)."""
+
+    def __init__(self, windows: np.ndarray) -> None:
+        self.windows = windows
+        n, oh, ow, kh, kw, c = windows.shape
+        self.count = n * oh * ow
+        self.depth = kh * kw * c
+
+    def gather(self, out: np.ndarray, start: int) -> None:
+        """Rows ``start`` to ``start + len(out)`` into ``out``'s first :attr:`depth`
+        columns (the others are left as they are: a padded operand's zeros): at most three
+        copies per image (a part line, whole lines, a part line), each a strided copy that
+        releases the GIL, so parts of the rows gather on threads of their own."""
+        n, oh, ow = self.windows.shape[:3]
+        end = start + len(out)
+        if not 0 <= start <= end <= self.count:
+            raise ValueError(f"rows {start}..{end} of {self.count}")
+        dest = out[:, :self.depth]
+        row = start
+        while row < end:
+            image, line = divmod(row // ow, oh)
+            column = row % ow
+            if column or end - row < ow:
+                take = min(ow - column, end - row)
+                source = self.windows[image, line, column:column + take]
+            else:
+                lines = min(oh - line, (end - row) // ow)
+                take = lines * ow
+                source = self.windows[image, line:line + lines]
+            at = row - start
+            np.copyto(dest[at:at + take].reshape(source.shape), source)
+            row += take
+
+
 @dataclass(frozen=True, eq=False)
 class GemmPack:
     """The pack of a fused form (:meth:`FusedGemm.layer`) or a joined one (with ``skip``,
@@ -153,25 +191,12 @@ class GemmPack:
     kernel: Callable[[int], PrimFunc]
 
     def __call__(self, arrays: Arrays) -> dict[str, np.ndarray]:
-        """The kernel's inputs from the layer's input arrays."""
-        skip = None if self.skip is None else self.fused.output_rows(arrays[self.inputs])
-        return self.from_rows(self.fused.rows(arrays[:self.inputs]), skip)
-
-    def from_rows(self, rows: np.ndarray, skip: np.ndarray | None = None
-                  ) -> dict[str, np.ndarray]:
-        """The kernel's inputs from the GEMM rows already gathered (and the residual input
-        as the kernel's ``(m, n)`` rows, for a joined form)."""
-        packed = {"A": _padded(rows, self.rows), **self.constants}
+        """The kernel's inputs from the layer's input arrays (and, for a joined form, the
+        residual input as the kernel's ``(m, n)`` rows)."""
+        packed = {"A": _padded(self.fused.rows(arrays[:self.inputs]), self.rows),
+                  **self.constants}
         if self.skip is not None:
-            packed["Skip"] = _padded(skip, self.skip)
-        return packed
-
-    def part(self, rows: np.ndarray, skip: np.ndarray | None) -> dict[str, np.ndarray]:
-        """The inputs of :attr:`kernel` over ``len(rows)`` rows: those GEMM rows (and the
-        residual input's), unpadded."""
-        packed = {"A": rows, **self.constants}
-        if self.skip is not None:
-            packed["Skip"] = skip
+            packed["Skip"] = _padded(self.fused.output_rows(arrays[self.inputs]), self.skip)
         return packed
 
 

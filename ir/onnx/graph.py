@@ -20,6 +20,7 @@ import numpy as np
 from ir.function import PrimFunc
 
 if TYPE_CHECKING:
+    from ir.onnx.channels_last import MaxPoolNhwc
     from ir.onnx.depthwise import DepthwiseGemm
     from ir.onnx.fused import FusedGemm
     from ir.onnx.quant import QuantisedAdd
@@ -57,9 +58,10 @@ class Layer:
     one of them. ``vector`` gives a host layer as a kernel of elementwise blocks alone, for
     a device that runs those on its vector unit: ``vector(layer, tile)`` with the device's
     GEMM tile ``(rows, depth, columns)`` (:mod:`ir.onnx.vector_layers`). ``channels_last``
-    is a host layer's function on its int8 input held ``(n, h, w, c)``, giving its output
-    so, where the layer treats every channel alike and int8 values in order (a max pool):
-    for a caller that keeps activations channels last between layers.
+    is a host layer's form on its int8 input held ``(n, h, w, c)``, giving its output so,
+    where the layer treats every channel alike and int8 values in order (a max pool:
+    :class:`ir.onnx.channels_last.MaxPoolNhwc`): for a caller that keeps activations
+    channels last between layers.
     """
 
     name: str
@@ -81,7 +83,7 @@ class Layer:
     fused: FusedGemm | DepthwiseGemm | None = None
     qadd: QuantisedAdd | None = None
     vector: Callable[[Layer, tuple[int, int, int]], Layer] | None = None
-    channels_last: Callable[[Arrays], np.ndarray] | None = None
+    channels_last: MaxPoolNhwc | None = None
 
     @property
     def shape_text(self) -> str:

@@ -24,6 +24,7 @@ from dataclasses import replace
 import numpy as np
 
 from ir.onnx import host_ops, linear, vector_layers
+from ir.onnx.channels_last import MaxPoolNhwc
 from ir.onnx.errors import OnnxImportError, printable
 from ir.onnx.graph import Graph, Layer, TensorInfo
 from ir.onnx.operators import OperatorLayers
@@ -259,7 +260,7 @@ class _Importer(OperatorLayers):
                                     "and output quantised alike)",
                            vector=functools.partial(vector_layers.max_pool, kernel, strides,
                                                     pads),
-                           channels_last=host_ops.max_pool(kernel, strides, pads, True))
+                           channels_last=MaxPoolNhwc(kernel, strides, pads))
         return layer
 
     def _qdq_add(self, node: NodeView, op: str, names: list[str], params: list[QParams],

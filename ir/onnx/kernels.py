@@ -371,3 +371,30 @@ def _max_with(best: te.Tensor, tile: te.Tensor, name: str) -> te.Tensor:
     """``max(best, int32(tile))``, elementwise."""
     return te.compute(best.shape, lambda i, j: ir.max_(best[i, j], ir.cast("int32", tile[i, j])),
                       name)
+
+
+@functools.cache
+def max_pool_nhwc(n: int, h: int, w: int, c: int, kernel: tuple[int, int],
+                  strides: tuple[int, int]) -> PrimFunc:
+    """The int8 max pool of a channels-last ``X`` ``(n, h, w, c)`` already padded (with
+    -128, which never wins): one elementwise block per window offset, each maxing that
+    offset's pixels into the running max, so every block's inner loop runs along the
+    channels, unit stride (cached like :func:`matmul`)."""
+    (kh, kw), (sh, sw) = kernel, strides
+    oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
+    if oh < 1 or ow < 1 or kh * kw < 2:
+        raise ValueError(f"max_pool_nhwc: a {kh}x{kw} window on {h}x{w}")
+    X = te.placeholder((n, h, w, c), "int8", "X")
+    offsets = [(dy, dx) for dy in range(kh) for dx in range(kw)]
+    best = te.compute((n, oh, ow, c), lambda b, i, j, k: X[b, i * sh, j * sw, k], "first")
+    for number, offset in enumerate(offsets[1:], start=1):
+        best = _window_max(best, X, offset, strides, f"max{number}")
+    return te.create_prim_func([X, best], "max_pool_nhwc")
+
+
+def _window_max(best: te.Tensor, X: te.Tensor, offset: tuple[int, int],
+                strides: tuple[int, int], name: str) -> te.Tensor:
+    """``max(best, X)`` at each output pixel's window ``offset`` ``(dy, dx)``."""
+    (dy, dx), (sh, sw) = offset, strides
+    return te.compute(best.shape, lambda b, i, j, k: ir.max_(
+        best[b, i, j, k], X[b, i * sh + dy, j * sw + dx, k]), name)

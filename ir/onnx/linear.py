@@ -22,7 +22,7 @@ import numpy as np
 from ir.onnx import kernels
 from ir.onnx.errors import OnnxImportError
 from ir.onnx.depthwise import DepthwiseGemm
-from ir.onnx.fused import FusedGemm
+from ir.onnx.fused import FusedGemm, ImageRows
 from ir.onnx.graph import Arrays, Layer
 from ir.onnx.kernels import ConvShape
 from ir.onnx.quant import QParams, requantize
@@ -226,11 +226,12 @@ def integer_conv(name: str, op: str, x: str, x_shape: Sequence[int], xq: QParams
         x_zp = _zero_point(xq, "int8")
         rows = shape.n * oh * ow
 
-        def gathered_nhwc(nhwc: np.ndarray) -> np.ndarray:
-            return _im2col(_padded_nhwc(nhwc, shape, x_zp), shape)
+        def image_rows(nhwc: np.ndarray) -> ImageRows:
+            return ImageRows(_windows(_padded_nhwc(nhwc, shape, x_zp), shape))
 
         def gathered(arrays: Arrays) -> np.ndarray:
-            return gathered_nhwc(_activation(arrays[0], "int8").transpose(0, 2, 3, 1))
+            nhwc = _activation(arrays[0], "int8").transpose(0, 2, 3, 1)
+            return _im2col(_padded_nhwc(nhwc, shape, x_zp), shape)
 
         def output(out: np.ndarray) -> np.ndarray:
             nhwc = out.reshape(shape.n, oh, ow, shape.out_channels)
@@ -250,7 +251,7 @@ def integer_conv(name: str, op: str, x: str, x_shape: Sequence[int], xq: QParams
                          out_q.requantisation, output,
                          None if shape.kernel == (1, 1) and shape.strides == (1, 1)
                          else _IM2COL, None if out_q.unsigned else output_rows,
-                         rows_nhwc=gathered_nhwc)
+                         rows_nhwc=image_rows)
 
     return layer("int8", (layer("uint8", ()),))
 
@@ -274,14 +275,20 @@ def _im2col(padded: np.ndarray, shape: ConvShape) -> np.ndarray:
     """The NHWC ``padded`` input's windows as GEMM rows: one row per output pixel, its
     window in ``(kh, kw, c)`` order, the order of the HWIO weights flattened to
     ``(kh * kw * c, o)``."""
+    windows = _windows(padded, shape)
+    n, oh, ow, kh, kw, c = windows.shape
+    return windows.reshape(n * oh * ow, kh * kw * c)
+
+
+def _windows(padded: np.ndarray, shape: ConvShape) -> np.ndarray:
+    """The NHWC ``padded`` input's windows, a read-only ``(n, oh, ow, kh, kw, c)`` view."""
     (kh, kw), (sh, sw), (dh, dw) = shape.kernel, shape.strides, shape.dilations
     oh, ow = shape.out_hw
     n, _, _, c = padded.shape
     s = padded.strides
-    windows = np.lib.stride_tricks.as_strided(
+    return np.lib.stride_tricks.as_strided(
         padded, (n, oh, ow, kh, kw, c), (s[0], s[1] * sh, s[2] * sw, s[1] * dh, s[2] * dw, s[3]),
         writeable=False)
-    return windows.reshape(n * oh * ow, kh * kw * c)
 
 
 def _per_channel(scale: np.ndarray, channels: int) -> np.ndarray:

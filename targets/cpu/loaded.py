@@ -41,9 +41,10 @@ class LoadedKernel:
         of an output or intermediate before it reads it (a function's semantics; a
         reduction starts from its init), so nothing is cleared between calls. A read-only
         input given again as the same array as last time (a layer's constant weights) is
-        not copied again: read-only, it cannot have changed."""
+        not copied again: read-only, it cannot have changed; nor is the kernel's own array
+        (:meth:`array`), written in place."""
         for name, given in inputs.items():
-            if given is self._constant.get(name):
+            if given is self._constant.get(name) or given is self._arrays[name]:
                 continue
             self._arrays[name][...] = given
             if isinstance(given, np.ndarray) and not given.flags.writeable:
@@ -53,3 +54,8 @@ class LoadedKernel:
         self._function(*self._pointers)
         check_status(self.kernel, self._status.tobytes())
         return {name: self._arrays[name] for name in self.kernel.outputs}
+
+    def array(self, name: str) -> np.ndarray:
+        """The kernel's own array for buffer ``name``: a caller that writes an input into
+        it in place and passes it back to the call saves the copy."""
+        return self._arrays[name]

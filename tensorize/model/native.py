@@ -5,13 +5,14 @@ timed end to end beside onnxruntime.
 executor's choice: residual adds joined onto the convolution before them, each layer's
 fused form with its epilogue compiled in, else the layer or its uint8 variant, tensorized
 and emitted), compiles every tensorized kernel once (:class:`targets.cpu.loaded.
-LoadedKernel`), and keeps the rest as the host functions they are. A call runs the layers in
-order. A convolution's output stays in its kernel's layout (int8, channels last:
-:class:`ChannelsLast`), which the next convolution's pack reads as it is (a 1x1 layer's
-rows are that array; a wider window's are gathered from it), as does a joined add's
-residual input; a layer that needs the ONNX layout (a pool, the output) gets it converted
-once. Nothing is cached between calls, so a call's time is the network's: every layer's own
-work, host work included, on one thread.
+LoadedKernel`), compiles a max pool's channels-last form as a plain kernel, and keeps the
+rest as the host functions they are. A call runs the layers in order. A convolution's
+output stays in its kernel's layout (int8, channels last: :class:`ChannelsLast`), as does
+a max pool's; the next convolution gathers its GEMM rows from it straight into its
+kernel's input array (:class:`ir.onnx.fused.ImageRows`; each thread its own rows), as a
+joined add reads its residual input; a layer that needs the ONNX layout (an average pool,
+the output) gets it converted once. Nothing is cached between calls, so a call's time is
+the network's: every layer's own work, host work included.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ir.onnx import Graph, Layer
-from ir.onnx.fused import GemmPack
+from ir.onnx.fused import GemmPack, ImageRows
 from targets.cpu import CpuRun, CpuRunError
 from tensorize.engine.cpu_threads import split_rows
 from tensorize.model.executors import CpuExecutor, run_on_host
@@ -97,8 +98,11 @@ def compile_network(graph: Graph, ctx: RunContext) -> NativeNetwork:
     pool = ThreadPoolExecutor(threads - 1) if threads > 1 else None
     steps, native, split, prepacked = [], 0, {}, set()
     for layer in graph.layers:
-        step, parts = (_kernel_step(executor, layer, threads, pool) if layer.func is not None
-                       else (None, []))
+        step, parts = None, []
+        if layer.func is not None:
+            step, parts = _kernel_step(executor, layer, threads, pool)
+        elif layer.channels_last is not None:
+            step = _pool_step(executor, layer)
         native += step is not None
         if len(parts) > 1:
             split[layer.name] = len(parts)
@@ -144,10 +148,20 @@ class _Part:
     # not given to it.
     params: frozenset[str]
 
-    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The kernel run on the layer's ``inputs`` (the weights among them as given)."""
-        return self.loaded({**{k: v for k, v in inputs.items() if k in self.params},
-                            **self.packed})
+    def __call__(self, image: ImageRows, skip: np.ndarray | None,
+                 constants: Mapping[str, np.ndarray], output: str) -> np.ndarray:
+        """The part's rows of the kernel's ``output``: its GEMM rows gathered from
+        ``image`` straight into the kernel's own input array (and the residual's rows
+        from ``skip``, the whole layer's), the constants as given (the same arrays every
+        call: copied in once). The array is the kernel's, valid until its next call."""
+        end = self.start + self.rows
+        inputs = {name: value for name, value in constants.items() if name in self.params}
+        inputs["A"] = self.loaded.array("A")
+        image.gather(inputs["A"][:self.rows], self.start)
+        if skip is not None:
+            inputs["Skip"] = self.loaded.array("Skip")
+            inputs["Skip"][:self.rows, :skip.shape[1]] = skip[self.start:end]
+        return self.loaded({**inputs, **self.packed})[output][:self.rows]
 
 
 def _parts(executor: CpuExecutor, layer: Layer, pack: GemmPack, threads: int
@@ -196,37 +210,64 @@ def _channels_last_step(layer: Layer, pack: GemmPack, parts: list[_Part],
                         pool: ThreadPoolExecutor | None) -> Step:
     """A convolution's fused (or joined) form reading its input, and a joined add's
     residual input, channels last where they come so, and leaving its output so; its rows
-    split over ``parts`` run at once on ``pool``."""
+    split over ``parts`` run at once on ``pool``, each gathering its own rows."""
     fused, output = pack.fused, layer.func.params[-1].name
     n, c, h, w = layer.output_shape
 
     def step(values: list[Value]) -> ChannelsLast:
         x, skip = values[0], values[pack.inputs:]
-        if isinstance(x, ChannelsLast):
-            rows = fused.rows_nhwc(x.nhwc)
-        else:
-            rows = fused.rows([x])
+        image = fused.rows_nhwc(x.nhwc if isinstance(x, ChannelsLast)
+                                else _channels_last_int8(x))
         skip_rows = None
         if skip:
             skip_rows = (skip[0].nhwc.reshape(fused.m, c) if isinstance(skip[0], ChannelsLast)
                          else fused.output_rows(skip[0]))
         if len(parts) == 1:
-            out = parts[0](pack.from_rows(rows, skip_rows))[output]
+            # The kernel's own output array: valid until the layer runs again.
+            out = parts[0](image, skip_rows, pack.constants, output)
         else:
             out = np.empty((fused.m, c), np.int8)
 
             def run(part: _Part) -> None:
-                end = part.start + part.rows
-                part_skip = None if skip_rows is None else skip_rows[part.start:end]
-                out[part.start:end] = part(pack.part(rows[part.start:end], part_skip))[output]
+                rows = part(image, skip_rows, pack.constants, output)
+                out[part.start:part.start + part.rows] = rows
 
             # The caller's thread runs the first part while the pool runs the others.
             others = [pool.submit(run, part) for part in parts[1:]]
             run(parts[0])
             for other in others:
                 other.result()
-        return ChannelsLast(out[:fused.m].reshape(n, h, w, c),
-                            lambda: layer.unpack(out, ()))
+        return ChannelsLast(out.reshape(n, h, w, c), lambda: layer.unpack(out, ()))
+
+    return step
+
+
+def _pool_step(executor: CpuExecutor, layer: Layer) -> Step | None:
+    """A max pool's channels-last form (:class:`ir.onnx.channels_last.MaxPoolNhwc`)
+    compiled for the target, reading its input channels last (converted once where it
+    comes as ONNX has it) and leaving its output so; None when the target cannot run it
+    natively here."""
+    from targets.cpu.loaded import LoadedKernel
+    from tensorize.runners.cpu import emit_cpu
+
+    pool = layer.channels_last
+    n, c, h, w = layer.input_shapes[0]
+    try:
+        with executor.timings.measure("compile"):
+            loaded = LoadedKernel(emit_cpu(executor.ctx, pool.func((n, h, w, c))))
+    except CpuRunError:
+        return None
+    padded = loaded.array("X")
+    # The border is never written again: the -128 there never wins a window.
+    padded[...] = -128
+    (output,) = loaded.kernel.outputs
+
+    def step(values: list[Value]) -> ChannelsLast:
+        x = values[0]
+        pool.pad_into(x.nhwc if isinstance(x, ChannelsLast) else _channels_last_int8(x),
+                      padded)
+        out = loaded({"X": padded})[output]
+        return ChannelsLast(out, lambda: _onnx_layout(out, layer.output_dtype))
 
     return step
 
@@ -245,6 +286,14 @@ def _host_step(layer: Layer) -> Step:
         return ChannelsLast(out, lambda: _onnx_layout(out, layer.output_dtype))
 
     return step
+
+
+def _channels_last_int8(nchw: np.ndarray) -> np.ndarray:
+    """An ONNX int8 or uint8 NCHW tensor as a convolution reads it: channels last, int8 (a
+    uint8 tensor's values less 128)."""
+    if nchw.dtype == np.uint8:
+        nchw = np.bitwise_xor(nchw, np.uint8(0x80)).view(np.int8)
+    return nchw.transpose(0, 2, 3, 1)
 
 
 def _onnx_layout(nhwc: np.ndarray, dtype: str) -> np.ndarray:
