@@ -14,6 +14,17 @@ column but llvm -O3 is tuned per kernel for the scheduling model (the descriptio
 tune_cpus) and the form of code (cpu_tune.CODE_FORMS) that execute it in the fewest
 instructions.
 
+A float table counts the float families the same way, on a 256^3 GEMM of each input type
+(bfloat16 or float16, float32 sums), emitted for the generic scheduling model: BFDOT (by
+element) and BFMMLA with +bf16, FMLAL (by element) with +fp16fml. Each output is compared
+bit for bit with the reference that adds in the hardware's order
+(``intrinsics.oracle.hardware_gemm``, the intrinsic's ``accumulation``), under qemu-user
+for bf16 (skipped, and said so, where it is not installed) and under unicorn for FMLAL;
+unicorn counts FMLAL itself and BFDOT and BFMMLA as SDOT (targets/arm/i8mm_count.py). The
+last column is the intrinsic's own share: one call per its MACs.
+
+    .venv/bin/python bench/bench_arm.py --rows float     # only the float table
+
 A second table takes the GEMVs' weight (B) as a network has it, a constant: its packing is
 split off into a kernel of its own (targets.cpu.prepack), run once before the calls, as a
 model load would, and the per-call kernel reads the packed buffer. Its figures are a call's
@@ -28,6 +39,7 @@ compared with numpy exactly.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from pathlib import Path
@@ -38,7 +50,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import suite_kernels
 
+import ir
 from intrinsics import default_registry
+from intrinsics.oracle import hardware_gemm
+from ir import te
 from targets import cpu
 from targets.arm.i8mm_count import count_i8mm
 from tensorize.engine import auto_tensorize
@@ -84,6 +99,9 @@ def main() -> None:
              ("int8 GEMV 1x1024x1024, W[n, k]", kernels["dense_int8"](1, 1024, 1024),
               1024 * 1024)]
     whole_kernels([case for case in cases if rows in case[0]], registry)
+    floats = [(f"{dtype} GEMM 256^3, {intrinsic}", dtype, intrinsic, features)
+              for dtype, intrinsic, features in FLOAT_FAMILIES]
+    float_kernels([case for case in floats if rows in case[0]], registry)
     # The GEMVs' weights as constants, with numpy's product of the activation and weight.
     constant = [("int8 GEMV 1x1024x1024, B packed once", kernels["gemm_int8"](1, 1024, 1024),
                  1024 * 1024, lambda a, b: a @ b),
@@ -94,6 +112,8 @@ def main() -> None:
 
 def whole_kernels(cases: list, registry) -> None:
     """The first table: each kernel whole, its packing included, against LLVM's -O3."""
+    if not cases:
+        return
     rng = np.random.default_rng(0)
     print("MACs per executed AArch64 instruction, packing included; "
           ".venv/bin/python bench/bench_arm.py")
@@ -129,6 +149,57 @@ def whole_kernels(cases: list, registry) -> None:
         print(f"{label:36} {count / mine.instructions:8.2f} {count / base.instructions:9.2f} "
               f"{base.instructions / mine.instructions:6.2f} {16 * dots / body:11.2f} "
               f"{figures[0]:7.2f} {figures[1]:7.2f}")
+
+
+# (input dtype, intrinsic, features) of the float table.
+FLOAT_FAMILIES = (("bfloat16", "arm_bfdot_lane", "+neon,+dotprod,+bf16"),
+                  ("bfloat16", "arm_bfmmla", "+neon,+dotprod,+bf16"),
+                  ("float16", "arm_fmlal_lane", "+neon,+dotprod,+fp16fml"))
+
+
+def float_gemm(dtype: str, size: int) -> ir.PrimFunc:
+    """C = A @ B over ``size``^3, A and B of ``dtype``, products accumulated in float32."""
+    A = te.placeholder((size, size), dtype, "A")
+    B = te.placeholder((size, size), dtype, "B")
+    rk = te.reduce_axis(size, "k")
+    C = te.compute((size, size), lambda i, j: te.sum(
+        ir.cast("float32", A[i, rk]) * ir.cast("float32", B[rk, j]), axis=[rk]), "C")
+    return te.create_prim_func([A, B, C], f"gemm_{dtype}")
+
+
+def float_kernels(cases: list, registry) -> None:
+    """The float table: each family's 256^3 GEMM, counted, its output checked bit for bit
+    against the hardware-order reference where an engine here runs it."""
+    if not cases:
+        return
+    size = 256
+    rng = np.random.default_rng(2)
+    print()
+    print(f"Float families, {size}^3 GEMM, packing included: instructions executed per MAC "
+          "(generic scheduling model)")
+    print(f"{'kernel':36} {'instructions':>13} {'per MAC':>8} {'MACs/instr':>11} "
+          f"{'intrinsic alone':>16}  exact")
+    for label, dtype, name, features in cases:
+        func = float_gemm(dtype, size)
+        inputs = {p.name: rng.standard_normal(p.shape).astype(p.dtype.numpy)
+                  for p in func.params[:2]}
+        chosen = auto_tensorize(func, "arm", registry=registry, features=features,
+                                intrinsic=name)
+        kernel = cpu.emit(chosen.func, "arm", features, registry=registry)
+        intrinsic = registry.get(name)
+        exact = "not run"
+        if cpu.engine_for(kernel)[0] is not None:
+            got = cpu.run(kernel, inputs).outputs["C"]
+            want = hardware_gemm(inputs["A"], inputs["B"], intrinsic.extents[-1],
+                                 intrinsic.accumulation)
+            if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
+                raise SystemExit(f"{label}: the output differs from the hardware order's")
+            exact = "yes"
+        count = cpu.count_executed(kernel, inputs)
+        macs = size ** 3
+        alone = 1 / math.prod(intrinsic.extents)
+        print(f"{label:36} {count:13,} {count / macs:8.3f} {macs / count:11.2f} "
+              f"{alone:16.3f}  {exact}")
 
 
 def prepacked(cases: list, registry) -> None:

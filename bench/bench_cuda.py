@@ -71,6 +71,7 @@ from tensorize.engine.cuda_schedule import (
     choose_tiling,
     instruction_macs,
     issued_per_unit,
+    narrow_inputs,
     search_tilings,
     tensor_pipe,
 )
@@ -104,7 +105,7 @@ def build(name: str, n: int, tiling: CudaTiling | None = None, stages: int = STA
     chosen = default_registry().get(intrinsic)
     shape = tuple(chosen.extents)
     elem = max(chosen.operands[0].dtype.bits // 8, 1)
-    tiling = tiling or choose_tiling((n, n, n), shape, elem)
+    tiling = tiling or choose_tiling((n, n, n), shape, elem, narrow_inputs(chosen))
     kernel = cuda.emit(auto_tensorize(func, "cuda", registry=default_registry(),
                                       intrinsic=intrinsic, tiling=tiling).func,
                        default_registry(), stages=stages)

@@ -216,9 +216,10 @@ def _accumulation(node: YNode, store: ir.BufferStore, iter_vars: tuple[ir.IterVa
         findings.add(node.at("accumulation"), f"{where} requires semantics C += x * y with "
                      f"one reduce iterator, got {len(reduces)} reduce iterator(s) in "
                      f"{store.buffer.name}[...] = {store.value}")
-    elif values["order"] == "pairwise" and reduces[0].extent != 2:
-        findings.add(node.at("accumulation"), f"{where} requires a reduce iterator of extent "
-                     f"2 for order pairwise, got {reduces[0].var.name} of {reduces[0].extent}")
+    elif values["order"] == "pairwise" and reduces[0].extent % 2:
+        findings.add(node.at("accumulation"), f"{where} requires a reduce iterator of even "
+                     f"extent for order pairwise, got {reduces[0].var.name} of "
+                     f"{reduces[0].extent}")
     else:
         return Accumulation(values["order"], values["rounding"], values["denormals"])
     return None

@@ -77,9 +77,10 @@ class Accumulation:
     the vendor's manual states it: each product, exact, is added to the accumulator on its
     own, in the reduce iterator's ``order`` (``ascending`` or ``descending``), the sum
     rounded once (``rounding``: ``nearest_even`` or ``odd``); or, ``order`` ``pairwise``
-    (a reduce iterator of extent 2), each product rounded, the two summed and rounded, that
-    sum added and rounded. ``denormals`` is ``flush`` (denormal inputs read and denormal
-    results written as zero: DAZ and FTZ) or ``keep``."""
+    (a reduce iterator of even extent), its values two at a time in ascending order, each
+    product rounded, the pair summed and rounded, that sum added and rounded. ``denormals``
+    is ``flush`` (denormal inputs read and denormal results written as zero: DAZ and FTZ)
+    or ``keep``."""
 
     order: str
     rounding: str

@@ -54,10 +54,11 @@ def hardware_model(intrinsic: Intrinsic, inputs: Arrays) -> np.ndarray:
     """The output operand after one execution as the hardware computes it, by the
     intrinsic's ``accumulation``: the products of its reduce iterator's values added to the
     accumulator one at a time, in the stated order, each sum rounded once (and denormals
-    flushed where stated). Exact where each product and each sum's float64 value round to
-    the accumulator's dtype without double rounding: inputs of at most 12 significant bits
-    (bfloat16, float16) into float32. UnsupportedSemantics for semantics that is not one
-    product of loads indexed by plain iterators."""
+    flushed where stated); ``pairwise``, the values taken two at a time in ascending order,
+    each pair's sum (:func:`pair_sum`) added. Exact where each product and each sum's
+    float64 value round to the accumulator's dtype without double rounding: inputs of at
+    most 12 significant bits (bfloat16, float16) into float32. UnsupportedSemantics for
+    semantics that is not one product of loads indexed by plain iterators."""
     rule = intrinsic.accumulation
     term = accumulated_term(intrinsic.semantics)
     pattern = None if term is None else einsum_subscripts(intrinsic, term)
@@ -74,8 +75,11 @@ def hardware_model(intrinsic: Intrinsic, inputs: Arrays) -> np.ndarray:
     acc = np.zeros(out.shape, out.dtype.numpy) if intrinsic.resets \
         else _read(np.array(inputs[out.name], dtype=out.dtype.numpy), rule)
     if rule.order == "pairwise":
-        return accumulate(acc, pair_sum(products[..., 0], products[..., 1], acc.dtype, rule),
-                          rule)
+        # Consecutive pairs in ascending order (BFMMLA's 4 k values: two BFDOT steps).
+        for step in range(0, reduce_var.extent, 2):
+            acc = accumulate(acc, pair_sum(products[..., step], products[..., step + 1],
+                                           acc.dtype, rule), rule)
+        return acc
     steps = range(reduce_var.extent)
     for step in (steps if rule.order == "ascending" else reversed(steps)):
         acc = accumulate(acc, products[..., step], rule)
@@ -87,7 +91,8 @@ def hardware_gemm(a: np.ndarray, b: np.ndarray, group: int, rule: Accumulation,
     """``a @ b`` as a register-blocked kernel computes it with an intrinsic that adds
     ``group`` k values a call by ``rule``: every output from a zero accumulator, the k
     groups in ascending order, within a group the products in the stated order, each one
-    rounded addition (:func:`accumulate`); a k past the end (padding) adds nothing."""
+    rounded addition (:func:`accumulate`), or under ``pairwise`` its pairs' sums
+    (:func:`pair_sum`) in ascending order; a k past the end (padding) adds nothing."""
     if rule.denormals == "flush":
         a, b = flush_denormals(a), flush_denormals(b)
     wide_a, wide_b = a.astype(np.float64), b.astype(np.float64)
@@ -98,8 +103,10 @@ def hardware_gemm(a: np.ndarray, b: np.ndarray, group: int, rule: Accumulation,
         products = [np.outer(wide_a[:, step], wide_b[step]) for step in steps]
         if rule.order == "pairwise":
             # A k past the end is a zero product: rounded, it adds exactly nothing.
-            second = products[1] if len(products) > 1 else np.zeros_like(products[0])
-            acc = accumulate(acc, pair_sum(products[0], second, acc.dtype, rule), rule)
+            if len(products) % 2:
+                products.append(np.zeros_like(products[0]))
+            for first, second in zip(products[::2], products[1::2]):
+                acc = accumulate(acc, pair_sum(first, second, acc.dtype, rule), rule)
             continue
         for product in (products if rule.order == "ascending" else reversed(products)):
             acc = accumulate(acc, product, rule)

@@ -30,8 +30,9 @@ ITER_KINDS = ("spatial", "reduce")
 LAYOUTS = ("row_major", "col_major")
 # How a float instruction accumulates (``accumulation``): the order its reduce iterator's
 # products are added in, the rounding of each addition, and what it does with denormals.
-# ``pairwise``: the two products rounded, their sum rounded, then added to the accumulator
-# (Arm's BFDOT with FPCR.EBF 0); ``odd``: round to odd, an overflow to infinity (the same).
+# ``pairwise``: the values two at a time, ascending, each pair's products rounded, their sum
+# rounded, then added to the accumulator (Arm's BFDOT and BFMMLA with FPCR.EBF 0); ``odd``:
+# round to odd, an overflow to infinity (the same).
 ORDERS = ("ascending", "descending", "pairwise")
 ROUNDINGS = ("nearest_even", "odd")
 DENORMALS = ("flush", "keep")
@@ -448,8 +449,9 @@ OPERAND = Record("an operand", (
 
 ACCUMULATION = Record("an accumulation", (
     Field("order", Choice(ORDERS), True, "the reduce iterator's values in the order their "
-          "products are added to the accumulator, one at a time; pairwise: the two products "
-          "(each rounded) summed first, the sum rounded and then added"),
+          "products are added to the accumulator, one at a time; pairwise: two at a time in "
+          "ascending order, each pair's products (each rounded) summed first, the sum "
+          "rounded and then added"),
     Field("rounding", Choice(ROUNDINGS), True, "the rounding of each addition (the product "
           "is exact: a fused multiply-add): nearest_even, or odd (an inexact result's last "
           "bit forced to 1, an overflow to infinity)"),

@@ -1,7 +1,7 @@
 """Instructions an i8mm or bf16 kernel executes, counted under unicorn, which executes
 neither.
 
-qemu-user runs SMMLA, UMMLA, USMMLA, USDOT and BFDOT exactly but counts nothing; unicorn
+qemu-user runs SMMLA, UMMLA, USMMLA, USDOT, BFDOT and BFMMLA exactly but counts nothing; unicorn
 counts every instruction but raises on those. Counting a kernel with each of them replaced by
 SDOT on the same registers (the vector form for the vector forms, the by-element form, same
 lane, for BFDOT by element) gives its true count: one instruction for one, and no branch of
@@ -26,12 +26,12 @@ __all__ = ["COUNTED_AS_SDOT", "count_i8mm"]
 # The features whose instructions are counted as SDOT.
 COUNTED_AS_SDOT = frozenset({"i8mm", "bf16"})
 # (fixed bits with the registers cleared, their mask, the SDOT of the same register fields):
-# SMMLA, UMMLA, USMMLA, USDOT and BFDOT (vector, 128-bit) as SDOT (vector); BFDOT (by
+# SMMLA, UMMLA, USMMLA, USDOT, BFDOT (vector, 128-bit) and BFMMLA as SDOT (vector); BFDOT (by
 # element, 128-bit: L, M, Rm and H keep their places) as SDOT (by element).
 _VECTOR_MASK, _SDOT_VECTOR = 0xFFE0FC00, 0x4E809400
 _SUBSTITUTES = tuple((fixed, _VECTOR_MASK, _SDOT_VECTOR)
-                     for fixed in (0x4E80A400, 0x6E80A400, 0x4E80AC00, 0x4E809C00, 0x6E40FC00)
-                     ) + ((0x4F40F000, 0xFFC0F400, 0x4F80E000),)
+                     for fixed in (0x4E80A400, 0x6E80A400, 0x4E80AC00, 0x4E809C00, 0x6E40FC00,
+                                   0x6E40EC00)) + ((0x4F40F000, 0xFFC0F400, 0x4F80E000),)
 
 
 def count_i8mm(kernel: CpuKernel, inputs: Mapping[str, np.ndarray]) -> int:

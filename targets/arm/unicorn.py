@@ -4,8 +4,8 @@ a library), on any host: the CPU code generator's ``unicorn`` engine.
 The object is loaded (:mod:`.elf`), the buffers, a stack and a stop address are mapped, and
 the function runs from its symbol with X0.. pointing at the buffers and LR at the stop
 address. Each executed basic block adds its length in instructions (4 bytes each) and its
-dot-product instructions by mnemonic, decoded once per block, so a run reports exactly what
-the core executed at the cost of one callback per block.
+dot-product (and FMLAL) instructions by mnemonic, decoded once per block, so a run reports
+exactly what the core executed at the cost of one callback per block.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ _STACK_SIZE, _PAGE = 1 << 20, 1 << 12
 # bit (29) tells UDOT from SDOT.
 _DOT_PATTERNS = ((0x9FE0FC00, 0x0E809400), (0x9FC0F400, 0x0F80E000))
 _U_BIT = 1 << 29
+# FMLAL (by element, FEAT_FHM): its fixed bits, Q free (U 0 and opcode 0000: not FMLAL2).
+_FMLAL = (0xBFC0F400, 0x0F800000)
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,10 @@ def emulate(obj: bytes, symbol: str, arrays: list[np.ndarray], alignment: int) -
 
 def _dots(code: bytes) -> Counter[str]:
     words = struct.unpack(f"<{len(code) // 4}I", code[:len(code) // 4 * 4])
-    return Counter("udot" if w & _U_BIT else "sdot" for w in words
-                   for mask, bits in _DOT_PATTERNS if w & mask == bits)
+    found = Counter("udot" if w & _U_BIT else "sdot" for w in words
+                    for mask, bits in _DOT_PATTERNS if w & mask == bits)
+    found.update("fmlal" for w in words if w & _FMLAL[0] == _FMLAL[1])
+    return found
 
 
 def _round(size: int) -> int:

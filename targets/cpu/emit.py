@@ -12,7 +12,10 @@ intrinsic operand that lives in memory must be one contiguous run of bytes, as a
 or store of a whole register moves it; any other tile is refused with :class:`EmitError`
 rather than read wrongly. A 4-byte operand of an instruction that takes a whole register is
 that 32-bit lane replicated to every lane (a lane of a register: SDOT by element; a word of
-memory: a broadcast load, as VPDPBUSD's row of A).
+memory: a broadcast load, as VPDPBUSD's row of A), and a 2-byte one that 16-bit lane (FMLAL
+by element's fp16 of A). An operand of half a register is passed in the low half of one
+(FMLAL reads the low 4 fp16 of its register): the register it lies in, its high half
+moved down where the operand is there.
 
 A load or store template's ``align N`` is emitted as written, after checking that the address
 has it: each buffer starts at a multiple of the target's ``alignment`` (the runners allocate
@@ -261,7 +264,6 @@ class _CpuEmitter(StmtEmitter):
         self.scope = cpu.register_scope
         self.vector_bytes = cpu.vector_bytes
         self.alignment = cpu.alignment
-        self.lanes = ll.VectorType(_I32, cpu.vector_bytes // 4)
         self.forms: dict[Var, Form] = {}
         # The range of every variable in scope (:mod:`.ranges`): what decides conditions and
         # proves indices in bounds while emitting.
@@ -891,40 +893,59 @@ class _CpuEmitter(StmtEmitter):
         offset = sum(s * st for s, st in zip(starts, strides)) * buffer.dtype.bits // 8
         piece, within = divmod(offset, self.vector_bytes)
         whole = within == 0 and size % self.vector_bytes == 0  # several whole registers
-        if not whole and (within + size > self.vector_bytes or within % 4 or size % 4):
+        # A 16-bit lane (an fp16 of A) or half a register (FMLAL's panel of B) aligned to its
+        # size, else 32-bit lanes.
+        lane = size if size in (2, 8, self.vector_bytes // 2) else 4
+        if not whole and (within + size > self.vector_bytes or within % lane or size % lane):
             raise EmitError(f"block {self.block_name}: operand {name} of {intrinsic.name} "
                             f"requires its {size} bytes of register buffer {buffer.name} "
-                            f"within one register, 4-byte aligned; they start at byte "
+                            f"within one register, {lane}-byte aligned; they start at byte "
                             f"{offset}")
         return _Tile(size, (id(buffer), piece), within)
 
     def _operand(self, intrinsic: Intrinsic, name: str, tile: _Tile, ty: ll.Type
                  ) -> ll.Value:
         """Operand ``name`` as a value of vector type ``ty``: a register, a load of contiguous
-        memory, or a 32-bit lane replicated to all lanes (of a register: the by-element forms;
-        of memory: a broadcast load)."""
+        memory, half a register in the low half of one, or a 32-bit or 16-bit lane replicated
+        to all lanes (of a register: the by-element forms; of memory: a broadcast load)."""
         bits = ty.count * templates.lane_bits(ty.element)
         if tile.key is None and bits == tile.size * 8:
             return self.b.load(self._memory(intrinsic, name, tile, ty, 1), typ=ty,
                                align=tile.align)
         if tile.key is not None and tile.size == self.vector_bytes:
             return self.b.bitcast(self._piece(tile.key, None), ty)
-        if tile.size != 4 or bits % 32:
+        if tile.key is not None and 2 * tile.size == self.vector_bytes == bits // 8:
+            return self.b.bitcast(self._low_half(tile), ty)
+        if tile.size not in (2, 4) or bits % (8 * tile.size):
             raise EmitError(f"block {self.block_name}: operand {name} of {intrinsic.name} "
-                            f"requires a whole register or one 32-bit lane, got {tile.size} "
-                            "bytes")
-        count = bits // 32
+                            f"requires a whole register, half of one in a register, or one "
+                            f"32-bit or 16-bit lane, got {tile.size} bytes")
+        lane_type = ll.IntType(8 * tile.size)
+        count = bits // (8 * tile.size)
         if tile.key is None:
-            word = self.b.load(tile.address, typ=_I32, align=tile.align)
-            lanes = self.b.insert_element(ll.Constant(ll.VectorType(_I32, count), None), word,
-                                          ll.Constant(_I32, 0))
+            word = self.b.load(tile.address, typ=lane_type, align=tile.align)
+            lanes = self.b.insert_element(ll.Constant(ll.VectorType(lane_type, count), None),
+                                          word, ll.Constant(_I32, 0))
             lane = 0
         else:
-            lanes = self.b.bitcast(self._piece(tile.key, None), self.lanes)
-            lane = tile.offset // 4
+            lanes = self.b.bitcast(self._piece(tile.key, None),
+                                   ll.VectorType(lane_type, self.vector_bytes // tile.size))
+            lane = tile.offset // tile.size
         splat = self.b.shuffle_vector(lanes, ll.Constant(lanes.type, None),
                                       ll.Constant(ll.VectorType(_I32, count), [lane] * count))
         return self.b.bitcast(splat, ty)
+
+    def _low_half(self, tile: _Tile) -> ll.Value:
+        """The register holding half-register ``tile`` in its low half: its own register, or
+        that register's high half moved down (in both halves: on AArch64 a ``dup`` of its
+        high 64 bits)."""
+        count = self.vector_bytes // 8
+        words = self.b.bitcast(self._piece(tile.key, None), ll.VectorType(ll.IntType(64), count))
+        if tile.offset == 0:
+            return words
+        high = list(range(count // 2, count))
+        return self.b.shuffle_vector(words, ll.Constant(words.type, None),
+                                     ll.Constant(ll.VectorType(_I32, count), high + high))
 
     def _write(self, intrinsic: Intrinsic, name: str, tile: _Tile, value: ll.Value,
                regions: dict[str, object], memory_only: bool = False, align: int = 1) -> None:
@@ -940,13 +961,15 @@ class _CpuEmitter(StmtEmitter):
         if tile.size == self.vector_bytes and bits == self.vector_bytes * 8:
             self.registers[tile.key] = value
             return
-        if tile.size != 4 or bits != 32:
+        if tile.size not in (2, 4, 8) or bits != 8 * tile.size:
             raise EmitError(f"block {self.block_name}: {intrinsic.name} writes {bits // 8} "
                             f"bytes into a {tile.size}-byte tile of a register")
-        word = self.b.bitcast(value, _I32)
-        current = self.registers.get(tile.key, ll.Constant(self.lanes, None))
+        # One lane of the tile's width (fp16 loads write 2 or 8 bytes: a row of A, a panel).
+        lanes = ll.VectorType(ll.IntType(bits), self.vector_bytes // tile.size)
+        word = self.b.bitcast(value, ll.IntType(bits))
+        current = self.registers.get(tile.key, ll.Constant(lanes, None))
         self.registers[tile.key] = self.b.insert_element(
-            self.b.bitcast(current, self.lanes), word, ll.Constant(_I32, tile.offset // 4))
+            self.b.bitcast(current, lanes), word, ll.Constant(_I32, tile.offset // tile.size))
 
     def _memory(self, intrinsic: Intrinsic, name: str, tile: _Tile, ty: ll.Type, align: int
                 ) -> ll.Value:

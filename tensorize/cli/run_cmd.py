@@ -26,9 +26,10 @@ skip with the reason when this machine lacks what the step needs):
      median time of several runs) or under the AArch64 emulator (the instructions it
      executed); a kernel no engine here can run (a feature the host lacks) fails, with
      the reason, and is never run;
-   - cuda: emit CUDA C++ with WMMA or mma.sync, compile it with nvcc for sm_80 and sm_90,
-     run it under the host's emulation of the warp matrix instructions and the thread model,
-     and on a GPU where CuPy finds one;
+   - cuda: emit CUDA C++ with WMMA or mma.sync, compile it with nvcc for sm_80 and sm_90
+     (and for the architecture its instruction needs: sm_89 for fp8), failing if ptxas
+     spills a register, run it under the host's emulation of the warp matrix instructions
+     and the thread model, and on a GPU where CuPy finds one;
    - host (the default): the kernel runs on the reference executor;
 5. when the file defines reference(...), a numpy function taking the kernel's inputs in
    parameter order and returning its output(s), compare the outputs with it as well

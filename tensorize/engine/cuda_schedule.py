@@ -60,8 +60,8 @@ from tensorize.schedule.index_map import IndexMap
 
 __all__ = ["TENSOR_SPEEDUP", "UNIT_MACS", "CudaTiling", "TensorPipe", "TilingFigures",
            "TilingTrial", "choose_family", "choose_tiling", "estimate", "instruction_macs",
-           "mapping_cycles", "model_cycles", "schedule", "schedule_cuda", "search_tilings",
-           "sm_number", "tensor_pipe", "tiling_candidates"]
+           "mapping_cycles", "model_cycles", "narrow_inputs", "schedule", "schedule_cuda",
+           "search_tilings", "sm_number", "tensor_pipe", "tiling_candidates"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +84,12 @@ def _largest_divisor(count: int, choices: tuple[int, ...]) -> int:
 
 
 def choose_tiling(extents: tuple[int, int, int], shape: tuple[int, int, int],
-                  elem_bytes: int) -> CudaTiling:
+                  elem_bytes: int, narrow: bool = False) -> CudaTiling:
     """The tiling for padded extents (m, n, k) and fragment shape (tm, tn, tk): where the
     extents take 128 x 256 blocks, CUTLASS's 128 x 256 block of 2 x 4 warps of 64 x 64 (4 x 4
     WMMA fragments of 16 x 16, or 4 x 8 mma.sync ones of 16 x 8; the static search's best for
-    large GEMMs); else block tiles of up to 8 x 8
+    large GEMMs), or, for ``narrow`` inputs (:func:`narrow_inputs`), a 128 x 128 block of
+    warps of 64 x 32; else block tiles of up to 8 x 8
     fragments, split over 2 x 4 warps (2 x 2 fragments per warp when the tile is 4 x 4);
     and 2 fragment steps per stage where they divide k: for 2-byte inputs
     always, for 1-byte inputs when the k loop keeps at least 4 steps for the pipeline (the
@@ -99,13 +100,26 @@ def choose_tiling(extents: tuple[int, int, int], shape: tuple[int, int, int],
     else:
         kt = 2 if k_tiles % 2 == 0 and k_tiles // 2 >= 4 else 1
     tm, tn, _ = shape
-    if extents[0] % 128 == 0 and extents[1] % 256 == 0 and 64 % tm == 0 and 64 % tn == 0:
-        return CudaTiling((2, 4), (64 // tm, 64 // tn), kt)
+    warp_n = 32 if narrow else 64
+    if extents[0] % 128 == 0 and extents[1] % (4 * warp_n) == 0 and 64 % tm == 0 and \
+            warp_n % tn == 0:
+        return CudaTiling((2, 4), (64 // tm, warp_n // tn), kt)
     bm = _largest_divisor(m_tiles, (8, 4, 2, 1))
     bn = _largest_divisor(n_tiles, (8, 4, 2, 1))
     wy = 2 if bm >= 2 else 1
     wx = 4 if bn >= 8 else (2 if bn >= 2 else 1)
     return CudaTiling((wy, wx), (bm // wy, bn // wx), kt)
+
+
+def narrow_inputs(intrinsic: Intrinsic) -> bool:
+    """Whether an input of ``intrinsic`` is of a type narrower than int8 or an 8-bit float.
+    A 64 x 64 warp tile of such an instruction leaves ptxas no registers to spare: int4's
+    fragments are loaded and packed a lane at a time (255 registers a thread on sm_80 at
+    256^3), and sm_90, which has neither instruction, runs each int4 ``mma.sync`` as a
+    software routine and each fp8 one as two f16 HMMAs on converted fragments with a second
+    accumulator, and spills (docs/cuda_backend.md, *Narrow inputs*)."""
+    return any(o.dtype.bits < 8 or (o.dtype.is_float and o.dtype.bits == 8)
+               for o in intrinsic.inputs)
 
 
 def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Registry,
@@ -117,7 +131,7 @@ def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Re
     tiling = options.get("tiling")
     if not isinstance(tiling, CudaTiling):
         elem = intrinsic.operands[0].dtype.bits // 8
-        tiling = choose_tiling(tuple(extents[-3:]), shape, elem)
+        tiling = choose_tiling(tuple(extents[-3:]), shape, elem, narrow_inputs(intrinsic))
     schedule_cuda(sch, match.block, intrinsic, registry, tiling)
 
 

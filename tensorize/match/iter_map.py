@@ -14,7 +14,9 @@ one block iterator; otherwise the operand dimension it spans has nothing to span
 match fails with that reason. Unit (extent-1) iterators are 0 and otherwise ignored, except
 where an intrinsic iterator has no other block iterator to span it: a unit iterator indexing
 exactly that iterator's operands then spans it, padded from 1 to the intrinsic's extent (the
-one row of a ``1 x N x K`` GEMM becomes the M of a ``16 x 8 x 16`` tile).
+one row of a ``1 x N x K`` GEMM becomes the M of a ``16 x 8 x 16`` tile); and an
+intrinsic's unit reduce iterator, which a block's reduction spans like any other (FMLAL by
+element adds one k value a call).
 
 Indices are accepted when quasi-affine in the block iterators (``ir.arith.is_affine``): sums
 of constant multiples of iterators, and floordiv / floormod of such by positive constants.
@@ -103,7 +105,10 @@ def map_iterators(block: ir.Block, found: ExprMatch, intrinsic: Intrinsic,
     if isinstance(sites, str):
         return Mismatch(block.name, intrinsic, sites)
     live = [iv for iv in block.iter_vars if iv.extent > 1]
-    targets = [iv for iv in intrinsic.iter_vars if iv.extent > 1]
+    # A unit reduce iterator still takes the block's reduction (FMLAL's one k value a call):
+    # left outer, the sum would run outside the calls that accumulate it.
+    targets = [iv for iv in intrinsic.iter_vars
+               if iv.extent > 1 or iv.kind is ir.IterKind.REDUCE]
     mine = {id(iv.var): _operand_set(iv.var, sites, operand_side=False) for iv in live}
     theirs = {id(t.var): _operand_set(t.var, sites, operand_side=True) for t in targets}
     candidates = [[t for t in targets

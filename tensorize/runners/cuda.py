@@ -1,8 +1,8 @@
 """The runner's steps for the cuda target kind: emit the CUDA C++, compile it with nvcc
 for each architecture (with what ptxas says of each kernel's registers, shared memory and
-spills, and the occupancy they allow), run it under the host emulation of the warp matrix API
-(asynchronous copies landing at their wait, and again at their issue), and run it on a GPU
-where CuPy finds one.
+spills, and the occupancy they allow; a step that fails when any kernel spills), run it
+under the host emulation of the warp matrix API (asynchronous copies landing at their wait,
+and again at their issue), and run it on a GPU where CuPy finds one.
 
 Every step uses the context's registry (a vendor's own tensor-core family included) and
 reports through the run's report; a step whose tool is missing here (nvcc, a host
@@ -245,11 +245,18 @@ def _needed(func: PrimFunc, registry: Registry) -> tuple[str, str] | None:
 
 def _compile(kernel: cuda.CudaKernel, report: RunReport,
              limits: Mapping[str, GpuArchitecture], needed: tuple[str, str] | None) -> None:
+    """Compile for each architecture of ``limits`` and for the one an intrinsic the kernel
+    calls needs (``needed``: sm_89 for fp8) where ``limits`` lacks it, so a kernel is
+    always built for an architecture that has its instructions; skip those older than
+    ``needed``; one ``ptxas`` line per kernel and architecture, then the ``spills`` step."""
     if cuda.nvcc_path() is None:
         report.skip("compile", "nvcc not found (install the CUDA toolkit or set NVCC)")
         return
     disassemble = cuobjdump_path() is not None
-    for arch in limits:
+    archs = list(limits)
+    if needed is not None and needed[0] not in limits:
+        archs = sorted([*archs, needed[0]], key=sm_number)
+    for arch in archs:
         if needed is not None and sm_number(arch) < sm_number(needed[0]):
             report.skip("compile", f"nvcc -arch={arch}: {needed[1]} needs {needed[0]} or "
                                    "newer")
@@ -263,18 +270,41 @@ def _compile(kernel: cuda.CudaKernel, report: RunReport,
         mma = ptx.count("mma.sync") + ptx.count("wmma.mma")
         report.step("compile", True, f"nvcc -arch={arch}: {time.perf_counter() - start:.1f} s, "
                                      f"{mma} tensor-core instruction(s) in the PTX")
-        _ptxas(kernel, limits[arch], report, disassemble)
+        _ptxas(kernel, arch, limits.get(arch), report, disassemble)
     if not disassemble:
         report.skip("sass", "cuobjdump not found (the CUDA toolkit's, or the "
                             "nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels)")
+    _spills(report)
 
 
-def _ptxas(kernel: cuda.CudaKernel, limits: GpuArchitecture, report: RunReport,
-           disassemble: bool) -> None:
-    """One line per kernel: what ptxas says of its resources, and the occupancy they allow
-    on the architecture ``limits`` describes; then, when ``disassemble``, one with its SASS
+def _spills(report: RunReport) -> None:
+    """The ``spills`` step over every kernel ptxas assembled, on every architecture: ok when
+    none spills a register to local memory, a failure naming each that does (a tiling too
+    big for the register file); in the JSON under ``cuda.spills``."""
+    records = report.data["cuda"].get("ptxas", [])
+    if not records:
+        return
+    spilled = [r for r in records if r["spill_stores"] or r["spill_loads"]]
+    report.data["cuda"]["spills"] = {
+        "spill_stores": sum(r["spill_stores"] for r in records),
+        "spill_loads": sum(r["spill_loads"] for r in records),
+        "spilled": [{"kernel": r["kernel"], "arch": r["arch"]} for r in spilled]}
+    if spilled:
+        report.step("spills", False, "; ".join(
+            f"{r['kernel']} {r['arch']}: {r['spill_stores']} bytes spill stores, "
+            f"{r['spill_loads']} bytes spill loads" for r in spilled))
+        return
+    archs = ", ".join(dict.fromkeys(r["arch"] for r in records))
+    report.step("spills", True, f"none: 0 bytes spill stores, 0 bytes spill loads in "
+                                f"{len(records)} kernel(s) compiled for {archs}")
+
+
+def _ptxas(kernel: cuda.CudaKernel, arch: str, limits: GpuArchitecture | None,
+           report: RunReport, disassemble: bool) -> None:
+    """One line per kernel: what ptxas says of its resources on ``arch``, and the occupancy
+    they allow on the architecture ``limits`` describes (None: the ``gpu:`` section has no
+    entry for ``arch``, and the line says so); then, when ``disassemble``, one with its SASS
     instruction mix."""
-    arch = limits.name
     try:
         resources = resource_usage(kernel, arch)
         mixes = {m.kernel: m for m in sass_mix(kernel, arch)} if disassemble else {}
@@ -303,26 +333,29 @@ def _sass(mix: SassMix, arch: str, report: RunReport) -> dict[str, Any]:
     return {"mma": mix.mma, "other": mix.other, "scope": mix.scope}
 
 
-def _resources(r: KernelResources, limits: GpuArchitecture, threads: int,
+def _resources(r: KernelResources, limits: GpuArchitecture | None, threads: int,
                dynamic: int) -> tuple[str, dict[str, Any]]:
     """The report line and the JSON record of one kernel on the architecture ``limits``
-    describes; ``dynamic`` bytes of dynamic shared memory add to the static ones ptxas
-    reports."""
+    describes (None: no occupancy, for want of the architecture's limits); ``dynamic``
+    bytes of dynamic shared memory add to the static ones ptxas reports."""
     shared = r.shared_bytes + dynamic
-    o = occupancy(limits, r.registers, shared, threads)
     spills = r.spill_stores + r.spill_loads
     kind = f" ({dynamic} dynamic)" if dynamic else ""
     line = (f"{r.kernel} {r.arch}: {r.registers} registers, {shared} B shared{kind}, "
-            f"{spills} spill bytes, {r.stack_frame} B stack; {threads} threads per block, "
-            f"occupancy {o.warps} warps of {o.max_warps} ({o.fraction:.0%}) limited by "
-            f"{o.limited_by}")
+            f"{spills} spill bytes, {r.stack_frame} B stack; {threads} threads per block, ")
     data = {"kernel": r.kernel, "arch": r.arch, "registers": r.registers,
             "shared_bytes": shared, "dynamic_shared_bytes": dynamic,
             "spill_stores": r.spill_stores,
             "spill_loads": r.spill_loads, "stack_frame": r.stack_frame,
-            "threads_per_block": threads, "blocks_per_sm": o.blocks, "warps_per_sm": o.warps,
-            "occupancy": o.fraction, "limited_by": o.limited_by}
-    return line, data
+            "threads_per_block": threads}
+    if limits is None:
+        data.update(blocks_per_sm=None, warps_per_sm=None, occupancy=None, limited_by=None)
+        return line + f"no occupancy ({r.arch} has no entry under gpu.architectures)", data
+    o = occupancy(limits, r.registers, shared, threads)
+    data.update(blocks_per_sm=o.blocks, warps_per_sm=o.warps, occupancy=o.fraction,
+                limited_by=o.limited_by)
+    return line + (f"occupancy {o.warps} warps of {o.max_warps} ({o.fraction:.0%}) limited "
+                   f"by {o.limited_by}"), data
 
 
 def _emulate(kernel: cuda.CudaKernel, inputs: dict[str, np.ndarray],

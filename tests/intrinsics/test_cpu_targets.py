@@ -20,9 +20,10 @@ def test_the_arm_description_holds_what_the_code_generator_needs(registry: Regis
     # The register scope's capacity (512 bytes) over 16-byte vectors, less 3 left to LLVM.
     assert (arm.registers, arm.usable_registers, arm.vector_bytes) == (32, 29, 16)
     assert arm.engines == ("native", "unicorn", "qemu-user")
-    assert arm.emulated["unicorn"] == {"neon", "dotprod"}
-    assert arm.emulated["qemu-user"] == {"neon", "dotprod", "i8mm", "bf16"}
+    assert arm.emulated["unicorn"] == {"neon", "dotprod", "fp16fml"}
+    assert arm.emulated["qemu-user"] == {"neon", "dotprod", "i8mm", "bf16", "fp16fml"}
     assert arm.macs["sdot"] == 16 and arm.macs["smmla"] == 32 and arm.macs["bfdot"] == 8
+    assert arm.macs["bfmmla"] == 16 and arm.macs["fmlal"] == 4
 
 
 def test_targets_have_a_kind(registry: Registry) -> None:

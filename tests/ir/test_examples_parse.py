@@ -16,7 +16,8 @@ from ir.verify import verify
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "script"
 NAMES = ("matmul_relu", "gemm_int8", "batch_matmul", "conv2d_nhwc", "conv2d_nchw", "dense_bias",
-         "gemm_odd")
+         "gemm_odd", "batch_matmul_bf16", "batch_matmul_fp16", "dense_bf16", "dense_fp16",
+         "conv2d_nhwc_bf16", "conv2d_nhwc_fp16")
 # (parameter shapes and dtypes, number of blocks) per kernel, from its description.
 EXPECTED = {
     "matmul_relu": ([((128, 128), "float32")] * 3, 2),
@@ -29,6 +30,13 @@ EXPECTED = {
     "dense_bias": ([((64, 256), "float32"), ((128, 256), "float32"), ((128,), "float32"),
                     ((64, 128), "float32")], 2),
     "gemm_odd": ([((100, 36), "int8"), ((36, 60), "int8"), ((100, 60), "int32")], 1),
+    **{f"batch_matmul_{s}": ([((4, 64, 64), t)] * 2 + [((4, 64, 64), "float32")], 1)
+       for s, t in (("bf16", "bfloat16"), ("fp16", "float16"))},
+    **{f"dense_{s}": ([((64, 256), t), ((128, 256), t), ((64, 128), "float32")], 1)
+       for s, t in (("bf16", "bfloat16"), ("fp16", "float16"))},
+    **{f"conv2d_nhwc_{s}": ([((1, 14, 14, 32), t), ((3, 3, 32, 32), t),
+                             ((1, 14, 14, 32), "float32")], 2)
+       for s, t in (("bf16", "bfloat16"), ("fp16", "float16"))},
 }
 
 

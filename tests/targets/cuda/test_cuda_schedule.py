@@ -10,7 +10,7 @@ from intrinsics import default_registry
 from ir import Block, For, ForKind, IntrinsicCall, post_order_visit
 from ir.verify import verify
 from targets import host
-from tensorize.engine.cuda_schedule import CudaTiling, choose_tiling
+from tensorize.engine.cuda_schedule import CudaTiling, choose_tiling, narrow_inputs
 from tests.default_run import first_by_default
 from tests.targets.cuda.helpers import TENSORIZED, WMMA_INT8, random_inputs, tensorized
 from tests.tensorize.engine.suite import suite
@@ -28,6 +28,20 @@ def test_tiling_for_a_large_gemm_is_two_by_four_warps_of_64_by_64():
     assert choose_tiling((4096, 4096, 4096), (16, 16, 16), 1) == CudaTiling((2, 4), (4, 4), 2)
     # mma.sync's 16 x 8 fragments: still 64 x 64 a warp, so 4 x 8 of them.
     assert choose_tiling((4096, 4096, 4096), (16, 8, 32), 1) == CudaTiling((2, 4), (4, 8), 2)
+
+
+def test_narrow_inputs_take_warps_of_64_by_32(registry):
+    # int4 and fp8 mma.sync: 4 x 4 fragments of 16 x 8 a warp, a 128 x 128 block.
+    assert choose_tiling((256, 256, 256), (16, 8, 64), 0, narrow=True) == \
+        CudaTiling((2, 4), (4, 4), 1)
+    assert choose_tiling((256, 256, 256), (16, 8, 32), 1, narrow=True) == \
+        CudaTiling((2, 4), (4, 4), 2)
+    narrow = {name for name in ("mma_m16n8k64_s4s4_s32", "mma_m16n8k64_u4s4_s32",
+                                "mma_m16n8k32_e4m3e4m3_f32", "mma_m16n8k32_e5m2e4m3_f32",
+                                "mma_m16n8k32_s8s8_s32", "mma_m16n8k16_f16f16_f32",
+                                "wmma_m16n16k16_s8_s32") if narrow_inputs(registry.get(name))}
+    assert narrow == {"mma_m16n8k64_s4s4_s32", "mma_m16n8k64_u4s4_s32",
+                      "mma_m16n8k32_e4m3e4m3_f32", "mma_m16n8k32_e5m2e4m3_f32"}
 
 
 def test_tiling_below_256_columns_is_two_by_four_warps_of_four_by_two_fragments():

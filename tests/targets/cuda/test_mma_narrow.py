@@ -106,7 +106,9 @@ def test_gemm_is_exact_under_the_per_lane_emulation(a, b):
 @pytest.mark.parametrize("a, b, size", [
     ("uint4", "uint4", 64), ("int4", "uint4", 64), ("uint4", "int4", 96),
     ("float8_e5m2", "float8_e5m2", 64), ("float8_e4m3", "float8_e5m2", 64),
-    ("float8_e5m2", "float8_e4m3", 80)])
+    ("float8_e5m2", "float8_e4m3", 80),
+    # The examples' size, in the narrow types' 128 x 128 block (warps of 64 x 32).
+    ("int4", "int4", 256), ("float8_e4m3", "float8_e4m3", 256)])
 def test_every_pair_and_padded_sizes_are_exact(a, b, size):
     _check(a, b, size)
 

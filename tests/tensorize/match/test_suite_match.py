@@ -52,6 +52,8 @@ WMMA_S8 = {f"wmma_{shape}_s8_s32" for shape in ("m16n16k16", "m32n8k16", "m8n32k
 WMMA_F16 = {f"wmma_{shape}_f16_f32" for shape in ("m16n16k16", "m32n8k16", "m8n32k16")}
 MMA_S8 = {"mma_m16n8k32_s8s8_s32"}
 MMA_F16 = {"mma_m16n8k16_f16f16_f32"}
+# FMLAL by element: one k value of A times 4 columns of B a call.
+F16_GEMM = WMMA_F16 | MMA_F16 | {"arm_fmlal_lane"}
 INT8_GEMM = {"npu_gemm", "npu_gemm_reset", "arm_sdot_lane", "arm_smmla", *WMMA_S8, *MMA_S8}
 # kernel -> block -> the compute intrinsics that must match it; every other pair must not.
 EXPECTED: dict[str, dict[str, set[str]]] = {
@@ -59,7 +61,7 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
     "gemm_int8_odd": {"C": INT8_GEMM},
     "gemm_u8s8": {"C": {"arm_usmmla", "x86_vpdpbusd", "mma_m16n8k32_u8s8_s32",
                         "mma_m16n8k32_s8u8_s32"}},
-    "gemm_fp16": {"C": WMMA_F16 | MMA_F16},
+    "gemm_fp16": {"C": F16_GEMM},
     "batch_matmul_int8": {"C": INT8_GEMM | {"arm_sdot"}},
     "dense_int8": {"Y": INT8_GEMM},
     "conv2d_nhwc_int8": {"pad": set(), "conv": INT8_GEMM},
@@ -67,7 +69,7 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
     "conv2d_dilated_int8": {"pad": set(), "conv": INT8_GEMM},
     "conv1d_int8": {"pad": set(), "conv": INT8_GEMM},
     "conv1x1_int8": {"conv": INT8_GEMM},
-    "matmul_relu_fp16": {"Y": WMMA_F16 | MMA_F16, "C": set()},
+    "matmul_relu_fp16": {"Y": F16_GEMM, "C": set()},
     "matmul_requant_int8": {"acc": INT8_GEMM, "biased": set(), "scaled": set(), "out": set()},
     "depthwise_conv2d_int8": {"pad": set(), "conv": {"arm_sdot_lane", "arm_sdot"}},
     "add": {"C": set()},
