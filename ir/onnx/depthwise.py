@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ir.onnx import kernels
+from ir.onnx.channels_last import DepthwiseNhwc
 from ir.onnx.fused import round_up
 from ir.onnx.graph import Arrays, Layer
 
@@ -51,6 +52,9 @@ class DepthwiseGemm:
     # whose array would otherwise wait for the host, not on a CPU, which runs the layer's
     # own kernel instead.
     diagonal: bool = True
+    # The layer on its input held channels last, with no diagonal tiles: for a caller that
+    # keeps activations so and compiles it as it is (:mod:`tensorize.model.native`).
+    nhwc: DepthwiseNhwc | None = None
 
     def layer(self, base: Layer, tile: tuple[int, int, int]) -> Layer:
         """``base`` as :func:`ir.onnx.kernels.grouped_matmul_requantised` over groups of

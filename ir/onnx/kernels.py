@@ -398,3 +398,22 @@ def _window_max(best: te.Tensor, X: te.Tensor, offset: tuple[int, int],
     (dy, dx), (sh, sw) = offset, strides
     return te.compute(best.shape, lambda b, i, j, k: ir.max_(
         best[b, i, j, k], X[b, i * sh + dy, j * sw + dx, k]), name)
+
+
+@functools.cache
+def depthwise_requantised(shape: ConvShape, q: Requantisation) -> PrimFunc:
+    """A depthwise int8 convolution, channels last, with the epilogue of
+    :class:`Requantisation`: parameters ``X`` (the input already padded, as
+    :func:`conv2d`'s), ``W`` (``(kh, kw, c)``), ``Bias`` and ``Scale`` (one per channel) and
+    the int8 ``(n, oh, ow, c)`` output. Its window is a short reduction inside each
+    channel's element, so a CPU target's compiler unrolls it and vectorises along the
+    channels, unit stride (cached like :func:`matmul`)."""
+    if not shape.depthwise:
+        raise ValueError(f"depthwise_requantised requires a depthwise convolution, got "
+                         f"{shape.groups} groups of {shape.c} channels")
+    top, left, bottom, right = shape.pads
+    X = te.placeholder((shape.n, shape.h + top + bottom, shape.w + left + right, shape.c),
+                       "int8", "X")
+    W = te.placeholder(shape.weight_shape, "int8", "W")
+    bias, scale, out = _requantised(_convolution(shape, X, W, "int8"), q)
+    return te.create_prim_func([X, W, bias, scale, out], "depthwise_requantised")

@@ -21,6 +21,7 @@ import numpy as np
 
 from ir.onnx import kernels
 from ir.onnx.errors import OnnxImportError
+from ir.onnx.channels_last import DepthwiseNhwc
 from ir.onnx.depthwise import DepthwiseGemm
 from ir.onnx.fused import FusedGemm, ImageRows
 from ir.onnx.graph import Arrays, Layer
@@ -239,9 +240,11 @@ def integer_conv(name: str, op: str, x: str, x_shape: Sequence[int], xq: QParams
 
         if shape.depthwise:
             taps = shape.kernel[0] * shape.kernel[1]
+            bias, scales = correction.reshape(-1), _per_channel(scale, shape.c)
+            nhwc = DepthwiseNhwc(computed, x_zp, w, bias, scales, out_q.requantisation)
             return DepthwiseGemm(lambda arrays: gathered(arrays).reshape(rows, taps, shape.c),
-                                 rows, w.reshape(taps, shape.c), correction.reshape(-1),
-                                 _per_channel(scale, shape.c), out_q.requantisation, output)
+                                 rows, w.reshape(taps, shape.c), bias, scales,
+                                 out_q.requantisation, output, nhwc=nhwc)
 
         def output_rows(tensor: np.ndarray) -> np.ndarray:
             return np.ascontiguousarray(tensor.transpose(0, 2, 3, 1)).reshape(rows, -1)

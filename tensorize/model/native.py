@@ -5,10 +5,11 @@ timed end to end beside onnxruntime.
 executor's choice: residual adds joined onto the convolution before them, each layer's
 fused form with its epilogue compiled in, else the layer or its uint8 variant, tensorized
 and emitted), compiles every tensorized kernel once (:class:`targets.cpu.loaded.
-LoadedKernel`), compiles a max pool's channels-last form as a plain kernel, and keeps the
-rest as the host functions they are. A call runs the layers in order. A convolution's
+LoadedKernel`), compiles a max pool's and a depthwise layer's channels-last forms as plain
+kernels (the depthwise one laid out for the vector units: :mod:`tensorize.engine.
+cpu_plain`), and keeps the rest as the host functions they are. A call runs the layers in order. A convolution's
 output stays in its kernel's layout (int8, channels last: :class:`ChannelsLast`), as does
-a max pool's; the next convolution gathers its GEMM rows from it straight into its
+a max pool's and a depthwise layer's; the next convolution gathers its GEMM rows from it straight into its
 kernel's input array (:class:`ir.onnx.fused.ImageRows`; each thread its own rows), as a
 joined add reads its residual input; a layer that needs the ONNX layout (an average pool,
 the output) gets it converted once. Nothing is cached between calls, so a call's time is
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ir.onnx import Graph, Layer
+from ir.onnx.depthwise import DepthwiseGemm
 from ir.onnx.fused import GemmPack, ImageRows
 from targets.cpu import CpuRun, CpuRunError
 from tensorize.engine.cpu_threads import split_rows
@@ -99,7 +101,9 @@ def compile_network(graph: Graph, ctx: RunContext) -> NativeNetwork:
     steps, native, split, prepacked = [], 0, {}, set()
     for layer in graph.layers:
         step, parts = None, []
-        if layer.func is not None:
+        if isinstance(layer.fused, DepthwiseGemm) and layer.fused.nhwc is not None:
+            step = _depthwise_step(executor, layer, layer.fused)
+        if step is None and layer.func is not None:
             step, parts = _kernel_step(executor, layer, threads, pool)
         elif layer.channels_last is not None:
             step = _pool_step(executor, layer)
@@ -268,6 +272,44 @@ def _pool_step(executor: CpuExecutor, layer: Layer) -> Step | None:
                       padded)
         out = loaded({"X": padded})[output]
         return ChannelsLast(out, lambda: _onnx_layout(out, layer.output_dtype))
+
+    return step
+
+
+def _depthwise_step(executor: CpuExecutor, layer: Layer, gemm: DepthwiseGemm
+                    ) -> Step | None:
+    """A depthwise layer with its requantisation as one plain kernel on its input held
+    channels last (:class:`ir.onnx.channels_last.DepthwiseNhwc`), laid out for the vector
+    units (:func:`tensorize.engine.cpu_plain.vectorise_reductions`) and compiled for the
+    target, its output left channels last; None when the target cannot run it natively
+    here (or the layer's kernel computes a column more than the layer: one output pixel)."""
+    from targets.cpu.loaded import LoadedKernel
+    from tensorize.engine.cpu_plain import vectorise_reductions
+    from tensorize.runners.cpu import emit_cpu
+    from tensorize.schedule import Schedule
+
+    form = gemm.nhwc
+    if form.shape.out_hw != tuple(layer.output_shape[2:]):
+        return None
+    schedule = Schedule(form.func(), executor.ctx.registry)
+    vectorise_reductions(schedule)
+    try:
+        with executor.timings.measure("compile"):
+            loaded = LoadedKernel(emit_cpu(executor.ctx, schedule.func))
+    except CpuRunError:
+        return None
+    padded = loaded.array("X")
+    # The border is never written again: the input's zero point, as the layer pads.
+    padded[...] = form.pad_value
+    constants = form.constants()
+    (output,) = loaded.kernel.outputs
+
+    def step(values: list[Value]) -> ChannelsLast:
+        x = values[0]
+        form.pad_into(x.nhwc if isinstance(x, ChannelsLast) else _channels_last_int8(x),
+                      padded)
+        out = loaded({"X": padded, **constants})[output]
+        return ChannelsLast(out, lambda: gemm.output(out.reshape(gemm.m, -1)))
 
     return step
 

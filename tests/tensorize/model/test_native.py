@@ -175,3 +175,23 @@ def test_a_channels_last_uint8_tensor_converts_to_onnxs_values():
     got = _onnx_layout(nhwc, "uint8")
     assert got.dtype == np.uint8 and np.array_equal(got, want)
     assert np.array_equal(_onnx_layout(nhwc, "int8"), nhwc.transpose(0, 3, 1, 2))
+
+
+@pytest.mark.parametrize("quantisation", [{}, {"per_channel": True}, {"unsigned": True}],
+                         ids=["int8", "per-channel", "uint8"])
+def test_depthwise_layers_run_as_compiled_kernels_channels_last(quantisation, tmp_path,
+                                                                context):
+    from tests.ir.onnx.test_depthwise import depthwise_net
+
+    graph = import_model(models.save(models.quantize(depthwise_net(), tmp_path,
+                                                     **quantisation), tmp_path, "dw.onnx"))
+    network = compile_network(graph, context("x86"))
+    inputs = random_inputs(graph, 5)
+    values = dict(inputs)
+    for layer, step in zip(network.graph.layers, network.steps):
+        values[layer.output] = step([values[name] for name in layer.inputs])
+    expected = run_reference(graph, inputs)
+    for name in ("dw1", "dw2"):
+        layer = next(layer for layer in network.graph.layers if layer.name == name)
+        assert isinstance(values[layer.output], ChannelsLast)
+        np.testing.assert_array_equal(values[layer.output].array(), expected[layer.output])
