@@ -6,3 +6,12 @@ simulated NPU in :mod:`simulator`.
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # tensorize.compile_model, loaded on first use: importing the package stays light.
+    if name == "compile_model":
+        from tensorize.api import compile_model
+
+        return compile_model
+    raise AttributeError(f"module 'tensorize' has no attribute {name!r}")

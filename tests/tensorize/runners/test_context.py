@@ -7,10 +7,10 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).parents[3]
-# The edges: the CLI builds the context from its options (a sweep point's registry is the
-# one its machine file declares, through targets.npu.machine_registry); intrinsics/ defines
-# default_registry.
-EDGES = ("tensorize/cli/",)
+# The edges: the CLI builds the context from its options and tensorize.api from its
+# arguments (a sweep point's registry is the one its machine file declares, through
+# targets.npu.machine_registry); intrinsics/ defines default_registry.
+EDGES = ("tensorize/cli/", "tensorize/api.py")
 PACKAGES = ("ir", "simulator", "targets", "tensorize")
 
 
