@@ -11,33 +11,19 @@ thread): 0.57 ms as three passes, 0.42 ms as one. Only blocks outside every tens
 block's reach are touched: a packing stage feeds a tensorized load, a reduction is no
 elementwise block, and a copy out of a register tile reads no memory, so none of them is
 inlined.
-
-The one pass left then moves into the GEMM's tile loop (``reverse_compute_at``): right after
-an accumulator tile is stored, its elements are finished while they are in the first-level
-cache, rather than in a pass over the whole int32 result after the GEMM (3.2 MB for 3136 x
-256, read back from the last-level cache). Measured on x86 with the residual add of
-ResNet-50's layer1 (``kernels.matmul_requantised_add``, 3136 x 64 x 256, B packed once, one
-thread): 1.00 ms after the GEMM, 0.87 ms in its tile loop; 2-6% on the requantisation alone.
 """
 
 from __future__ import annotations
 
-from ir import BufferLoad, BufferStore, IterKind, ScheduleError
+from ir import BufferStore, IterKind, ScheduleError
 from tensorize.schedule import Schedule, tree
 
 
 def inline_epilogues(sch: Schedule) -> list[str]:
     """Inline every elementwise, untensorized block whose result only one other such block
-    reads, into that block, fold each in-place update of the GEMM's result (an operand
-    shift's compensation) into the block reading it next, and move each block left that
-    reads a register tile's store into the loop around that tile (module docs); the names
-    of the blocks folded, inlined or moved. A block the primitives refuse stays as it is."""
-    inlined = _inline(sch)
-    return inlined + _into_tile_loops(sch)
-
-
-def _inline(sch: Schedule) -> list[str]:
-    """The inlining and folding of :func:`inline_epilogues`."""
+    reads, into that block, and fold each in-place update of the GEMM's result (an operand
+    shift's compensation) into the block reading it next (module docs); the names of the
+    blocks folded or inlined. A block the primitives refuse stays as it is."""
     inlined = []
     for name in tree.block_names(sch.func):
         if not _plain_elementwise(sch, name):
@@ -57,59 +43,6 @@ def _inline(sch: Schedule) -> list[str]:
         if _applied(sch, lambda: sch.compute_inline(sch.get_block(name))):
             inlined.append(name)
     return inlined
-
-
-def _into_tile_loops(sch: Schedule) -> list[str]:
-    """Each plain elementwise block that reads what a tensorized store out of a register
-    tile writes, moved into the innermost loop around that tile's every block (its zeroing,
-    its products and its store), where the primitive allows; the names of those moved. A
-    plain copy (a padded result's valid part copied out) stays one pass: it has no work to
-    do while the tile is in the cache that a copy of the whole does not."""
-    moved = []
-    for name in tree.block_names(sch.func):
-        if not _plain_elementwise(sch, name) or _copy(sch, name):
-            continue
-        reads = {r.buffer for r in sch.get(sch.get_block(name)).block.reads}
-        stores = [b for b in tree.block_names(sch.func) if _stores_tile(sch, b, reads)]
-        if len(stores) != 1:
-            continue
-        loop = _tile_loop(sch, stores[0])
-        if loop is not None and _applied(
-                sch, lambda: sch.reverse_compute_at(sch.get_block(name), loop)):
-            moved.append(name)
-    return moved
-
-
-def _copy(sch: Schedule, name: str) -> bool:
-    """Whether block ``name`` stores a value it loads, unchanged."""
-    return isinstance(sch.get(sch.get_block(name)).block.body.value, BufferLoad)
-
-
-def _stores_tile(sch: Schedule, name: str, buffers: set) -> bool:
-    """Whether block ``name`` is a tensorized copy of a register tile into one of
-    ``buffers``."""
-    block = sch.get(sch.get_block(name)).block
-    return ("tensorized" in dict(block.annotations)
-            and any(w.buffer in buffers for w in block.writes)
-            and any(r.buffer.scope != "global" for r in block.reads))
-
-
-def _tile_loop(sch: Schedule, store: str):
-    """The innermost loop around the store ``store`` and every block writing the register
-    tile it reads; None when they share no loop."""
-    block = sch.get(sch.get_block(store)).block
-    tile = {r.buffer for r in block.reads if r.buffer.scope != "global"}
-    writers = [b for b in tree.block_names(sch.func) if b != store and any(
-        w.buffer in tile for w in sch.get(sch.get_block(b)).block.writes)]
-    common = sch.get_loops(sch.get_block(store))
-    for writer in writers:
-        loops = sch.get_loops(sch.get_block(writer))
-        shared = 0
-        while (shared < min(len(common), len(loops))
-               and sch.get(common[shared]) is sch.get(loops[shared])):
-            shared += 1
-        common = common[:shared]
-    return common[-1] if common and writers else None
 
 
 def _applied(sch: Schedule, primitive) -> bool:
