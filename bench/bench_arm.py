@@ -16,9 +16,10 @@ instructions.
 
 A float table counts the float families the same way, on a 256^3 GEMM of each input type
 (bfloat16 or float16, float32 sums), emitted for the generic scheduling model: BFDOT (by
-element) and BFMMLA with +bf16, FMLAL (by element) with +fp16fml. Each output is compared
-bit for bit with the reference that adds in the hardware's order
-(``intrinsics.oracle.hardware_gemm``, the intrinsic's ``accumulation``), under qemu-user
+element) and BFMMLA with +bf16, FMLAL (by element) with +fp16fml, and FMLAL's batch-1 dense
+layer (a GEMV, 1x1024x1024). Each output is compared bit for bit with the reference that
+adds in the hardware's order (``tensorize.hardware_order``, the intrinsic's
+``accumulation``: what ``tensorize run`` checks), under qemu-user
 for bf16 (skipped, and said so, where it is not installed) and under unicorn for FMLAL;
 unicorn counts FMLAL itself and BFDOT and BFMMLA as SDOT (targets/arm/i8mm_count.py). The
 last column is the intrinsic's own share: one call per its MACs.
@@ -52,12 +53,12 @@ import suite_kernels
 
 import ir
 from intrinsics import default_registry
-from intrinsics.oracle import hardware_gemm
 from ir import te
 from targets import cpu
 from targets.arm.i8mm_count import count_i8mm
 from tensorize.engine import auto_tensorize
 from tensorize.engine.cpu_tune import choose_tune_cpu
+from tensorize.hardware_order import block_reference
 
 
 def inner_loop(asm: str) -> tuple[int, int]:
@@ -99,8 +100,13 @@ def main() -> None:
              ("int8 GEMV 1x1024x1024, W[n, k]", kernels["dense_int8"](1, 1024, 1024),
               1024 * 1024)]
     whole_kernels([case for case in cases if rows in case[0]], registry)
-    floats = [(f"{dtype} GEMM 256^3, {intrinsic}", dtype, intrinsic, features)
-              for dtype, intrinsic, features in FLOAT_FAMILIES]
+    floats = [(f"{dtype} GEMM 256^3, {intrinsic}", float_gemm(dtype, 256, 256, 256),
+               intrinsic, features) for dtype, intrinsic, features in FLOAT_FAMILIES]
+    # The batch-1 dense layer (the weight as a linear layer stores it, W[n, k]): a one-row
+    # register tile, A one fp16 a k step, loaded a k iteration at a time.
+    floats.append(("float16 GEMV 1x1024x1024, W[n, k], arm_fmlal_lane",
+                   float_gemm("float16", 1, 1024, 1024, weight_rows=True), "arm_fmlal_lane",
+                   "+neon,+dotprod,+fp16fml"))
     float_kernels([case for case in floats if rows in case[0]], registry)
     # The GEMVs' weights as constants, with numpy's product of the activation and weight.
     constant = [("int8 GEMV 1x1024x1024, B packed once", kernels["gemm_int8"](1, 1024, 1024),
@@ -157,30 +163,33 @@ FLOAT_FAMILIES = (("bfloat16", "arm_bfdot_lane", "+neon,+dotprod,+bf16"),
                   ("float16", "arm_fmlal_lane", "+neon,+dotprod,+fp16fml"))
 
 
-def float_gemm(dtype: str, size: int) -> ir.PrimFunc:
-    """C = A @ B over ``size``^3, A and B of ``dtype``, products accumulated in float32."""
-    A = te.placeholder((size, size), dtype, "A")
-    B = te.placeholder((size, size), dtype, "B")
-    rk = te.reduce_axis(size, "k")
-    C = te.compute((size, size), lambda i, j: te.sum(
-        ir.cast("float32", A[i, rk]) * ir.cast("float32", B[rk, j]), axis=[rk]), "C")
+def float_gemm(dtype: str, m: int, n: int, k: int, weight_rows: bool = False
+               ) -> ir.PrimFunc:
+    """C = A @ B (m x k by k x n; ``weight_rows``: B stored as [n, k], C = A @ B^T), A and B
+    of ``dtype``, products accumulated in float32."""
+    A = te.placeholder((m, k), dtype, "A")
+    B = te.placeholder((n, k) if weight_rows else (k, n), dtype, "B")
+    rk = te.reduce_axis(k, "k")
+    C = te.compute((m, n), lambda i, j: te.sum(
+        ir.cast("float32", A[i, rk])
+        * ir.cast("float32", B[j, rk] if weight_rows else B[rk, j]), axis=[rk]), "C")
     return te.create_prim_func([A, B, C], f"gemm_{dtype}")
 
 
 def float_kernels(cases: list, registry) -> None:
-    """The float table: each family's 256^3 GEMM, counted, its output checked bit for bit
-    against the hardware-order reference where an engine here runs it."""
+    """The float table: each family's 256^3 GEMM (and FMLAL's GEMV), counted, its output
+    checked bit for bit against the hardware-order reference of its GEMM
+    (``tensorize.hardware_order``, what ``tensorize run`` checks) where an engine here runs
+    it."""
     if not cases:
         return
-    size = 256
     rng = np.random.default_rng(2)
     print()
-    print(f"Float families, {size}^3 GEMM, packing included: instructions executed per MAC "
-          "(generic scheduling model)")
-    print(f"{'kernel':36} {'instructions':>13} {'per MAC':>8} {'MACs/instr':>11} "
+    print("Float families, packing included: instructions executed per MAC (generic "
+          "scheduling model)")
+    print(f"{'kernel':50} {'instructions':>13} {'per MAC':>8} {'MACs/instr':>11} "
           f"{'intrinsic alone':>16}  exact")
-    for label, dtype, name, features in cases:
-        func = float_gemm(dtype, size)
+    for label, func, name, features in cases:
         inputs = {p.name: rng.standard_normal(p.shape).astype(p.dtype.numpy)
                   for p in func.params[:2]}
         chosen = auto_tensorize(func, "arm", registry=registry, features=features,
@@ -190,15 +199,16 @@ def float_kernels(cases: list, registry) -> None:
         exact = "not run"
         if cpu.engine_for(kernel)[0] is not None:
             got = cpu.run(kernel, inputs).outputs["C"]
-            want = hardware_gemm(inputs["A"], inputs["B"], intrinsic.extents[-1],
-                                 intrinsic.accumulation)
-            if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
-                raise SystemExit(f"{label}: the output differs from the hardware order's")
+            [outcome] = chosen.tensorized
+            _, want = block_reference(func, outcome, intrinsic, inputs, registry)
+            ok, detail = want.check(got)
+            if not ok:
+                raise SystemExit(f"{label}: {detail}")
             exact = "yes"
         count = cpu.count_executed(kernel, inputs)
-        macs = size ** 3
+        macs = math.prod(func.params[-1].shape) * func.params[0].shape[1]
         alone = 1 / math.prod(intrinsic.extents)
-        print(f"{label:36} {count:13,} {count / macs:8.3f} {macs / count:11.2f} "
+        print(f"{label:50} {count:13,} {count / macs:8.3f} {macs / count:11.2f} "
               f"{alone:16.3f}  {exact}")
 
 

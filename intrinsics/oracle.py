@@ -113,6 +113,34 @@ def hardware_gemm(a: np.ndarray, b: np.ndarray, group: int, rule: Accumulation,
     return acc
 
 
+def gemm_bound(a: np.ndarray, b: np.ndarray, rule: Accumulation,
+               acc_dtype: type = np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """The exact ``a @ b`` (float64: every product of two inputs of at most 12 significant
+    bits is exact there) and, per element, how far :func:`hardware_gemm`'s result may lie
+    from it: the recursive-sum bound ``gamma_K * sum |x * y|`` (``gamma_K = K u / (1 - K
+    u)``, u the accumulator's unit roundoff, a whole epsilon under round to odd; Higham,
+    *Accuracy and Stability of Numerical Algorithms*, 4.2) and, under ``flush``, the
+    products of the denormal inputs the hardware reads as zero and a smallest normal for
+    each result it may flush (two a k pair and one more: ``2K + 1``)."""
+    wide_a, wide_b = a.astype(np.float64), b.astype(np.float64)
+    abs_a, abs_b = np.abs(wide_a), np.abs(wide_b)
+    k = a.shape[1]
+    info = ml_dtypes.finfo(acc_dtype)
+    unit = float(info.eps) / (1 if rule.rounding == "odd" else 2)
+    bound = k * unit / (1 - k * unit) * (abs_a @ abs_b)
+    if rule.denormals == "flush":
+        dropped = _denormal_part(a) @ abs_b + abs_a @ _denormal_part(b)
+        bound = bound + dropped + (2 * k + 1) * float(info.smallest_normal)
+    return wide_a @ wide_b, bound
+
+
+def _denormal_part(values: np.ndarray) -> np.ndarray:
+    """The magnitudes of ``values``' denormals (in their own dtype), every other value
+    zero: what :func:`flush_denormals` drops."""
+    wide = np.abs(values.astype(np.float64))
+    return np.where(wide < float(ml_dtypes.finfo(values.dtype).smallest_normal), wide, 0.0)
+
+
 def accumulate(acc: np.ndarray, product: np.ndarray, rule: Accumulation) -> np.ndarray:
     """``acc + product`` rounded once to ``acc``'s dtype by ``rule.rounding``, a denormal
     result flushed to zero where ``rule`` says so. ``product`` is exact (float64)."""

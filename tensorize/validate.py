@@ -1,5 +1,6 @@
 """Checking a run's outputs: random inputs over a dtype's whole range, and the comparison of
-an output with its reference (exact for integers, a relative tolerance per float dtype).
+an output with its reference (exact for integers, a relative tolerance per float dtype; bit
+for bit for a float output whose hardware-order reference is known, :class:`Expected`).
 
 Shared by ``tensorize run``, ``tensorize sweep`` and anything else that proves a tensorized
 kernel by running it.
@@ -7,6 +8,8 @@ kernel by running it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -62,3 +65,84 @@ def _exact_common_type(got: np.dtype, want: np.dtype) -> np.dtype:
         return np.dtype(np.float64)
     common = np.result_type(got, want)
     return common if common.kind in "iub" else np.dtype(object)
+
+
+@dataclass(frozen=True)
+class HardwareOrder:
+    """A float output as the target computes it: ``values`` bit for bit (by the
+    accumulation rule ``rule``, in words, of intrinsic ``intrinsic``), ``exact`` the float64
+    result and ``bound`` how far from it, per element, the hardware may lie
+    (docs/intrinsics.md, "Float accumulation")."""
+
+    values: np.ndarray
+    exact: np.ndarray
+    bound: np.ndarray
+    rule: str
+    intrinsic: str
+
+    def check(self, got: np.ndarray) -> tuple[bool, str]:
+        """``got`` equal to ``values`` bit for bit and within ``bound`` of ``exact``;
+        (ok, one-line detail)."""
+        where = f"the hardware-order reference ({self.rule}) of {self.intrinsic}"
+        if got.shape != self.values.shape or got.dtype != self.values.dtype:
+            return False, (f"{got.dtype}{list(got.shape)} but {where} is "
+                           f"{self.values.dtype}{list(self.values.shape)}")
+        uint = np.dtype(f"u{got.dtype.itemsize}")
+        wrong = got.view(uint) != self.values.view(uint)
+        if wrong.any():
+            at = tuple(int(i) for i in np.argwhere(wrong)[0])
+            return False, (f"{int(np.count_nonzero(wrong))} of {got.size} elements differ "
+                           f"from {where}, first at {at}: {_bits(got[at])} vs "
+                           f"{_bits(self.values[at])}")
+        with np.errstate(invalid="ignore"):
+            error = np.abs(got.astype(np.float64) - self.exact)
+        outside = ~(error <= self.bound)
+        largest = f"max error {float(np.max(error, initial=0.0)):.1e} of the float64 bound " \
+                  f"{float(np.max(self.bound, initial=0.0)):.1e}"
+        if outside.any():
+            at = tuple(int(i) for i in np.argwhere(outside)[0])
+            return False, (f"equal to {where}, yet {int(np.count_nonzero(outside))} elements "
+                           f"lie outside the float64 bound, first at {at}: error "
+                           f"{error[at]:.2e}, bound {self.bound[at]:.2e} ({largest})")
+        return True, f"exact against {where}; {largest}"
+
+
+class Expected(Mapping[str, np.ndarray]):
+    """What a run's outputs are checked against: the reference executor's arrays (as a
+    mapping, by output name), and, for the float outputs whose hardware order is known,
+    their :class:`HardwareOrder`; for the others, why not (``reasons``)."""
+
+    def __init__(self, outputs: Mapping[str, np.ndarray],
+                 hardware: Mapping[str, HardwareOrder] | None = None,
+                 reasons: Mapping[str, str] | None = None) -> None:
+        self.outputs = dict(outputs)
+        self.hardware = dict(hardware or {})
+        self.reasons = dict(reasons or {})
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.outputs[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.outputs)
+
+    def __len__(self) -> int:
+        return len(self.outputs)
+
+    def check(self, name: str, got: np.ndarray) -> tuple[bool, str]:
+        """Output ``name`` against its hardware-order reference where there is one, else
+        against the reference executor's (:func:`compare`); (ok, the words "against ...:
+        detail")."""
+        order = self.hardware.get(name)
+        if order is not None:
+            return order.check(got)
+        ok, detail = compare(got, self.outputs[name])
+        why = self.reasons.get(name)
+        tail = f"; not bit for bit: {why}" if why else ""
+        return ok, f"against the reference executor: {detail}{tail}"
+
+
+def _bits(value: np.generic) -> str:
+    """A float and its bit pattern: "1.5 (0x3fc00000)"."""
+    uint = np.dtype(f"u{value.dtype.itemsize}")
+    bits = int(np.asarray(value).view(uint))
+    return f"{float(value):.9g} (0x{bits:0{2 * value.dtype.itemsize}x})"

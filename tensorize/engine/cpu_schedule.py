@@ -272,7 +272,9 @@ def schedule_cpu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     ti, tk = intrinsic.extents
     names = [iv.var.name for iv in ivs]
     row = next((p for p in range(len(ivs) - 3, -1, -1) if ivs[p].extent > 1), None)
-    _pad_to_tile(sch, block_name, row, tiling.rows, tiling.vectors * ti)
+    depth = _depth_multiple(ivs[-1].extent, tk, cpu, row is None and any(
+        math.prod(op.shape) == 1 for op in intrinsic.inputs if op.scope == cpu.register_scope))
+    _pad_to_tile(sch, block_name, row, tiling.rows, tiling.vectors * ti, depth)
     factors = {names[-2]: tiling.vectors * ti, names[-1]: tk}
     if row is not None:
         factors[names[row]] = tiling.rows
@@ -386,8 +388,8 @@ def _load_groups(sch: Schedule, ko: Any, cpu: CpuTarget, registry: Registry,
     if any(tiled.get(op.name) not in (0, 1) for op, _ in staged):
         return {}
     groups = {op.name: max((group for load in _loads(registry, intrinsic, op.name)
-                            if steps % (group := load.operands[0].shape[0]) == 0 and
-                            _fills_steps(load, group, n, tk)), default=0)
+                            if (group := _steps_filled(load, n, tk)) and steps % group == 0),
+                           default=0)
               for op, n in staged}
     if steps in groups.values():
         # One load takes the iteration's steps (a one-row tile's A): the others are loaded
@@ -397,14 +399,19 @@ def _load_groups(sch: Schedule, ko: Any, cpu: CpuTarget, registry: Registry,
     return groups if groups and all(groups.values()) else {}
 
 
-def _fills_steps(load: Intrinsic, group: int, rows: int, tk: int) -> bool:
-    """True when ``load`` fills ``group`` k steps of ``rows`` rows of ``tk`` k values, laid
-    out step by step: operand ``(group, rows, tk)`` over iterators ``(rows, group * tk)``,
-    or for one row ``(group, tk)`` over ``(group * tk,)`` (a unit row takes no loop)."""
-    if rows == 1 and tuple(load.operands[0].shape) == (group, tk):
-        return tuple(load.extents) == (group * tk,)
-    return tuple(load.extents) == (rows, group * tk) and \
-        tuple(load.operands[0].shape) == (group, rows, tk)
+def _steps_filled(load: Intrinsic, rows: int, tk: int) -> int:
+    """How many k steps of ``rows`` rows of ``tk`` k values ``load`` fills, laid out step
+    by step (0: none): ``group`` for an operand ``(group, rows, tk)`` over iterators
+    ``(rows, group * tk)``; for one row (a unit row takes no loop), ``(group, tk)`` over
+    ``(group * tk,)``, or, one value a step, ``(group,)`` over ``(group,)``: the same
+    elements (a 1-d load of FMLAL's fp16 A)."""
+    shape, extents = tuple(load.operands[0].shape), tuple(load.extents)
+    group = shape[0]
+    if rows == 1 and tk == 1 and shape == extents == (group,):
+        return group
+    if rows == 1 and shape == (group, tk) and extents == (group * tk,):
+        return group
+    return group if extents == (rows, group * tk) and shape == (group, rows, tk) else 0
 
 
 def _stage_dims(sch: Schedule, block_name: str, packed: Mapping[str, str],
@@ -458,17 +465,31 @@ def _unroll_and_pack(sch: Schedule, cpu: CpuTarget, intrinsic: Intrinsic,
         _tile_packing(sch, buffer, walks[buffer], cpu.vector_bytes if staged else 0)
 
 
-def _pad_to_tile(sch: Schedule, block_name: str, row: int | None, rows: int, columns: int
-                 ) -> None:
-    """Pad the block's row iterator (position ``row``) to a multiple of ``rows`` and its
-    column iterator to one of ``columns``: the edge tiles then compute on zeros, and only the
-    valid part of the output is copied back. A copy the block's inputs or output already went
-    through (the padding to the intrinsic's extents) is merged into the new one, so the data
-    still moves once each way."""
+def _depth_multiple(depth: int, tk: int, cpu: CpuTarget, single: bool) -> int:
+    """What the k iterator (extent ``depth``, a multiple of the call's ``tk``) is padded to
+    a multiple of: ``tk``, unless a one-row tile stages a ``single`` value of an input a k
+    step (FMLAL's A, one fp16) and the k loop splits into no steps (:func:`_steps`). That
+    stage has no loop for a load to tile; split into steps, one load takes the
+    iteration's values (:func:`_load_groups`). The padded steps add products of zeros,
+    which leave every sum as it was."""
+    divisors = [d for d in range(2, cpu.k_unroll + 1) if cpu.k_unroll % d == 0]
+    if not single or not divisors or any((depth // tk) % d == 0 for d in divisors):
+        return tk
+    return tk * divisors[0]
+
+
+def _pad_to_tile(sch: Schedule, block_name: str, row: int | None, rows: int, columns: int,
+                 depth: int = 1) -> None:
+    """Pad the block's row iterator (position ``row``) to a multiple of ``rows``, its
+    column iterator to one of ``columns`` and its k iterator to one of ``depth``: the edge
+    tiles then compute on zeros, and only the valid part of the output is copied back. A
+    copy the block's inputs or output already went through (the padding to the intrinsic's
+    extents) is merged into the new one, so the data still moves once each way."""
     block = sch.get_block(block_name)
     ivs = sch.get(block).block.iter_vars
     padding = [1] * len(ivs)
     padding[-2] = columns
+    padding[-1] = depth
     if row is not None:
         padding[row] = rows
     before = set(tree.block_names(sch.func))

@@ -21,7 +21,7 @@ from simulator import MachineConfig, Roofline, SimResult, gigabytes_per_second
 from tensorize.engine import Tensorized, auto_tensorize
 from tensorize.runners.context import RunContext
 from tensorize.runners.report import RunReport
-from tensorize.validate import compare
+from tensorize.validate import Expected
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def tensorize_npu(ctx: RunContext, func: PrimFunc, intrinsic: str | None, tune: 
 
 
 def run_npu(ctx: RunContext, result: Tensorized, inputs: dict[str, np.ndarray],
-            reference: dict[str, np.ndarray], report: RunReport, emitted: list[str],
+            reference: Expected, report: RunReport, emitted: list[str],
             emit_code: bool) -> tuple[dict[str, np.ndarray], Callable[[TextIO], None] | None]:
     """Simulate ``result`` on the context's machine and check its outputs against
     ``reference``; returns the outputs and the writer of the first program's timeline (None
@@ -168,10 +168,9 @@ def run_npu(ctx: RunContext, result: Tensorized, inputs: dict[str, np.ndarray],
                                   f"{measure.bytes_per_cycle:.2f} bytes/cycle = {gbps:.2f} GB/s "
                                   f"(port {config.dram.bytes_per_cycle:g} bytes/cycle)")
         report.step("roofline", True, measure.roofline.describe(measure.cycles))
-    for name, expected in reference.items():
-        ok, detail = compare(run.outputs[name], expected)
-        report.step("check", ok, f"{name} from the simulator against the reference "
-                                 f"executor: {detail}")
+    for name in reference:
+        ok, detail = reference.check(name, run.outputs[name])
+        report.step("check", ok, f"{name} from the simulator {detail}")
     report.data["npu"] = measure.to_dict()
     if emit_code and measure.sims:
         emitted.extend(s.compiled.assembly for s in run.stages if s.compiled is not None)

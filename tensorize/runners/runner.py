@@ -7,7 +7,10 @@ takes through them (:func:`run_kernel`):
 2. validate: the tensorized IR on the host, each intrinsic run as its semantics, against the
    untouched kernel on the same inputs (exact for integers);
 3. build and run the target's code (simulate, emulate, execute natively or on a GPU) and
-   check its outputs against the reference executor; measure what the target measures;
+   check its outputs against the reference executor, or, for a float output computed by an
+   intrinsic that states its ``accumulation``, bit for bit against the hardware-order
+   reference and within its bound of float64 (:mod:`tensorize.hardware_order`); measure
+   what the target measures;
 4. count the intrinsic calls executed per block.
 
 The runner of a target is chosen by the target's kind, from its YAML (:data:`RUNNERS`),
@@ -30,11 +33,12 @@ from ir import BlockRealize, IterKind, PrimFunc
 from ir.printer import print_node
 from tensorize.engine import BlockOutcome, Tensorized, auto_tensorize, count_calls
 from tensorize.engine.count import count_calls_by_block
+from tensorize.hardware_order import expected_outputs
 from tensorize.runners.context import ContextError, RunContext
 from tensorize.runners.macs import mac_figures
 from tensorize.runners.report import RunReport
 from tensorize.schedule import tree
-from tensorize.validate import compare
+from tensorize.validate import Expected, compare
 
 Arrays = dict[str, np.ndarray]
 Timeline = Callable[[TextIO], None]
@@ -87,8 +91,8 @@ class Runner(Protocol):
         """Tensorize ``func`` for the context's target."""
         ...
 
-    def execute(self, ctx: RunContext, done: Tensorization, inputs: Arrays, reference: Arrays,
-                report: RunReport, emitted: list[str], opts: RunOptions
+    def execute(self, ctx: RunContext, done: Tensorization, inputs: Arrays,
+                reference: Expected, report: RunReport, emitted: list[str], opts: RunOptions
                 ) -> tuple[Arrays, Timeline | None]:
         """Build and run the tensorized function, check it against ``reference``; its
         outputs (``reference`` where it could not run) and the timeline's writer."""
@@ -105,8 +109,8 @@ class NpuRunner:
 
         return Tensorization(tensorize_npu(ctx, func, opts.intrinsic, opts.tune, report))
 
-    def execute(self, ctx: RunContext, done: Tensorization, inputs: Arrays, reference: Arrays,
-                report: RunReport, emitted: list[str], opts: RunOptions
+    def execute(self, ctx: RunContext, done: Tensorization, inputs: Arrays,
+                reference: Expected, report: RunReport, emitted: list[str], opts: RunOptions
                 ) -> tuple[Arrays, Timeline | None]:
         """Emit the programs, simulate them, check and measure."""
         from tensorize.runners.npu import run_npu
@@ -126,8 +130,8 @@ class CpuRunner:
         result, tiles = tensorize_cpu(ctx, func, opts.intrinsic, opts.tune, report)
         return Tensorization(result, tiles)
 
-    def execute(self, ctx: RunContext, done: Tensorization, inputs: Arrays, reference: Arrays,
-                report: RunReport, emitted: list[str], opts: RunOptions
+    def execute(self, ctx: RunContext, done: Tensorization, inputs: Arrays,
+                reference: Expected, report: RunReport, emitted: list[str], opts: RunOptions
                 ) -> tuple[Arrays, Timeline | None]:
         """Compile with LLVM, run natively or emulated where this host can, check."""
         from tensorize.runners.cpu import run_cpu
@@ -150,8 +154,8 @@ class CudaRunner:
         result, stages = tensorize_tuned(func, ctx.registry, report)
         return Tensorization(result, stages=stages)
 
-    def execute(self, ctx: RunContext, done: Tensorization, inputs: Arrays, reference: Arrays,
-                report: RunReport, emitted: list[str], opts: RunOptions
+    def execute(self, ctx: RunContext, done: Tensorization, inputs: Arrays,
+                reference: Expected, report: RunReport, emitted: list[str], opts: RunOptions
                 ) -> tuple[Arrays, Timeline | None]:
         """Emit CUDA C++, compile it per architecture, emulate it, run it on a GPU."""
         from tensorize.runners.cuda import run_cuda
@@ -194,7 +198,8 @@ def run_kernel(ctx: RunContext, func: PrimFunc, inputs: Arrays,
     outcome.refusal = refusal(result, opts, reductions, ctx.target)
     if outcome.refusal:
         return outcome
-    reference = validate(func, result, inputs, ctx, report)
+    want = validate(func, result, inputs, ctx, report)
+    reference = expected_outputs(func, result, inputs, want, ctx.registry)
     outcome.outputs, outcome.timeline = runner.execute(ctx, done, inputs, reference, report,
                                                        outcome.emitted, opts)
     _count_calls(result, report)

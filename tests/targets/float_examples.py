@@ -3,9 +3,11 @@
 loaded from its file, random inputs with denormals and signed zeros, and two independent
 references computed in numpy. Each kernel is a set of GEMMs (the GEMM itself; one per batch
 entry; the dense layer's ``X @ W^T``; the convolution's im2col matrix, K ordered
-(rh, rw, rc), times its HWIO weights), so the hardware-order reference is
-:func:`intrinsics.oracle.hardware_gemm` of each, and the float64 one is the exact product
-with the recursive-sum bound of docs/intrinsics.md, "Float accumulation"."""
+(rh, rw, rc), times its HWIO weights), as :func:`tensorize.hardware_order.split_gemms`
+finds them in the kernel's IR (what ``tensorize run`` checks against), so the hardware-order
+reference is :func:`intrinsics.oracle.hardware_gemm` of each, and the float64 one is the
+exact product with the recursive-sum bound of docs/intrinsics.md, "Float accumulation"
+(:func:`intrinsics.oracle.gemm_bound`)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,10 @@ import numpy as np
 
 import ir
 from intrinsics.model import Accumulation
-from intrinsics.oracle import hardware_gemm
+from intrinsics.oracle import gemm_bound, hardware_gemm
 from ir import script as T
+from tensorize.hardware_order import GemmSplit, buffer_values, split_gemms
+from tensorize.runners.runner import reduction_blocks
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "script"
 KINDS = ("batch_matmul", "dense", "conv2d_nhwc")
@@ -49,71 +53,32 @@ def inputs(func: ir.PrimFunc, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
-def gemms(kind: str, arrays: dict[str, np.ndarray]) -> tuple[list[np.ndarray],
-                                                              list[np.ndarray]]:
-    """The (A, B) matrix pairs whose products make up the output of kernel ``kind``, in the
-    order :func:`assemble` expects."""
-    if kind == "gemm":
-        return [arrays["A"]], [arrays["B"]]
-    if kind == "batch_matmul":
-        return list(arrays["A"]), list(arrays["B"])
-    if kind == "dense":
-        return [arrays["X"]], [arrays["W"].T]
-    image, weights = arrays["I"], arrays["W"]
-    height, width = image.shape[1:3]
-    padded = np.pad(image, ((0, 0), (1, 1), (1, 1), (0, 0)))
-    # Column (rh * 3 + rw) * C + c of row y * W + x is P[y + rh, x + rw, c].
-    columns = np.concatenate([padded[0, rh:rh + height, rw:rw + width, :]
-                              for rh in range(3) for rw in range(3)], axis=-1)
-    return [columns.reshape(height * width, -1)], [weights.reshape(-1, weights.shape[-1])]
-
-
-def assemble(kind: str, arrays: dict[str, np.ndarray], products: list[np.ndarray]
-             ) -> np.ndarray:
-    """The kernel's output from the products of :func:`gemms`' pairs."""
-    if kind == "batch_matmul":
-        return np.stack(products)
-    if kind in ("gemm", "dense"):
-        return products[0]
-    height, width = arrays["I"].shape[1:3]
-    return products[0].reshape(1, height, width, -1)
+def split(kind: str, arrays: dict[str, np.ndarray]) -> GemmSplit:
+    """Kernel ``kind`` (its bf16 or fp16 file, by the inputs' dtype) as the GEMMs the
+    library's hardware-order reference splits it into, on ``arrays``."""
+    suffix = "bf16" if next(iter(arrays.values())).dtype == ml_dtypes.bfloat16 else "fp16"
+    func = load(kind, suffix)
+    [block] = reduction_blocks(func)
+    return split_gemms(func, block, buffer_values(func, arrays))
 
 
 def hardware_reference(kind: str, arrays: dict[str, np.ndarray], group: int,
                        rule: Accumulation) -> np.ndarray:
     """The output as a kernel adding ``group`` k values a call by ``rule`` computes it, k
     groups ascending from a zero accumulator (:func:`intrinsics.oracle.hardware_gemm`)."""
-    a, b = gemms(kind, arrays)
-    return assemble(kind, arrays, [hardware_gemm(x, y, group, rule) for x, y in zip(a, b)])
+    gemms = split(kind, arrays)
+    return gemms.assemble([hardware_gemm(a, b, group, rule) for a, b in zip(gemms.a, gemms.b)])
 
 
 def assert_within_float64_bound(kind: str, arrays: dict[str, np.ndarray], got: np.ndarray,
                                 rule: Accumulation) -> None:
-    """``got`` lies within the recursive-sum bound of the exact float64 result:
-    ``gamma_K * sum |x * y| + flushes * tiny`` per element, u the float32 unit roundoff (a
-    whole epsilon under round-to-odd), a smallest normal for each result a ``flush`` rule
-    may flush (two a k pair under ``pairwise``), and, under ``flush``, the products of the
-    operands' denormals, which the hardware reads as zero."""
-    a, b = gemms(kind, arrays)
-    wide = [(np.abs(x.astype(np.float64)), np.abs(y.astype(np.float64))) for x, y in zip(a, b)]
-    exact = assemble(kind, arrays, [x.astype(np.float64) @ y.astype(np.float64)
-                                    for x, y in zip(a, b)])
-    magnitude = assemble(kind, arrays, [x @ y for x, y in wide])
-    k = a[0].shape[1]
-    info = np.finfo(np.float32)
-    unit = float(info.eps) / (1 if rule.rounding == "odd" else 2)
-    bound = k * unit / (1 - k * unit) * magnitude
-    if rule.denormals == "flush":
-        dropped = assemble(kind, arrays, [_denormal(x) @ y + x @ _denormal(y)
-                                          for x, y in wide])
-        bound = bound + dropped + (2 * k + 1) * float(info.smallest_normal)
-    assert np.all(np.abs(got.astype(np.float64) - exact) <= bound)
-
-
-def _denormal(magnitudes: np.ndarray) -> np.ndarray:
-    """``magnitudes`` (float64 values of 16-bit inputs) with all but the denormals zeroed."""
-    tiny = float(np.finfo(np.float32).smallest_normal)
-    return np.where(magnitudes < tiny, magnitudes, 0.0)
+    """``got`` lies within :func:`intrinsics.oracle.gemm_bound` of the exact float64
+    result, element by element."""
+    gemms = split(kind, arrays)
+    exact, bound = zip(*(gemm_bound(a, b, rule) for a, b in zip(gemms.a, gemms.b)))
+    wide = np.dtype(np.float64)
+    error = np.abs(got.astype(np.float64) - gemms.assemble(exact, wide))
+    assert np.all(error <= gemms.assemble(bound, wide))
 
 
 def assert_bits_equal(got: np.ndarray, want: np.ndarray) -> None:
