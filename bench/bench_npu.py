@@ -10,17 +10,35 @@ int8 GEMMs 256^3, 1024^3 and 4096^3, and the ResNet-50 3x3 layer (1x56x56x64 -> 
 machine is the built-in one (intrinsics/npu.yaml) unless ``--machine`` names a YAML file
 with a ``machine:`` section and an NPU family. Figures, not assertions.
 
+With ``--end-to-end`` it prints instead the three figures of the NPU path as a user meets
+them, each a command run in a process of its own, with its wall time and the CPU time of
+that process and its children beside (BLAS is not pinned here: the commands run as users
+run them): ``tensorize run`` of the int8 GEMM at 4096^3 on the built-in machine (tensorize,
+validate on the host, compile, simulate, check against the reference executor and the
+file's numpy reference), ``tensorize model`` of the int8 ResNet-50 on it (import,
+tensorize, compile, simulate, check every layer against onnxruntime; the model built first,
+as bench_sweep.py builds it, unless ``--model`` names one) and a network sweep of 64 points
+(ResNet-50's four 3x3 convolution kernels on the 16 array shapes of bench_sweep.py's grid,
+8 to 64 rows and columns, on two local workers), in points per second of the sweep's own
+wall time, with the seconds the workers spent in the points (the pool's processes are not
+this one's children, so their CPU time is not counted). Each runs ``--repeat`` times
+(default 1); every run is printed.
+
     .venv/bin/python bench/bench_npu.py [--quick] [--machine FILE]
+    .venv/bin/python bench/bench_npu.py --end-to-end [--model FILE.onnx] [--repeat N]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 KERNELS = {
     "GEMM 256^3 int8": ("gemm_int8", {"m": 256, "n": 256, "k": 256}),
@@ -72,13 +90,132 @@ def measure(label: str, machine: str | None) -> dict[str, object]:
     }
 
 
+# The GEMM of the end-to-end figure, as a kernel file ``tensorize run`` takes.
+GEMM_FILE = '''import numpy as np
+
+from ir import script as T
+
+
+@T.prim_func
+def gemm_int8(A: T.Buffer(({n}, {n}), "int8"), B: T.Buffer(({n}, {n}), "int8"),
+              C: T.Buffer(({n}, {n}), "int32")):
+    for i, j, k in T.grid({n}, {n}, {n}):
+        with T.block("C"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                C[vi, vj] = 0
+            C[vi, vj] += T.cast(A[vi, vk], "int32") * T.cast(B[vk, vj], "int32")
+
+
+def reference(A, B):
+    # Exact in float64: every partial sum is an integer below 2**53.
+    return (A.astype(np.float64) @ B.astype(np.float64)).astype(np.int64).astype(np.int32)
+'''
+GEMM_SIZE = 4096
+# The network sweep: bench_sweep.py's grid with its other two fields fixed, so 16 machines.
+SWEEP_FIXED = {"inp.rows: [2048, 8192]": "inp.rows: [8192]",
+               "dram.bytes_per_cycle: [8, 32]": "dram.bytes_per_cycle: [32]"}
+SWEEP_WORKERS = 2
+
+
+def timed(command: list[str]) -> tuple[float, float, str]:
+    """Run ``command`` to its end: its wall seconds, the CPU seconds of it and its
+    children, and its standard output; raises when it fails."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): "
+                           f"{done.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, done.stdout
+
+
+def run_sweep_points(directory: str) -> None:
+    """The 64-point network sweep in ``directory`` (the model file is there): print its
+    points and failures as JSON."""
+    import io
+
+    import bench_sweep  # bench/ is on the path: the benchmarks run as scripts
+
+    from tensorize.sweep import LocalExecutor, load_sweep, run_sweep
+
+    text = bench_sweep.SWEEP.format(base=bench_sweep.MACHINES / "npu32x32.yaml",
+                                    workloads=bench_sweep.RESNET_MODEL)
+    for wide, narrow in SWEEP_FIXED.items():
+        text = text.replace(wide, narrow)
+    path = Path(directory) / "sweep.yaml"
+    path.write_text(text)
+    # A fresh output directory: in one a run has filled, every point would be done already.
+    out = Path(tempfile.mkdtemp(prefix="out-", dir=directory))
+    start = time.perf_counter()
+    outcome = run_sweep(load_sweep(path), out, LocalExecutor(SWEEP_WORKERS),
+                        stream=io.StringIO(), plots=False)
+    wall = time.perf_counter() - start
+    compute = sum(row["seconds"] or 0.0 for row in outcome.rows)
+    print(json.dumps({"points": len(outcome.rows), "failed": outcome.failed,
+                      "wall": wall, "compute": compute}))
+
+
+def end_to_end(model: str | None, repeat: int) -> None:
+    """Print the three end-to-end figures, ``repeat`` runs each."""
+    import bench_sweep
+
+    tool = str(Path(sys.executable).parent / "tensorize")
+    with tempfile.TemporaryDirectory() as directory:
+        kernel = Path(directory) / "gemm_int8_4096.py"
+        kernel.write_text(GEMM_FILE.format(n=GEMM_SIZE))
+        onnx_file = Path(directory) / "resnet50_int8.onnx"
+        if model is None:
+            bench_sweep.write_resnet50(onnx_file)
+        else:
+            os.symlink(Path(model).resolve(), onnx_file)
+        print(f"{'figure':<44}{'wall s':>8}{'cpu s':>8}  result")
+        # Both commands exit 0 only when every check passed: exact against the references.
+        for _ in range(repeat):
+            wall, cpu, _ = timed([tool, "run", str(kernel), "--target", "npu", "--quiet"])
+            print(f"{f'GEMM {GEMM_SIZE}^3 int8, tensorize run --target npu':<44}"
+                  f"{wall:>8.1f}{cpu:>8.1f}  exact", flush=True)
+        for _ in range(repeat):
+            wall, cpu, out = timed([tool, "model", str(onnx_file), "--target", "npu",
+                                    "--json"])
+            cycles = json.loads(out)["totals"]["cycles"]
+            print(f"{'ResNet-50 int8, tensorize model --target npu':<44}{wall:>8.1f}"
+                  f"{cpu:>8.1f}  {cycles:,} cycles, every layer exact", flush=True)
+        for _ in range(repeat):
+            _, _, out = timed([sys.executable, __file__, "--sweep-in", directory])
+            row = json.loads(out.strip().splitlines()[-1])
+            label = f"network sweep, {row['points']} points, {SWEEP_WORKERS} workers"
+            # The sweep's own wall time (not the child's start-up). The pool's workers are
+            # the forkserver's children, not this process's, so their CPU time is not
+            # counted: the points' own time in the workers is.
+            print(f"{label:<44}{row['wall']:>8.1f}{'-':>8}  "
+                  f"{row['points'] / row['wall']:.2f} points/s, {row['failed']} failed, "
+                  f"{row['compute']:.1f} s in the points", flush=True)
+
+
 def main() -> None:
-    """Print one row per kernel, each measured in a fresh process."""
+    """Print one row per kernel, each measured in a fresh process (or, with
+    ``--end-to-end``, the three end-to-end figures)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="skip the 1024^3 and 4096^3 GEMMs")
     parser.add_argument("--machine", help="a YAML file describing the NPU (default: built-in)")
+    parser.add_argument("--end-to-end", action="store_true",
+                        help="the 4096^3 GEMM, ResNet-50 and a 64-point sweep, end to end")
+    parser.add_argument("--model", help="the int8 ResNet-50 for --end-to-end (default: "
+                                        "built here)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each end-to-end figure")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child process's kernel
+    parser.add_argument("--sweep-in", help=argparse.SUPPRESS)  # the child's sweep directory
     args = parser.parse_args()
+    if args.sweep_in:
+        run_sweep_points(args.sweep_in)
+        return
+    if args.end_to_end:
+        end_to_end(args.model, args.repeat)
+        return
     if args.one:
         print(json.dumps(measure(args.one, args.machine)))
         return

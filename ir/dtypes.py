@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import ml_dtypes
 import numpy as np
@@ -48,20 +49,27 @@ class DType:
     @property
     def min(self) -> int | float:
         """The smallest representable value."""
-        if self.is_int:
-            return int(ml_dtypes.iinfo(self.numpy).min)
-        if self.is_bool:
-            return 0
-        return float(-ml_dtypes.finfo(self.numpy).max)
+        return _limits(self)[0]
 
     @property
     def max(self) -> int | float:
         """The largest representable value."""
-        if self.is_int:
-            return int(ml_dtypes.iinfo(self.numpy).max)
-        if self.is_bool:
-            return 1
-        return float(ml_dtypes.finfo(self.numpy).max)
+        return _limits(self)[1]
+
+
+# Every expression node checks its constants against these, so they are looked up once per
+# type: ml_dtypes.iinfo builds a new object on each call (7% of ResNet-50's run on the NPU,
+# in a profile).
+@lru_cache(maxsize=None)
+def _limits(dt: DType) -> tuple[int, int] | tuple[float, float]:
+    """(smallest, largest) value of ``dt``."""
+    if dt.is_int:
+        info = ml_dtypes.iinfo(dt.numpy)
+        return int(info.min), int(info.max)
+    if dt.is_bool:
+        return 0, 1
+    largest = float(ml_dtypes.finfo(dt.numpy).max)
+    return -largest, largest
 
 
 bool_ = DType("bool", "bool", 1)

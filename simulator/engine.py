@@ -314,6 +314,9 @@ class _Machine:
         self.bandwidth = dram.bytes_per_cycle
         self.issue_cycles = config.dma.issue_cycles
         self.weight_stationary = array.dataflow == "weight_stationary"
+        self.array_cols = array.cols
+        self.double_weights = array.double_buffered_weights
+        self.preload_cycles = timing.preload_cycles(config)
         self.dram_size = self.dram.size
         # The weight-stationary GEMM's constant costs (timing.weight_release_cycles and
         # drain_cycles, which depend only on the array there).
@@ -321,6 +324,15 @@ class _Machine:
         self.drain_cycles = timing.drain_cycles(array.rows, config)
         # GEMM operand placements whose bounds have been checked: a program repeats a few.
         self.gemm_fits: set[tuple[int, ...]] = set()
+        # Per GEMM shape (rows, k): its stream and drain cycles and operand bytes, worked out
+        # once (a program has a few shapes and runs each up to millions of times).
+        self.gemm_costs: dict[tuple[int, int], tuple[int, int, int, int, int]] = {}
+        self.inp, self.wgt, self.acc = (self.memories[m] for m in (Mem.INP, Mem.WGT, Mem.ACC))
+        self.wgt_row_bytes = array.cols * self.element_bytes[Mem.WGT]
+        # Per memory a load fills: the traffic counter of its writes, and the bytes of a row.
+        self.load_targets = {mem: (_WRITTEN_BY_LOAD[mem], memory.width * self.element_bytes[mem])
+                             for mem, memory in self.memories.items()}
+        self.tile_product = datapath.gemm_float if self.float_array else datapath.gemm
         # Each handler: (instruction, address fields, entry, ready time, queue, avail)
         # -> (begin, done).
         self.handlers: dict[type, Callable[..., tuple[int, int]]] = {
@@ -548,7 +560,8 @@ class _Machine:
             raise _Fault(f"load of {cols} columns into {memory.name}, whose rows hold "
                          f"{memory.width}", "load")
         memory.check_bounds(sram, rows, "writes")
-        width = self.element_bytes[insn.mem] if self.float_array else insn.element_bytes
+        mem = insn.mem
+        width = self.element_bytes[mem] if self.float_array else insn.element_bytes
         row_bytes = cols * width
         if dram + (rows - 1) * insn.stride + row_bytes > self.dram_size:  # dram_extent
             self._dram_access(dram, rows, row_bytes, insn.stride, "reads", "load")
@@ -558,9 +571,9 @@ class _Machine:
         # On-chip bytes written: a row is its width in elements, int32 (or float32) in acc
         # (widened or not), int8 (or bfloat16) in inp and wgt (which the simulator holds as
         # float32 for BLAS).
-        traffic[_WRITTEN_BY_LOAD[insn.mem]] += rows * memory.width * self.element_bytes[
-            insn.mem]
-        if insn.mem is Mem.WGT:
+        counter, memory_row_bytes = self.load_targets[mem]
+        traffic[counter] += rows * memory_row_bytes
+        if mem is Mem.WGT:
             self._invalidate_weights(sram, sram + rows)
         if self.functional:
             memory.write(sram, sram + rows, q.kind, q.clock, number)
@@ -614,12 +627,11 @@ class _Machine:
         """GEMM: check, time it on the array, accumulate the tile product."""
         acc_row, inp_row, wgt_row = fields
         rows, k = insn.rows, insn.k
-        config = self.config
-        array = config.array
-        if k > array.rows:
-            raise _Fault(f"gemm with k = {k} requires k <= the array's {array.rows} rows",
-                         "gemm")
-        inp, wgt, acc = self.memories[Mem.INP], self.memories[Mem.WGT], self.memories[Mem.ACC]
+        costs = self.gemm_costs.get((rows, k))
+        if costs is None:
+            costs = self._gemm_costs(rows, k)
+        stream, drain, wgt_bytes, inp_bytes, acc_bytes = costs
+        inp, wgt, acc = self.inp, self.wgt, self.acc
         placement = (inp_row, rows, acc_row, wgt_row, k)
         if placement not in self.gemm_fits:
             inp.check_bounds(inp_row, rows, "reads")
@@ -633,28 +645,26 @@ class _Machine:
             ready = max(t, int(self.vec_done[lo:hi].max()))
         if self.weight_stationary:
             begin, stream_start = self._weights(wgt_row, k, ready)
-            stream_end = stream_start + rows  # timing.stream_cycles
+            stream_end = stream_start + stream
             active = self.active
             released = stream_end + self.release_cycles
             if released > self.buffer_free[active]:
                 self.buffer_free[active] = released
         else:
             begin = stream_start = ready if ready > self.stream_free else self.stream_free
-            self.traffic[WGT_READ] += k * array.cols * self.element_bytes[Mem.WGT]
-            stream_end = stream_start + timing.stream_cycles(rows, k, config)
-        done = stream_end + (self.drain_cycles if self.weight_stationary
-                             else timing.drain_cycles(k, config))
+            self.traffic[WGT_READ] += wgt_bytes
+            stream_end = stream_start + stream
+        done = stream_end + drain
         self.stream_free = stream_end
         if self.vector_used:
             self.acc_done[lo:hi] = done
         q.issue_free = begin
-        cols = array.cols
-        self.useful_macs += rows * k * cols
+        self.useful_macs += rows * k * self.array_cols
         traffic = self.traffic
-        traffic[INP_READ] += rows * k * self.element_bytes[Mem.INP]
-        traffic[ACC_WRITE] += rows * cols * 4
+        traffic[INP_READ] += inp_bytes
+        traffic[ACC_WRITE] += acc_bytes
         if not insn.reset:
-            traffic[ACC_READ] += rows * cols * 4
+            traffic[ACC_READ] += acc_bytes
         if self.functional:
             clock, kind = q.clock, q.kind
             inp.read(inp_row, inp_row + rows, kind, clock, number)
@@ -663,11 +673,27 @@ class _Machine:
                 acc.write(lo, hi, kind, clock, number)
             else:
                 acc.modify(lo, hi, kind, clock, number)
-            gemm = datapath.gemm_float if self.float_array else datapath.gemm
-            gemm(acc.data[lo:hi], inp.data[inp_row:inp_row + rows, :k],
-                 wgt.data[wgt_row:wgt_row + k], insn.reset)
+            self.tile_product(acc.data[lo:hi], inp.data[inp_row:inp_row + rows, :k],
+                              wgt.data[wgt_row:wgt_row + k], insn.reset)
         self._account(GEMM_UNIT, number, avail, begin, done)
         return begin, done
+
+    def _gemm_costs(self, rows: int, k: int) -> tuple[int, int, int, int, int]:
+        """A GEMM shape's stream and drain cycles, and the bytes it reads of the weights
+        (output-stationary: every GEMM; weight-stationary counts them at preload), of the
+        inputs and of (and writes to) the accumulator; faults unless k fits the array."""
+        config = self.config
+        array = config.array
+        if k > array.rows:
+            raise _Fault(f"gemm with k = {k} requires k <= the array's {array.rows} rows",
+                         "gemm")
+        drain = (self.drain_cycles if self.weight_stationary
+                 else timing.drain_cycles(k, config))
+        costs = (timing.stream_cycles(rows, k, config), drain,
+                 k * array.cols * self.element_bytes[Mem.WGT],
+                 rows * k * self.element_bytes[Mem.INP], rows * array.cols * 4)
+        self.gemm_costs[(rows, k)] = costs
+        return costs
 
     def _weights(self, wgt_row: int, k: int, ready: int) -> tuple[int, int]:
         """Weight-stationary: (begin, stream start), preloading the weights unless held.
@@ -676,20 +702,22 @@ class _Machine:
         preloads into the idle buffer (or the only one) once that buffer's last user has
         passed, taking R cycles; streaming starts when both preload and input port are free.
         """
-        config = self.config
         tag = (wgt_row, k)
         held = self.held
         if tag == held[0] or tag == held[1]:
             self.active = 0 if tag == held[0] else 1
             start = ready if ready > self.stream_free else self.stream_free
             return start, start
-        self.traffic[WGT_READ] += k * config.array.cols * self.element_bytes[Mem.WGT]
-        buffer = 1 - self.active if config.array.double_buffered_weights else 0
-        preload = max(ready, self.preload_free, self.buffer_free[buffer])
-        self.preload_free = preload + timing.preload_cycles(config)
+        self.traffic[WGT_READ] += k * self.wgt_row_bytes
+        buffer = 1 - self.active if self.double_weights else 0
+        preload = ready if ready > self.preload_free else self.preload_free
+        if self.buffer_free[buffer] > preload:
+            preload = self.buffer_free[buffer]
+        self.preload_free = preload + self.preload_cycles  # timing.preload_cycles
         held[buffer] = tag
         self.active = buffer
-        return preload, max(self.preload_free, self.stream_free)
+        start = self.preload_free
+        return preload, start if start > self.stream_free else self.stream_free
 
     def _vec(self, insn: Vec, fields: tuple[int, ...], number: int, t: int, q: _Queue,
              avail: int) -> tuple[int, int]:

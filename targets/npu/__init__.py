@@ -36,7 +36,7 @@ from targets import host
 from targets.npu.emit import UnsoundSwitch, dram_accesses, emit_stage, written_dram
 from targets.npu.machine import load_machine, machine_registry
 from targets.npu.memory import SCOPE_MEMORY, InDram, OnChip, plan_dram, plan_on_chip
-from targets.npu.stages import Stage, host_function, split_stages
+from targets.npu.stages import Stage, host_function, host_twin, split_stages
 
 __all__ = ["CompiledStage", "NpuPlan", "NpuRun", "PlannedStage", "Stage", "StageRun",
            "compile_stage", "execute", "load_machine", "machine_registry", "plan", "run",
@@ -162,11 +162,13 @@ def _tensor_bytes(stage: Stage, dram: Mapping[Buffer, InDram], lookup: Lookup) -
 @dataclass(frozen=True, slots=True)
 class PlannedStage:
     """One stage of a plan: an NPU stage with its program (``compiled``), or a host stage
-    with the function that runs it (``host``)."""
+    with the function that runs it (``host``, whose parameters are the plan's buffers) and
+    the equal function the host backend compiles for it (``twin``, :func:`.host_twin`)."""
 
     stage: Stage
     compiled: CompiledStage | None = None
     host: PrimFunc | None = None
+    twin: PrimFunc | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +194,8 @@ def plan(func: PrimFunc, config: MachineConfig, *, lookup: Lookup) -> NpuPlan:
         if stage.on_npu:
             stages.append(PlannedStage(stage, compiled=compile_stage(stage, config, lookup)))
         else:
-            stages.append(PlannedStage(stage, host=host_function(func, stage)))
+            sub = host_function(func, stage)
+            stages.append(PlannedStage(stage, host=sub, twin=host_twin(sub)))
     return NpuPlan(func, config, tuple(stages))
 
 
@@ -226,7 +229,8 @@ def execute(planned: NpuPlan, inputs: Mapping[str, np.ndarray] | Sequence[np.nda
         else:
             sub = item.host
             arrays = [pool.setdefault(b, _zeros(b)) for b in sub.params]
-            outputs = host.run(sub, arrays)
+            # The twin's parameters have the same names, in the same order.
+            outputs = host.run(item.twin or sub, arrays)
             for buffer in sub.params:
                 if buffer.name in outputs:
                     pool[buffer] = outputs[buffer.name]

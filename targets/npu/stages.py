@@ -9,11 +9,14 @@ the parameters, then the root block's global intermediates.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ir.buffer import Buffer
 from ir.function import PrimFunc, make_root
+from ir.printer import print_node
 from ir.stmt import Block, IntrinsicCall, SeqStmt, Stmt, seq
 from ir.visitor import Visitor
 from targets.npu.memory import SCOPE_MEMORY
@@ -63,6 +66,27 @@ def host_function(func: PrimFunc, stage: Stage) -> PrimFunc:
     """A function running one host stage, its global buffers as parameters."""
     params = tuple(b for b in stage.buffers if b.scope not in SCOPE_MEMORY)
     return PrimFunc(f"{func.name}_{stage.label}", params, make_root(stage.stmt))
+
+
+# Host functions by their printed text. Plans of one kernel for many machines (a sweep's
+# points) or of layers of one shape build equal packing functions; the host backend caches
+# machine code by function object, so running the first equal one built compiles each with
+# LLVM once per process instead of once per plan.
+_TWINS: OrderedDict[str, PrimFunc] = OrderedDict()
+_TWINS_SIZE = 256
+_TWINS_LOCK = threading.Lock()  # a Dask cluster's worker may run points on several threads
+
+
+def host_twin(func: PrimFunc) -> PrimFunc:
+    """The first function planned in this process that prints as ``func`` does (and so is
+    equal to it: print then parse gives back an equal function), else ``func``."""
+    text = print_node(func)
+    with _TWINS_LOCK:
+        twin = _TWINS.setdefault(text, func)
+        _TWINS.move_to_end(text)
+        if len(_TWINS) > _TWINS_SIZE:
+            _TWINS.popitem(last=False)
+    return twin
 
 
 class _Collect(Visitor):

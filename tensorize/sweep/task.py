@@ -6,8 +6,9 @@ The steps are those of ``tensorize run KERNEL --target npu --machine FILE``, thr
 functions: the machine text the task carries is written to a file in this process's private
 directory and read by the bounded machine reader (``targets.npu.load_machine``,
 ``machine_registry``), the workload tensorized by ``auto_tensorize`` and simulated by
-``targets.npu.run`` on the run command's random inputs (seed 0). A point that fails returns
-its error; it never raises.
+``targets.npu.run`` on the run command's random inputs (seed 0). The inputs and the reference
+executor's outputs depend on the workload alone, so a worker makes them once per workload.
+A point that fails returns its error; it never raises.
 
 Nothing a worker reads comes from a shared place: the directory is made by ``mkdtemp`` (mode
 0700, an unguessable name) in the worker process itself, and a machine file is checked against
@@ -29,6 +30,7 @@ from threadpoolctl import threadpool_limits
 
 from ir.errors import TensorizeError
 from tensorize.sweep.points import Task
+from tensorize.sweep.workloads import Workload
 
 
 def run_point(task: Task) -> dict[str, Any]:
@@ -52,12 +54,9 @@ def run_point(task: Task) -> dict[str, Any]:
 
 
 def _measure(task: Task) -> dict[str, Any]:
-    import numpy as np
-
-    from targets import host
     from tensorize.engine import auto_tensorize
     from tensorize.runners.npu import simulate_and_measure
-    from tensorize.validate import compare, random_array
+    from tensorize.validate import compare
 
     config, registry = _machine(task.machine_text)
     func = task.workload.build()
@@ -65,10 +64,8 @@ def _measure(task: Task) -> dict[str, Any]:
     if not result.tensorized:
         reasons = "; ".join(f"{b.block}: {b.reason}" for b in result.blocks)
         raise TensorizeError(f"not tensorized: {reasons or 'the kernel has no block'}")
-    rng = np.random.default_rng(0)
-    inputs = {p.name: random_array(p.shape, p.dtype, rng) for p in func.params}
+    inputs, expected = _reference(task.workload)
     measure = simulate_and_measure(result.func, inputs, config, registry)
-    expected = host.run(func, inputs)
     for name, want in expected.items():
         ok, detail = compare(measure.run.outputs[name], want)
         if not ok:
@@ -76,6 +73,23 @@ def _measure(task: Task) -> dict[str, Any]:
                                  f"executor: {detail}")
     return {"cycles": measure.cycles, "utilisation": round(measure.utilisation, 6),
             "macs": measure.macs, "dram_bytes": measure.dram_bytes}
+
+
+@lru_cache(maxsize=8)
+def _reference(workload: Workload) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A workload's inputs (the run command's random inputs, seed 0) and the reference
+    executor's outputs on them, once per worker process: a worker runs one workload on many
+    machines, and neither depends on the machine. Callers only read them (the simulator and
+    the host backend copy their inputs)."""
+    import numpy as np
+
+    from targets import host
+    from tensorize.validate import random_array
+
+    func = workload.build()
+    rng = np.random.default_rng(0)
+    inputs = {p.name: random_array(p.shape, p.dtype, rng) for p in func.params}
+    return inputs, host.run(func, inputs)
 
 
 @lru_cache(maxsize=64)
