@@ -143,6 +143,11 @@ def global_average_pool() -> HostFn:
     return run
 
 
+def rounded(fn: HostFn, dtype: type) -> HostFn:
+    """``fn``'s result rounded once to ``dtype`` (a float16 layer computed in float32)."""
+    return lambda xs: fn(xs).astype(dtype)
+
+
 def reshape(shape: tuple[int, ...]) -> HostFn:
     """Reshape to a resolved shape (no 0 or -1 left)."""
     return lambda xs: xs[0].reshape(shape)

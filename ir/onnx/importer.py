@@ -31,6 +31,10 @@ from ir.onnx.operators import OperatorLayers
 from ir.onnx.quant import QParams, QuantisedAdd
 from ir.onnx.reader import ModelFile, NodeView, read_model
 
+# The float types of a Conv's, MatMul's or Gemm's input that become a kernel: onnxruntime
+# runs float16 ones as float32 with the result rounded, and a layer does the same.
+FLOAT_LAYER_DTYPES = ("float32", "float16")
+
 # Operators the QDQ pattern recognises around them.
 QDQ_OPS = frozenset({"Conv", "MatMul", "Gemm", "Add", "Relu", "Clip", "MaxPool", "AveragePool",
                      "GlobalAveragePool", "Reshape", "Flatten", "Transpose", "Softmax"})
@@ -346,11 +350,15 @@ class _Importer(OperatorLayers):
                                   f"input {tensor!r}, got none")
         return shape
 
-    def _require_float(self, node: NodeView, tensor: str) -> None:
+    def _require_float(self, node: NodeView, tensor: str) -> str:
+        """The dtype of ``tensor``, a float input of a Conv, MatMul or Gemm: one of
+        :data:`FLOAT_LAYER_DTYPES`, whose kernels sum in float32 (:mod:`ir.onnx.kernels`)."""
         dtype = self.dtypes.get(tensor, "float32")
-        if dtype != "float32":
-            raise OnnxImportError(f"{self.read.where(node)} requires a float32 input, got "
-                                  f"{tensor!r} of {dtype}")
+        if dtype not in FLOAT_LAYER_DTYPES:
+            raise OnnxImportError(f"{self.read.where(node)} requires a "
+                                  f"{' or '.join(FLOAT_LAYER_DTYPES)} input, got {tensor!r} "
+                                  f"of {dtype}")
+        return dtype
 
     def _info(self, name: str) -> TensorInfo:
         if name not in self.shapes:

@@ -5,6 +5,9 @@ layout in which the output pixels fuse onto a GEMM's M, the output channel onto 
 window with the input channels onto K, with unit-stride operands. The ONNX tensors are
 ``NCHW``; the layer's pack and unpack transpose on the host, and the report says so.
 
+Float kernels accumulate in float32: float32 operands as they are, float16 ones widened
+(every float16 product is exact in float32), the form of Arm's FMLAL and of WMMA's f16 -> f32,
+whose result the layer rounds to float16 after its bias, as onnxruntime's float16 path does.
 Integer kernels compute the plain int8 x int8 -> int32 sum on an input the layer's pack has
 padded with the input's zero point: every zero-point correction and the bias are then a
 per-channel constant the host epilogue adds (:mod:`ir.onnx.linear`), so the kernel is exactly
@@ -15,6 +18,7 @@ kernel independent of the zero point, so all layers of one shape share one kerne
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,8 +79,8 @@ class ConvShape:
 def conv2d(shape: ConvShape, dtype: str, weight_dtype: str | None = None) -> PrimFunc:
     """``conv[n, oh, ow, o]``: the NHWC convolution of the padded input ``X`` (its height
     and width include the pads: the caller pads, with zeros or the zero point) by ``W``
-    (layout :attr:`ConvShape.weight_shape`, dtype ``weight_dtype``, default ``dtype``);
-    float32 accumulates in float32, integers in int32.
+    (layout :attr:`ConvShape.weight_shape`, dtype ``weight_dtype``, default ``dtype``),
+    accumulated in :func:`accumulator` of ``dtype``.
 
     Layers of one shape share one function (cached), so a target tensorizes and compiles
     it once however often the network repeats it.
@@ -93,11 +97,7 @@ def _convolution(s: ConvShape, X: te.Tensor, W: te.Tensor, dtype: str) -> te.Ten
     oh, ow = s.out_hw
     (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
     rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
-    acc = "float32" if dtype == "float32" else "int32"
-
-    def product(a: ir.Expr, b: ir.Expr) -> ir.Expr:
-        return a * b if dtype == "float32" else ir.cast(acc, a) * ir.cast(acc, b)
-
+    product = _product(dtype)
     if s.depthwise:
         return te.compute((s.n, oh, ow, s.c), lambda n, h, w, c: te.sum(
             product(X[n, h * sh + rh * dh, w * sw + rw * dw, c], W[rh, rw, c]),
@@ -118,14 +118,10 @@ def _convolution(s: ConvShape, X: te.Tensor, W: te.Tensor, dtype: str) -> te.Ten
 def matmul(batch: int, m: int, k: int, n: int, dtype: str, batched_b: bool,
            b_dtype: str | None = None) -> PrimFunc:
     """``Y[b, i, j] = sum_k A[b, i, k] * B[b, k, j]``; without a batch (``batch == 0``) a
-    plain GEMM ``Y[i, j]``. ``B`` has ``b_dtype`` (default ``dtype``); float32 accumulates
-    in float32, integers in int32; cached like :func:`conv2d`."""
-    acc = "float32" if dtype == "float32" else "int32"
+    plain GEMM ``Y[i, j]``. ``B`` has ``b_dtype`` (default ``dtype``); the sum is in
+    :func:`accumulator` of ``dtype``; cached like :func:`conv2d`."""
     r = te.reduce_axis(k, "k")
-
-    def product(a: ir.Expr, b: ir.Expr) -> ir.Expr:
-        return a * b if dtype == "float32" else ir.cast(acc, a) * ir.cast(acc, b)
-
+    product = _product(dtype)
     if batch == 0:
         A = te.placeholder((m, k), dtype, "A")
         B = te.placeholder((k, n), b_dtype or dtype, "B")
@@ -138,6 +134,21 @@ def matmul(batch: int, m: int, k: int, n: int, dtype: str, batched_b: bool,
     else:
         raise ValueError("a batched matmul with constant weights is flattened to a GEMM")
     return te.create_prim_func([A, B, Y], "matmul")
+
+
+def accumulator(dtype: str) -> str:
+    """The dtype a kernel of ``dtype`` operands sums in: float32 for a float (float16 is
+    widened: its products are exact in float32), int32 for an integer."""
+    return "float32" if ir.dtype(dtype).is_float else "int32"
+
+
+def _product(dtype: str) -> Callable[[ir.Expr, ir.Expr], ir.Expr]:
+    """The product of two ``dtype`` operands in :func:`accumulator` of ``dtype``: as they
+    are when that is their own type, else each cast to it first."""
+    acc = accumulator(dtype)
+    if acc == dtype:
+        return lambda a, b: a * b
+    return lambda a, b: ir.cast(acc, a) * ir.cast(acc, b)
 
 
 @dataclass(frozen=True, slots=True)

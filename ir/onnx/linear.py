@@ -1,5 +1,8 @@
-"""Convolution and matrix-product layers: float32, and integer (QDQ, QLinearConv,
-QLinearMatMul, ConvInteger, MatMulInteger) with the host epilogue.
+"""Convolution and matrix-product layers: float (float32, float16), and integer (QDQ,
+QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger) with the host epilogue.
+
+A float layer's kernel sums in float32 (:mod:`ir.onnx.kernels`); its bias, and for float16
+the rounding of the result, run on the host after it (:func:`_float_output`).
 
 An integer layer runs the plain int8 GEMM of :mod:`ir.onnx.kernels`. Activations in uint8
 are shifted by 128 into int8 (their zero point with them), weights have their zero point
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -128,26 +131,45 @@ def _to_hwio(weights: np.ndarray, shape: ConvShape) -> np.ndarray:
 
 
 def float_conv(name: str, x: str, x_shape: Sequence[int], weights: np.ndarray,
-               bias: np.ndarray | None, attrs: dict, output: str, where: str) -> Layer:
-    """A float32 Conv: the NHWC kernel, then the bias on the host."""
+               bias: np.ndarray | None, attrs: dict, output: str, where: str,
+               dtype: str = "float32") -> Layer:
+    """A float Conv of ``dtype`` (float32 or float16): the NHWC kernel, summing in float32,
+    then on the host the bias and the rounding to ``dtype`` (:func:`_float_output`)."""
     shape = conv_shape(where, x_shape, weights.shape, attrs)
     computed = _kernel_shape(shape)
-    func = kernels.conv2d(computed, "float32")
-    w = _to_hwio(weights.astype(np.float32), shape)
-    b = None if bias is None else bias.astype(np.float32).reshape(1, -1, 1, 1)
+    func = kernels.conv2d(computed, dtype)
+    w = _to_hwio(weights.astype(dtype), shape)
+    finish, epilogue = _float_output(bias, dtype, (1, -1, 1, 1))
 
     def pack(arrays: Arrays) -> dict[str, np.ndarray]:
         return {"X": _nhwc_padded(arrays[0], computed, 0), "W": w}
 
     def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
-        y = np.ascontiguousarray(_output_columns(out, shape).transpose(0, 3, 1, 2))
-        return y if b is None else y + b
+        return finish(np.ascontiguousarray(_output_columns(out, shape).transpose(0, 3, 1, 2)))
 
     oh, ow = shape.out_hw
     return Layer(name, "Conv", (x,), output, (tuple(x_shape),),
-                 (shape.n, shape.out_channels, oh, ow), "float32", shape.macs, _detail(shape),
-                 func, pack, unpack,
-                 epilogue=None if b is None else "host: float32 bias add")
+                 (shape.n, shape.out_channels, oh, ow), dtype, shape.macs, _detail(shape),
+                 func, pack, unpack, epilogue=epilogue)
+
+
+def _float_output(bias: np.ndarray | None, dtype: str, bias_shape: tuple[int, ...]
+                  ) -> tuple[Callable[[np.ndarray], np.ndarray], str | None]:
+    """What a float layer's unpack does to its kernel's float32 sums, and the words saying
+    so (None: nothing): the bias (reshaped to ``bias_shape``) added in float32, then one
+    rounding to ``dtype``. onnxruntime's CPU kernels have no float16 Conv, MatMul or Gemm:
+    it casts the operands to float32, runs the float32 kernel (bias included) and casts
+    its result to float16, so a float16 layer's bias is added before the one rounding."""
+    add = None if bias is None else bias.astype(np.float32).reshape(bias_shape)
+    narrow = np.dtype(dtype) != np.float32
+
+    def finish(sums: np.ndarray) -> np.ndarray:
+        biased = sums if add is None else sums + add
+        return biased.astype(dtype) if narrow else biased
+
+    steps = (["float32 bias add"] if add is not None else []) + \
+        ([f"rounding to {dtype}"] if narrow else [])
+    return finish, ("host: " + ", then ".join(steps)) if steps else None
 
 
 def _activation(array: np.ndarray, kind: str) -> np.ndarray:
@@ -307,26 +329,25 @@ def _output_scale(aq: QParams, bq: QParams, yq: QParams) -> np.ndarray:
 
 def float_matmul(name: str, op: str, a: str, a_shape: Sequence[int], b: str | None,
                  b_shape: Sequence[int], b_const: np.ndarray | None, bias: np.ndarray | None,
-                 output: str, where: str) -> Layer:
-    """A float32 MatMul or Gemm; ``b_const`` given: constant weights (K, N), else ``b``
-    names an activation of the same batch dimensions as ``a``."""
+                 output: str, where: str, dtype: str = "float32") -> Layer:
+    """A float MatMul or Gemm of ``dtype`` (float32 or float16), summing in float32, its
+    bias and rounding on the host as :func:`float_conv`'s; ``b_const`` given: constant
+    weights (K, N), else ``b`` names an activation of the same batch dimensions as ``a``."""
     plan = _MatmulPlan(where, a_shape, b_shape, b_const is not None)
-    func = kernels.matmul(plan.batch, plan.rows, plan.k, plan.n, "float32", b_const is None)
-    w = None if b_const is None else np.ascontiguousarray(b_const.astype(np.float32))
-    add = None if bias is None else bias.astype(np.float32)
+    func = kernels.matmul(plan.batch, plan.rows, plan.k, plan.n, dtype, b_const is None)
+    w = None if b_const is None else np.ascontiguousarray(b_const.astype(dtype))
+    finish, epilogue = _float_output(bias, dtype, (-1,))
 
     def pack(arrays: Arrays) -> dict[str, np.ndarray]:
         return {"A": plan.a(arrays[0]), "B": w if w is not None else plan.b(arrays[1])}
 
     def unpack(out: np.ndarray, arrays: Arrays) -> np.ndarray:
-        y = plan.output(out)
-        return y if add is None else y + add
+        return finish(plan.output(out))
 
     inputs = (a,) if b is None else (a, b)
     shapes = (tuple(a_shape),) if b is None else (tuple(a_shape), tuple(b_shape))
-    return Layer(name, op, inputs, output, shapes, plan.out_shape, "float32", plan.macs,
-                 plan.detail, func, pack, unpack,
-                 epilogue=None if add is None else "host: float32 bias add")
+    return Layer(name, op, inputs, output, shapes, plan.out_shape, dtype, plan.macs,
+                 plan.detail, func, pack, unpack, epilogue=epilogue)
 
 
 def integer_matmul(name: str, op: str, a: str, a_shape: Sequence[int], aq: QParams,

@@ -84,13 +84,13 @@ class OperatorLayers:
                                   f"({node.inputs[1]!r})")
         bias = self._bias(node, where)
         x = node.inputs[0]
-        self._require_float(node, x)
+        dtype = self._require_float(node, x)
         return linear.float_conv(node.name, x, self._shape(x, node), weights, bias,
-                                 node.attrs, node.outputs[0], where)
+                                 node.attrs, node.outputs[0], where, dtype)
 
     def _matmul(self, node: NodeView, where: str) -> Layer:
         a, b = node.inputs[0], node.inputs[1]
-        self._require_float(node, a)
+        dtype = self._require_float(node, a)
         weights = self._float_input(node, b)
         bias = None
         if node.op == "Gemm":
@@ -102,9 +102,11 @@ class OperatorLayers:
             bias = self._bias(node, where)
         if weights is not None:
             return linear.float_matmul(node.name, node.op, a, self._shape(a, node), None,
-                                       weights.shape, weights, bias, node.outputs[0], where)
+                                       weights.shape, weights, bias, node.outputs[0], where,
+                                       dtype)
         return linear.float_matmul(node.name, node.op, a, self._shape(a, node), b,
-                                   self._shape(b, node), None, None, node.outputs[0], where)
+                                   self._shape(b, node), None, None, node.outputs[0], where,
+                                   dtype)
 
     def _bias(self, node: NodeView, where: str) -> np.ndarray | None:
         """A Conv's or Gemm's optional third input, the bias, as float; a computed one is
@@ -229,7 +231,11 @@ class OperatorLayers:
         fn, shape = self._host_function(node, activations)
         dtype = self.dtypes.get(activations[0], "float32")
         if node.op in ("AveragePool", "GlobalAveragePool", "Softmax"):
-            dtype = "float32"
+            if dtype == "float16":
+                # onnxruntime has no float16 kernel for these either: float32, rounded once.
+                fn = host_ops.rounded(fn, np.float16)
+            else:
+                dtype = "float32"
         return self._host(node, node.op, activations, shape, dtype, fn)
 
     def _host_function(self, node: NodeView, names: list[str]

@@ -15,13 +15,16 @@ runs on the target, on the outputs of our earlier layers:
   vector unit and global average pools on the array, each as a program of its own
   (--unfused: every epilogue and add a program of its own, the figures without fusion);
 - arm, x86 (a CPU target): tensorized, compiled by LLVM and run (arm: instructions executed
-  under the AArch64 emulator; x86: time, natively);
+  under the AArch64 emulator; x86: time, natively), with the target's features changed by
+  --features (arm +fp16fml: float16 layers on FMLAL);
 
 and its output is compared with onnxruntime's: exactly for integer tensors, within a named
-tolerance for float ones. Layers the target cannot tensorize run on the host (placement
-"fallback", with the engine's reason). A line per layer goes to stderr as it finishes; the
-per-layer table goes to stdout (--json: the records, totals and notes as JSON instead), and
---report DIR writes the CSV, JSON, plots and HTML page.
+tolerance for float ones (float16: 4 * 2**-10 of the largest value). A float layer's kernel
+on an intrinsic that states its accumulation is also checked bit for bit against the
+hardware-order reference of its block. Layers the target cannot tensorize run on the host
+(placement "fallback", with the engine's reason). A line per layer goes to stderr as it
+finishes; the per-layer table goes to stdout (--json: the records, totals and notes as JSON
+instead), and --report DIR writes the CSV, JSON, plots and HTML page.
 
 Exit status 0 when every layer matches onnxruntime and some layer is tensorized (or the
 target is host); 1 when a layer does not match, or when a target with intrinsics tensorized
@@ -56,6 +59,7 @@ examples:
   tensorize model resnet50_int8.onnx --target npu --trace t.json # network timeline (Perfetto)
   tensorize model model.onnx --target host --json               # every layer vs onnxruntime
   tensorize model model.onnx --target arm                       # instructions, emulated
+  tensorize model model_fp16.onnx --target arm --features +fp16fml   # float16 on FMLAL
 """
 
 
@@ -72,6 +76,12 @@ def register(subparsers: Any) -> None:
                              "--intrinsics-dir)")
     parser.add_argument("--machine", metavar="FILE.yaml",
                         help="NPU: the machine to run on (default: intrinsics/npu.yaml)")
+    parser.add_argument("--features", metavar="+X,-Y",
+                        help="a CPU target (arm, x86, ...): change the target features, which "
+                             "choose the intrinsics tried, as for tensorize run: +x adds x to "
+                             "the description's cpu.features, -x removes it (write "
+                             "--features=-x); e.g. --target arm --features +fp16fml runs a "
+                             "float16 model's convolutions and matrix products on FMLAL")
     parser.add_argument("--json", action="store_true",
                         help="print the records, totals and notes as JSON instead of the table")
     parser.add_argument("--report", metavar="DIR",
@@ -257,7 +267,8 @@ def _context(args: argparse.Namespace) -> RunContext:
     else:
         registry = default_registry(args.intrinsics_dir)
     try:
-        return make_context(registry, args.target, machine=machine, seed=args.seed)
+        return make_context(registry, args.target, features=args.features, machine=machine,
+                            seed=args.seed)
     except TensorizeError as err:
         raise UsageError(str(err)) from None
 

@@ -7,7 +7,10 @@ target's code runs, and measure it.
   DRAM bytes, roofline), its host stages (packing) on the host.
 - a CPU target (``arm``, ``x86``, any family with a ``cpu:`` section): the engine's CPU
   schedule, LLVM for the target's triple and features, run by the first engine of the
-  target's ``run`` list that can here (unicorn counts instructions; native is timed).
+  target's ``run`` list that can here (unicorn counts instructions; native is timed). A
+  float layer's kernel on an intrinsic that states its accumulation (FMLAL for float16) is
+  checked bit for bit against the hardware-order reference of its block
+  (:func:`tensorize.model.check.hardware_check`).
 
 A PrimFunc the target cannot tensorize runs on the host, placed ``fallback`` with the
 engine's reason; host layers run their numpy function (or onnxruntime, for a node of an
@@ -28,6 +31,7 @@ from ir import BlockRealize, ExecutionError, IterKind
 from intrinsics import runnable
 from ir.onnx import Graph, Layer
 from ir.onnx.residual import residual_joins
+from tensorize.model.check import hardware_check
 from tensorize.model.timeline import LayerTimeline, layer_timeline
 from tensorize.schedule import tree
 
@@ -59,6 +63,10 @@ class LayerRun:
     ran: Layer | None = None
     # Where the layer's NPU cycles went, unit by unit (simulated layers only).
     timeline: LayerTimeline | None = None
+    # A float layer's kernel output against the hardware-order reference of its tensorized
+    # block (:func:`tensorize.model.check.hardware_check`): (ok, words); None where its
+    # intrinsic states no accumulation.
+    kernel_check: tuple[bool, str] | None = None
 
 
 class Timings(dict):
@@ -582,9 +590,18 @@ class CpuExecutor(Executor):
             return self._fallback(layer, arrays, f"tensorized with {outcome.intrinsic} but "
                                                  f"not runnable here: {reason}")
         with self.timings.measure("run (compile and execute)"):
-            run = run_emitted(emitted, layer.pack(arrays), NATIVE_RUNS)
+            packed = layer.pack(arrays)
+            run = run_emitted(emitted, packed, NATIVE_RUNS)
+        sums = run.outputs[layer.func.params[-1].name]
+        kernel_check = None
+        # Only float intrinsics state an accumulation order: integer layers skip the step,
+        # and their timings name no such phase.
+        if self.ctx.registry.get(outcome.intrinsic).accumulation is not None:
+            with self.timings.measure("hardware-order reference"):
+                kernel_check = hardware_check(layer.func, outcome, self.ctx.registry, packed,
+                                              sums)
         with self.timings.measure("unpack and epilogue"):
-            output = layer.unpack(run.outputs[layer.func.params[-1].name], arrays)
+            output = layer.unpack(sums, arrays)
         notes = [f"ran on {run.engine}"]
         if any(form is layer for _, form in self._fused_forms.values()):
             notes.append("bias and requantisation compiled into the kernel")
@@ -592,7 +609,8 @@ class CpuExecutor(Executor):
             notes.append("bias, requantisation and the residual add compiled into the kernel")
         return LayerRun(output, "tensorized", outcome.intrinsic, None, calls,
                         instructions=run.instructions,
-                        seconds=run.best if run.seconds else None, notes=notes, ran=layer)
+                        seconds=run.best if run.seconds else None, notes=notes, ran=layer,
+                        kernel_check=kernel_check)
 
 
 def _cached_form(cache: dict[int, tuple[Layer, Layer]], layer: Layer,

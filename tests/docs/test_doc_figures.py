@@ -28,6 +28,8 @@ Inventory of the tables and figure blocks of README.md and docs/*.md (issue 27),
   checked by tests/targets/cpu/test_tune.py.
 - models.md's arm table (`tensorize model MODEL --target arm --json`) and models_report.md's
   machine line (`tensorize model MODEL --target npu`): here, on the full-size networks.
+- models.md's float16 table and check line (the tests' float16 network, `--target arm
+  --features +fp16fml`): tests/tensorize/model/test_float16.py, on the run its tests share.
 - models_report.md's other tables, intrinsics.md, schedule.md: fields and primitives, no
   figures a command prints (intrinsics.md's one sample is in test_doc_samples.py).
 """

@@ -110,3 +110,28 @@ def small_attention(seed: int = 0, seq: int = 8, hidden: int = 16) -> onnx.Model
              numpy_helper.from_array(np.array([1, -1], np.int64), "shape")]
     return model(nodes, [("x", TensorProto.FLOAT, [1, seq, hidden])],
                  [("y", TensorProto.FLOAT, [1, seq * seq])], inits)
+
+
+def small_fp16(seed: int = 0, size: int = 8) -> onnx.ModelProto:
+    """A float16 network: Conv (pad 1) -> Relu -> Conv (stride 2) -> Reshape -> MatMul
+    (constant weights, 3-D input) -> Flatten -> Gemm, every tensor and weight float16 and
+    every Conv and Gemm with a bias."""
+    rng = np.random.default_rng(seed)
+    half = size // 2
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1],
+                         strides=[2, 2]),
+        helper.make_node("Reshape", ["c2", "rows"], ["s"], name="rows"),
+        helper.make_node("MatMul", ["s", "wm"], ["m"], name="project"),
+        helper.make_node("Flatten", ["m"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], name="fc", transB=1),
+    ]
+    shapes = {"w1": [8, 3, 3, 3], "b1": [8], "w2": [16, 8, 3, 3], "b2": [16],
+              "wm": [half * half, 8], "wf": [10, 16 * 8], "bf": [10]}
+    inits = [numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float16),
+                                     name) for name, shape in shapes.items()]
+    inits.append(numpy_helper.from_array(np.array([1, 16, half * half], np.int64), "rows"))
+    return model(nodes, [("x", TensorProto.FLOAT16, [1, 3, size, size])],
+                 [("y", TensorProto.FLOAT16, [1, 10])], inits)

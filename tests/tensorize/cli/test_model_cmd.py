@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from tensorize.cli import main
 from tests.ir.onnx import models
@@ -142,3 +144,21 @@ def test_npu_report_names_the_machine_and_one_bound_everywhere(qdq_path, tmp_pat
         side = "memory" if record["macs"] / record["dram_bytes"] < ridge else "compute"
         assert record["bound"] == row["bound"] == side
         assert line[header.index("bound"):].split()[0] == side
+
+
+def test_features_choose_the_cpu_target_s_intrinsics(tmp_path, capsys):
+    weights = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float16)
+    built = models.model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                         [("x", TensorProto.FLOAT16, [4, 16])],
+                         [("y", TensorProto.FLOAT16, [4, 8])],
+                         [numpy_helper.from_array(weights, "w")])
+    path = models.save(built, tmp_path, "mm_fp16.onnx")
+    assert main(["model", str(path), "--target", "arm", "--features", "+fp16fml", "--json",
+                 "--quiet"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["machine"]["features"] == "+neon,+dotprod,+fp16fml"
+    (layer,) = data["layers"]
+    assert layer["intrinsic"] == "arm_fmlal_lane"
+    assert layer["check"].startswith("kernel exact against the hardware-order reference")
+    assert main(["model", str(path), "--target", "npu", "--features", "+fp16fml"]) == 2
+    assert "--features applies to a CPU target" in capsys.readouterr().err
