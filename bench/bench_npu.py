@@ -90,27 +90,8 @@ def measure(label: str, machine: str | None) -> dict[str, object]:
     }
 
 
-# The GEMM of the end-to-end figure, as a kernel file ``tensorize run`` takes.
-GEMM_FILE = '''import numpy as np
-
-from ir import script as T
-
-
-@T.prim_func
-def gemm_int8(A: T.Buffer(({n}, {n}), "int8"), B: T.Buffer(({n}, {n}), "int8"),
-              C: T.Buffer(({n}, {n}), "int32")):
-    for i, j, k in T.grid({n}, {n}, {n}):
-        with T.block("C"):
-            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-            with T.init():
-                C[vi, vj] = 0
-            C[vi, vj] += T.cast(A[vi, vk], "int32") * T.cast(B[vk, vj], "int32")
-
-
-def reference(A, B):
-    # Exact in float64: every partial sum is an integer below 2**53.
-    return (A.astype(np.float64) @ B.astype(np.float64)).astype(np.int64).astype(np.int32)
-'''
+# The GEMM of the end-to-end figure: the README's example kernel file at this size.
+GEMM_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "script" / "gemm_int8.py"
 GEMM_SIZE = 4096
 # The network sweep: bench_sweep.py's grid with its other two fields fixed, so 16 machines.
 SWEEP_FIXED = {"inp.rows: [2048, 8192]": "inp.rows: [8192]",
@@ -166,7 +147,7 @@ def end_to_end(model: str | None, repeat: int) -> None:
     tool = str(Path(sys.executable).parent / "tensorize")
     with tempfile.TemporaryDirectory() as directory:
         kernel = Path(directory) / "gemm_int8_4096.py"
-        kernel.write_text(GEMM_FILE.format(n=GEMM_SIZE))
+        kernel.write_text(GEMM_EXAMPLE.read_text().replace("256", str(GEMM_SIZE)))
         onnx_file = Path(directory) / "resnet50_int8.onnx"
         if model is None:
             bench_sweep.write_resnet50(onnx_file)
