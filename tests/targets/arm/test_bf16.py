@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from intrinsics import self_check
-from intrinsics.oracle import hardware_gemm, hardware_model, numpy_model
+from intrinsics.oracle import gemm_bound, hardware_gemm, hardware_model, numpy_model
 from intrinsics.selfcheck import OK
 from targets import cpu
 from targets.arm.qemu import qemu_binary
@@ -93,12 +93,9 @@ def test_bf16_gemm_equals_the_hardware_order_bit_for_bit(shape, registry) -> Non
     want = hardware_gemm(inputs["A"], inputs["B"], 2, registry.get("arm_bfdot_lane").accumulation)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     # Against float64: the recursive-sum bound of k roundings to odd (a unit in the last
-    # place each) and 2k + 1 flushes.
-    a64, b64 = (x.astype(np.float64) for x in (inputs["A"], inputs["B"]))
-    unit = float(np.finfo(np.float32).eps)
-    bound = k * unit / (1 - k * unit) * (np.abs(a64) @ np.abs(b64)) + \
-        (2 * k + 1) * float(np.finfo(np.float32).smallest_normal)
-    assert np.all(np.abs(got - a64 @ b64) <= bound)
+    # place each), the flushed denormal products and 2k + 1 flushes.
+    exact, bound = gemm_bound(inputs["A"], inputs["B"], registry.get("arm_bfdot_lane").accumulation)
+    assert np.all(np.abs(got - exact) <= bound)
 
 
 @needs_qemu

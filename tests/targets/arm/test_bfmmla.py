@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from intrinsics import self_check
-from intrinsics.oracle import hardware_gemm, hardware_model
+from intrinsics.oracle import gemm_bound, hardware_gemm, hardware_model
 from intrinsics.selfcheck import OK
 from targets import cpu
 from targets.arm.qemu import qemu_binary
@@ -87,12 +87,9 @@ def test_bf16_gemm_equals_the_hardware_order_bit_for_bit(m, n, k, registry) -> N
     want = hardware_gemm(inputs["A"], inputs["B"], 4, registry.get("arm_bfmmla").accumulation)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     # Against float64: the recursive-sum bound of k roundings to odd (a unit in the last
-    # place each) and 2k + 1 flushes.
-    a64, b64 = (x.astype(np.float64) for x in (inputs["A"], inputs["B"]))
-    unit = float(np.finfo(np.float32).eps)
-    bound = k * unit / (1 - k * unit) * (np.abs(a64) @ np.abs(b64)) + \
-        (2 * k + 1) * float(np.finfo(np.float32).smallest_normal)
-    assert np.all(np.abs(got - a64 @ b64) <= bound)
+    # place each), the flushed denormal products and 2k + 1 flushes.
+    exact, bound = gemm_bound(inputs["A"], inputs["B"], registry.get("arm_bfmmla").accumulation)
+    assert np.all(np.abs(got - exact) <= bound)
 
 
 @needs_qemu
