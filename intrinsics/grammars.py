@@ -52,6 +52,12 @@ CUDA_FUNCTIONS = (
     "tz_mma_m16n8k64_s4_u4_s32", "tz_mma_m16n8k64_u4_s4_s32",
     "tz_lds_a_m16k64_4bit", "tz_lds_b_k64n8_4bit",
     "tz_mma_store_m16n8", "tz_mma_fill_m16n8",
+    # The Hopper family's (targets/cuda/wgmma.py): wgmma, its descriptors and accumulators.
+    *(f"tz_wgmma_m64n{n}k{k}_{t}_{t}_{acc}" for n in (64, 128)
+      for k, t, acc in ((16, "f16", "f32"), (16, "bf16", "f32"), (32, "s8", "s32"),
+                        (32, "e4m3", "f32"), (32, "e5m2", "f32"))),
+    "tz_wgmma_desc", "tz_wgmma_store_m64n64", "tz_wgmma_store_m64n128",
+    "tz_wgmma_fill_m64n64", "tz_wgmma_fill_m64n128",
 )
 CUDA_ENUMERATORS = ("nvcuda::wmma::mem_row_major", "nvcuda::wmma::mem_col_major")
 # Functions the CUDA backend's own index and value expressions call (its prelude's helpers

@@ -16,7 +16,8 @@ from targets.cuda.emit import CudaKernel
 from targets.cuda.errors import CompileError
 
 __all__ = ["CompileError", "KernelResources", "SassMix", "compile", "cuobjdump_path",
-           "nvcc_path", "parse_ptxas", "parse_sass", "ptxas_path", "resource_usage", "sass_mix"]
+           "nvcc_path", "parse_ptxas", "parse_sass", "ptxas_path", "resource_usage", "sass_mix",
+           "sass_opcodes"]
 
 # nvcc outside PATH: the toolkit's usual home.
 _NVCC_FALLBACKS = ("/usr/local/cuda/bin/nvcc",)
@@ -175,10 +176,13 @@ def parse_sass(text: str) -> tuple[SassMix, ...]:
 
 def _mix(name: str, body: str) -> SassMix:
     code = [(int(m[1], 16), m[2], m[3]) for m in _INSTRUCTION.finditer(body)]
+    # Code after the last EXIT is out of line (an mbarrier poll's retry, branching back into
+    # the loop it left): its branches close no loop.
+    out_of_line = max((a for a, opcode, _ in code if opcode == "EXIT"), default=1 << 62)
     loops = []
     for address, opcode, operands in code:
         target = _BRANCH_TARGET.search(operands)
-        if opcode == "BRA" and target and int(target[1], 16) < address:
+        if opcode == "BRA" and target and int(target[1], 16) < address < out_of_line:
             loops.append((int(target[1], 16), address))
     is_mma = [opcode.startswith(_MMA_OPCODES) for _, opcode, _ in code]
     holding = [(end - start, start, end) for start, end in loops
@@ -203,6 +207,24 @@ def sass_mix(kernel: CudaKernel, arch: str = "sm_80") -> tuple[SassMix, ...]:
     """The SASS instruction mix of each ``__global__`` function of ``kernel`` for ``arch``:
     the cubin :func:`resource_usage` assembled, disassembled by cuobjdump (which runs
     nvdisasm, looked for beside it)."""
+    return parse_sass(_sass(kernel, arch))
+
+
+def sass_opcodes(kernel: CudaKernel, arch: str = "sm_80") -> dict[str, dict[str, int]]:
+    """Per ``__global__`` function of ``kernel`` for ``arch``, how many instructions of
+    each opcode its SASS holds (the opcode without its modifiers: ``HGMMA``, ``UBLKCP``),
+    NOPs included."""
+    parts = _FUNCTION.split(_sass(kernel, arch))
+    counts: dict[str, dict[str, int]] = {}
+    for name, body in zip(parts[1::2], parts[2::2]):
+        function = counts.setdefault(name, {})
+        for match in _INSTRUCTION.finditer(body):
+            opcode = match[2].split(".")[0]
+            function[opcode] = function.get(opcode, 0) + 1
+    return counts
+
+
+def _sass(kernel: CudaKernel, arch: str) -> str:
     cuobjdump = cuobjdump_path()
     if cuobjdump is None:
         raise CompileError("cuobjdump not found: install the CUDA toolkit or the "
@@ -211,7 +233,7 @@ def sass_mix(kernel: CudaKernel, arch: str = "sm_80") -> tuple[SassMix, ...]:
 
 
 @lru_cache(maxsize=256)
-def _cuobjdump(cuobjdump: str, name: str, cubin: bytes) -> tuple[SassMix, ...]:
+def _cuobjdump(cuobjdump: str, name: str, cubin: bytes) -> str:
     with tempfile.TemporaryDirectory(prefix="tz_cuda_") as tmp:
         path = Path(tmp) / f"{name}.cubin"
         path.write_bytes(cubin)
@@ -221,4 +243,4 @@ def _cuobjdump(cuobjdump: str, name: str, cubin: bytes) -> tuple[SassMix, ...]:
                               capture_output=True, text=True, env=env)
         if done.returncode != 0:
             raise CompileError(f"cuobjdump -sass failed on {name}:\n{done.stderr}")
-        return parse_sass(done.stdout)
+        return done.stdout

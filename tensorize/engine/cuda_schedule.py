@@ -139,9 +139,13 @@ def schedule_cuda(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry
                   tiling: CudaTiling) -> None:
     """Tile, stage, bind and tensorize the GEMM-shaped block ``block_name`` (module docs).
 
-    Raises ScheduleError when a primitive refuses a step, or when the block keeps a
-    reduction outside the tile loops (its accumulator would be finished across blocks).
+    Raises ScheduleError when a primitive refuses a step, when the block keeps a
+    reduction outside the tile loops (its accumulator would be finished across blocks), or
+    for a warpgroup intrinsic (wgmma: :mod:`.cuda_hopper`).
     """
+    if "warpgroup" in intrinsic.params:
+        raise ScheduleError("cuda schedule", f"{intrinsic.name} is issued by a warpgroup, not a "
+                            "warp: tensorize.engine.cuda_hopper.hopper_gemm builds its GEMM")
     tm, tn, tk = (iv.extent for iv in intrinsic.iter_vars)
     (wy, wx), (fm, fn), kt = tiling.warps, tiling.fragments, tiling.k_steps
     block = sch.get_block(block_name)

@@ -155,6 +155,6 @@ def test_npu_narrowing_store_and_reset_flags(registry: Registry) -> None:
 
 def test_global_scope_is_one_memory_in_every_family(registry: Registry) -> None:
     scopes = [f.scopes["global"] for f in registry.families]
-    assert len(scopes) == 5
+    assert len(scopes) == 6
     assert all(s.same_memory(scopes[0]) for s in scopes)
     assert scopes[0].capacity is None

@@ -12,7 +12,8 @@ from tests.intrinsics.conftest import MAC_FAMILY
 
 
 def test_builtins_are_found(registry: Registry) -> None:
-    assert [f.name for f in registry.families] == ["arm", "cuda", "cuda_mma", "npu", "x86"]
+    assert [f.name for f in registry.families] == ["arm", "cuda", "cuda_mma", "cuda_wgmma", "npu",
+                                                   "x86"]
     assert set(registry.targets) == {"arm", "cuda", "npu", "x86"}
 
 
@@ -45,7 +46,7 @@ def test_user_family_through_extra_dirs(mac_dir: Path) -> None:
     assert mma.extents == (8, 8, 4)
     assert [o.dtype.name for o in mma.operands] == ["int16", "int16", "int32"]
     assert registry.scope("mac.reg").banks == 4
-    assert len(registry.families) == 6
+    assert len(registry.families) == 7
 
 
 def test_user_family_through_the_environment(mac_dir: Path, tmp_path: Path,
@@ -64,7 +65,7 @@ def test_missing_directory_is_an_error(tmp_path: Path) -> None:
 
 
 def test_builtin_directory_named_again_is_loaded_once() -> None:
-    assert len(default_registry([BUILTIN_DIR]).families) == 5
+    assert len(default_registry([BUILTIN_DIR]).families) == 6
 
 
 def test_duplicate_intrinsic_across_files_names_both_places(mac_dir: Path,

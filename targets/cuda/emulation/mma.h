@@ -50,6 +50,11 @@
 // no memory accesses (a missing __syncwarp is still a race), and lanes of one warp that
 // reach different barriers or exchanges are reported as divergence. A wrong row address,
 // ldm or lane mapping in the code gives wrong numbers, as it would on the GPU.
+//
+// Polling. A thread polling an mbarrier phase that has not completed, or arriving on one
+// (wgmma.h), steps aside (AT_POLL) and runs again in the next round; a round in which every
+// thread that ran only polled again, with nothing else done, is a deadlock, reported as such. Headers with per-block or per-thread state of
+// their own (wgmma.h) register hooks for a block's start and end and a thread's end.
 #pragma once
 #include <cstdarg>
 #include <cstdint>
@@ -79,7 +84,7 @@ struct tz_dim3 {
 };
 
 namespace tz {
-enum State { RUNNING, AT_BLOCK_BARRIER, AT_WARP_BARRIER, AT_EXCHANGE, DONE };
+enum State { RUNNING, AT_BLOCK_BARRIER, AT_WARP_BARRIER, AT_EXCHANGE, AT_POLL, DONE };
 const size_t STACK_BYTES = 256 * 1024;
 
 struct AsyncCopy {
@@ -119,6 +124,14 @@ inline char error_text[1024] = "";
 inline char race_text[1024] = "";
 inline char uninitialised_text[1024] = "";
 inline bool copies_at_issue = false;
+// Hooks of other headers: a block starts (the threads per block given), a block ends, a
+// thread ends (each may report a failure with fail()).
+inline std::vector<void (*)(unsigned)> block_start_hooks;
+inline std::vector<void (*)()> block_end_hooks;
+inline std::vector<void (*)()> thread_end_hooks;
+// Set by a poll that found its phase incomplete (wgmma.h): a thread that steps aside to poll
+// again having done nothing else made no progress.
+inline bool idle_poll = false;
 
 inline void fail(const char* format, ...) {
   if (error_text[0]) return;
@@ -164,6 +177,9 @@ struct SharedArray {
 };
 
 inline std::vector<SharedArray> shared_arrays;
+// The shared arrays the running kernel declared: shared_arrays also holds those of every
+// kernel run before (and, the symbols being shared, of other emulation libraries).
+inline std::vector<const char*> declared_bases;
 inline unsigned block_epoch = 0;
 inline std::vector<unsigned> warp_epochs;
 
@@ -321,6 +337,7 @@ inline void record_bank(BankKind kind, const void* pointer, size_t bytes, size_t
 // A new block: its shared memory is undefined, and no barrier has passed.
 inline void reset_shared(unsigned warps) {
   for (auto& array : shared_arrays) array.state.assign(array.bytes, ByteState{});
+  declared_bases.clear();
   block_epoch = 0;
   warp_epochs.assign(warps, 0);
 }
@@ -369,6 +386,7 @@ inline void entry() {
   size_t pending = current->issued.size();
   for (auto& group : current->groups) pending += group.size();
   if (pending) fail("%zu asynchronous copies were never waited for", pending);
+  for (auto hook : thread_end_hooks) hook();
   current->state = DONE;
 }
 
@@ -390,6 +408,7 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
         warp_logs.assign((count + 31) / 32, {});
         reset_shared((count + 31) / 32);
         mailboxes.assign(2 * ((count + 31) / 32), Mailbox{});
+        for (auto hook : block_start_hooks) hook(count);
         for (unsigned t = 0; t < count; ++t) {
           Thread& th = threads[t];
           th.index = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
@@ -407,14 +426,19 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
           makecontext(&th.context, entry, 0);
         }
         for (;;) {
+          bool progressed = false;  // a thread did more than poll again
           for (unsigned k = 0; k < count; ++k) {
             Thread& th = threads[reverse ? count - 1 - k : k];
+            bool polling = th.state == AT_POLL;
+            if (polling) th.state = RUNNING;
             if (th.state != RUNNING) continue;
             current = &th;
+            idle_poll = false;
             swapcontext(&scheduler, &th.context);
+            progressed = progressed || !polling || th.state != AT_POLL || !idle_poll;
           }
           current = nullptr;
-          unsigned done = 0, at_block = 0, at_exchange = 0;
+          unsigned done = 0, at_block = 0, at_exchange = 0, at_poll = 0;
           bool released = false;
           for (unsigned w = 0; w * 32 < count; ++w) {
             unsigned lanes = 0, waiting = 0, exchanging = 0;
@@ -437,6 +461,7 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
             done += th.state == DONE;
             at_block += th.state == AT_BLOCK_BARRIER;
             at_exchange += th.state == AT_EXCHANGE;
+            at_poll += th.state == AT_POLL;
           }
           if (released) continue;
           if (done == count) break;
@@ -445,11 +470,23 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
             ++block_epoch;
             continue;
           }
+          if (at_poll && progressed) continue;
+          // A race already found (a wait skipped, a stage overwritten) explains a deadlock.
+          if (at_poll && race_text[0]) {
+            snprintf(error_text, sizeof error_text, "%s", race_text);
+            return 1;
+          }
+          if (at_poll) {
+            fail("deadlock: %u of %u threads poll an mbarrier phase that never completes, "
+                 "%u wait at __syncthreads(), %u finished", at_poll, count, at_block, done);
+            return 1;
+          }
           fail("barrier divergence: %u of %u threads wait at __syncthreads(), %u at a "
                "warp-collective mma.sync or ldmatrix, %u finished", at_block, count,
                at_exchange, done);
           return 1;
         }
+        for (auto hook : block_end_hooks) hook();
         if (!error_text[0])
           snprintf(error_text, sizeof error_text, "%s", race_text[0] ? race_text
                                                                      : uninitialised_text);
@@ -466,9 +503,17 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
 
 inline void __syncthreads() { tz::wait(tz::AT_BLOCK_BARRIER); }
 
+namespace tz {
+inline void note_declared(const char* base) {
+  for (const char* known : declared_bases)
+    if (known == base) return;
+  declared_bases.push_back(base);
+}
+}  // namespace tz
 // A shared array of the kernel, by name, for the reports.
 template <class T, size_t N> inline void tz_shared_declare(T (&array)[N], const char* name) {
   const char* base = reinterpret_cast<const char*>(array);
+  tz::note_declared(base);
   if (tz::shared_array(base)) return;
   tz::shared_arrays.push_back({base, sizeof array, sizeof(T), name,
                                std::vector<tz::ByteState>(sizeof array)});
@@ -476,6 +521,7 @@ template <class T, size_t N> inline void tz_shared_declare(T (&array)[N], const 
 // A region of the dynamic shared array, as an array of `count` elements.
 template <class T> inline void tz_shared_declare(T* base, size_t count, const char* name) {
   const char* start = reinterpret_cast<const char*>(base);
+  tz::note_declared(start);
   if (tz::shared_array(start)) return;
   tz::shared_arrays.push_back({start, count * sizeof(T), sizeof(T), name,
                                std::vector<tz::ByteState>(count * sizeof(T))});
@@ -909,3 +955,5 @@ inline unsigned long long tz_ptx_lds8(const void* p) {
   std::memcpy(&value, p, 8);
   return value;
 }
+
+#include "wgmma.h"

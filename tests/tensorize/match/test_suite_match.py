@@ -52,9 +52,13 @@ WMMA_S8 = {f"wmma_{shape}_s8_s32" for shape in ("m16n16k16", "m32n8k16", "m8n32k
 WMMA_F16 = {f"wmma_{shape}_f16_f32" for shape in ("m16n16k16", "m32n8k16", "m8n32k16")}
 MMA_S8 = {"mma_m16n8k32_s8s8_s32"}
 MMA_F16 = {"mma_m16n8k16_f16f16_f32"}
+# Hopper's warpgroup tiles, 64 or 128 wide.
+WGMMA_S8 = {f"wgmma_m64n{n}k32_s8s8_s32" for n in (64, 128)}
+WGMMA_F16 = {f"wgmma_m64n{n}k16_f16f16_f32" for n in (64, 128)}
 # FMLAL by element: one k value of A times 4 columns of B a call.
-F16_GEMM = WMMA_F16 | MMA_F16 | {"arm_fmlal_lane"}
-INT8_GEMM = {"npu_gemm", "npu_gemm_reset", "arm_sdot_lane", "arm_smmla", *WMMA_S8, *MMA_S8}
+F16_GEMM = WMMA_F16 | MMA_F16 | WGMMA_F16 | {"arm_fmlal_lane"}
+INT8_GEMM = {"npu_gemm", "npu_gemm_reset", "arm_sdot_lane", "arm_smmla", *WMMA_S8, *MMA_S8,
+             *WGMMA_S8}
 # kernel -> block -> the compute intrinsics that must match it; every other pair must not.
 EXPECTED: dict[str, dict[str, set[str]]] = {
     "gemm_int8": {"C": INT8_GEMM},

@@ -1,0 +1,383 @@
+"""The Hopper family (intrinsics/cuda_wgmma.yaml): GEMMs through wgmma fed by bulk copies
+against mbarriers (targets/cuda/hopper.py, scheduled by tensorize/engine/cuda_hopper.py),
+exact under the host emulation for every input type at sizes around the tile; each protocol
+bug injected into the emitted source reported by name; compiled for sm_90a to HGMMA and
+UBLKCP with no spills, as docs/cuda_backend.md's table (bench/bench_cuda_hopper.py) says."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from intrinsics import default_registry, load_registry
+from intrinsics.registry import BUILTIN_DIR
+from ir import dtypes
+from ir.errors import ScheduleError
+from targets import cuda
+from targets.cuda.compile import (cuobjdump_path, nvcc_path, parse_sass, resource_usage,
+                                  sass_opcodes)
+from targets.cuda.emulate import COPY_MODES
+from targets.cuda.hopper import HopperTiling, emit_gemm
+from targets.cuda.wgmma import ptx_type
+from tensorize.engine import auto_tensorize
+from tensorize.engine.cuda_hopper import HOPPER_ARCH, hopper_gemm, hopper_schedule
+from tensorize.engine.cuda_schedule import mapping_cycles
+from tensorize.match import match_block
+from tensorize.schedule import tree
+from tests.default_run import first_by_default
+from tests.tensorize.engine.suite import suite
+
+ROOT = Path(__file__).resolve().parents[3]
+BENCH, DOC = ROOT / "bench" / "bench_cuda_hopper.py", ROOT / "docs" / "cuda_backend.md"
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                               reason="no host C++ compiler to build the emulation")
+
+# (input dtype, M, N, K): sizes on and off the 64 x n tile and the stages' k.
+SIZES = [("float16", 65, 130, 40), ("bfloat16", 128, 128, 256), ("int8", 100, 72, 200),
+         ("float8_e4m3", 64, 200, 96), ("float8_e5m2", 70, 64, 160), ("float16", 128, 256, 512)]
+
+
+def _inputs(dtype: str, m: int, n: int, k: int, seed: int = 3) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    dt = dtypes.dtype(dtype)
+    if dt.is_int:
+        return {"A": rng.integers(-128, 128, (m, k)).astype(np.int8),
+                "B": rng.integers(-128, 128, (k, n)).astype(np.int8)}
+    return {"A": rng.standard_normal((m, k)).astype(dt.numpy),
+            "B": rng.standard_normal((k, n)).astype(dt.numpy)}
+
+
+def _reference(inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """Integers exactly (wrapping in 32 bits); floats as the emulation adds: every product
+    exact in float32, summed into a float32 accumulator in increasing k."""
+    a, b = inputs["A"], inputs["B"]
+    if a.dtype == np.int8:
+        return (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
+    fa, fb = a.astype(np.float32), b.astype(np.float32)
+    c = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    for k in range(a.shape[1]):
+        c += fa[:, k:k + 1] * fb[k:k + 1, :]
+    return c
+
+
+def _kernel(dtype: str, m: int, n: int, k: int) -> cuda.CudaKernel:
+    return hopper_gemm(m, n, k, dtypes.dtype(dtype), default_registry())
+
+
+# ---- the family as data -------------------------------------------------------------------
+
+def test_every_wgmma_intrinsic_needs_sm_90a_and_names_its_protocol():
+    registry = default_registry()
+    wgmma = [i for i in registry.compute_intrinsics("cuda") if "warpgroup" in i.params]
+    assert {i.operands[0].buffer.dtype.name for i in wgmma} == {
+        "float16", "bfloat16", "int8", "float8_e4m3", "float8_e5m2"}
+    for intrinsic in wgmma:
+        assert intrinsic.feature == HOPPER_ARCH
+        assert intrinsic.params["copy"] == "tz_bulk_copy"
+        assert registry.get(intrinsic.loads["A"][0]).params["lane_registers"] == 2
+
+
+def test_the_engine_never_takes_wgmma_for_the_gpu_sections_architectures():
+    # sm_90a is not an architecture of cuda.yaml's gpu: section, so the estimate rules the
+    # family out for auto_tensorize, as it does fp8 on sm_80.
+    registry = default_registry()
+    func = suite()["gemm_fp16"]
+    block, = tree.block_names(func)
+    wgmma = registry.get("wgmma_m64n64k16_f16f16_f32")
+    found = match_block(func, block, wgmma, registry)
+    assert isinstance(found, list) and found
+    assert all(mapping_cycles(func, m, registry) == float("inf") for m in found)
+
+
+def test_the_warp_schedule_refuses_a_wgmma_intrinsic_named_to_it():
+    done = auto_tensorize(suite()["gemm_fp16"], "cuda", registry=default_registry(),
+                          intrinsic="wgmma_m64n64k16_f16f16_f32")
+    (outcome,) = done.blocks
+    assert outcome.intrinsic is None
+    assert outcome.reason.endswith("cuda schedule: wgmma_m64n64k16_f16f16_f32 is issued by a "
+                                   "warpgroup, not a warp: tensorize.engine.cuda_hopper."
+                                   "hopper_gemm builds its GEMM")
+
+
+def test_a_protocol_parameter_naming_another_helper_is_refused(tmp_path):
+    text = (BUILTIN_DIR / "cuda_wgmma.yaml").read_text()
+    assert text.count("copy: tz_bulk_copy") == 1
+    (tmp_path / "cuda_wgmma.yaml").write_text(text.replace("copy: tz_bulk_copy",
+                                                           "copy: tz_copy16"))
+    registry = load_registry([BUILTIN_DIR / "cuda.yaml", tmp_path / "cuda_wgmma.yaml"])
+    intrinsic = registry.get("wgmma_m64n64k16_f16f16_f32")
+    with pytest.raises(cuda.EmitError, match=r"cuda_wgmma\.yaml:\d+\): parameter 'copy' "
+                                             r"requires the helper tz_bulk_copy, got 'tz_copy16'"):
+        emit_gemm(intrinsic, registry, 64, 64, 64)
+
+
+def test_a_warpgroup_of_another_size_is_refused(tmp_path):
+    text = (BUILTIN_DIR / "cuda_wgmma.yaml").read_text()
+    assert text.count("warpgroup: 128") == 1
+    (tmp_path / "cuda_wgmma.yaml").write_text(text.replace("warpgroup: 128", "warpgroup: 64"))
+    registry = load_registry([BUILTIN_DIR / "cuda.yaml", tmp_path / "cuda_wgmma.yaml"])
+    with pytest.raises(cuda.EmitError, match="intrinsic wgmma_m64n64k16_f16f16_f32: parameter "
+                                             "'warpgroup' requires 128, got 64"):
+        emit_gemm(registry.get("wgmma_m64n64k16_f16f16_f32"), registry, 64, 64, 64)
+
+
+def test_an_input_type_wgmma_lacks_has_no_ptx_type():
+    assert ptx_type("float8_e5m2") == "e5m2"
+    with pytest.raises(cuda.EmitError, match="wgmma has no PTX type for float64"):
+        ptx_type("float64")
+
+
+@pytest.mark.parametrize("steps, stages, message", [
+    (2, 1, "HopperTiling requires stages >= 2, got 1"),
+    (0, 4, "HopperTiling requires steps >= 1, got 0"),
+])
+def test_a_bad_tiling_is_refused(steps, stages, message):
+    with pytest.raises(cuda.EmitError, match=message):
+        HopperTiling(steps=steps, stages=stages)
+
+
+@pytest.mark.parametrize("intrinsic, m, message", [
+    ("mma_m16n8k16_f16f16_f32", 64,
+     "emit_gemm requires a wgmma compute intrinsic, got mma_m16n8k16_f16f16_f32"),
+    ("wgmma_m64n64k16_f16f16_f32", 0, r"emit_gemm requires positive extents, got 0 x 64 x 64"),
+    ("wgmma_m64n64k16_f16f16_f32", 65536 * 64,
+     r"emit_gemm requires at most 65535 row tiles of 64 \(gridDim.y\), got m = 4194304"),
+])
+def test_a_gemm_the_kernel_cannot_express_is_refused(intrinsic, m, message):
+    registry = default_registry()
+    with pytest.raises(cuda.EmitError, match=message):
+        emit_gemm(registry.get(intrinsic), registry, m, 64, 64)
+
+
+def test_an_input_type_without_wgmma_is_refused_by_the_schedule():
+    with pytest.raises(ScheduleError, match="hopper_schedule: requires a wgmma intrinsic "
+                                            r"\(feature sm_90a\) for float32 inputs"):
+        hopper_schedule(64, 64, 64, dtypes.float32, default_registry())
+
+
+@pytest.mark.parametrize("m, n, k, width, steps, stages", [
+    (4096, 4096, 4096, 128, 4, 4),   # wide tiles, 4 stages of 4 k steps
+    (100, 72, 100, 128, 4, 2),       # 72 pads to 128 either way: the wider; 2 k stages
+    (128, 64, 16, 64, 1, 2),         # one k step: still 2 stages
+])
+def test_the_schedule_pads_least_and_stages_what_k_allows(m, n, k, width, steps, stages):
+    intrinsic, tiling = hopper_schedule(m, n, k, dtypes.float16, default_registry())
+    assert intrinsic.operands[2].buffer.shape[1] == width
+    assert tiling == HopperTiling(steps=steps, stages=stages)
+
+
+def test_the_kernel_calls_the_yaml_templates_in_its_pipeline():
+    kernel = _kernel("float16", 100, 72, 200)
+    assert [l.kernel for l in kernel.launches] == [
+        "gemm_hopper_pack_a", "gemm_hopper_pack_b", "gemm_hopper_gemm", "gemm_hopper_unpad"]
+    gemm = kernel.launches[2]
+    # One consumer warpgroup and one producer warp per 64 x 128 tile.
+    assert gemm.block == (160, 1, 1) and gemm.grid == (1, 2, 1)
+    body = kernel.source[kernel.source.index("void __launch_bounds__(160) gemm_hopper_gemm"):]
+    producer = body[body.index("if (threadIdx.x == 128)"):body.index("if (threadIdx.x < 128)")]
+    consumers = body[body.index("if (threadIdx.x < 128)"):]
+    assert "tz_mbarrier_init(&tz_full[s], 1);" in body
+    assert "tz_mbarrier_init(&tz_empty[s], 128);" in body
+    # A stage of A (64 x 64 halves) and of B (128 x 64) per transaction count: 24576 bytes.
+    for call in ("tz_mbarrier_try_wait(&tz_empty[stage], ",
+                 "tz_mbarrier_arrive_expect_tx(&tz_full[stage], 24576);", "tz_bulk_copy("):
+        assert call in producer and call not in consumers, call
+    for call in ("tz_wgmma_fill_m64n128(tz_acc);", "tz_mbarrier_try_wait(&tz_full[stage], ",
+                 "tz_wgmma_desc(tz_desc_a, ", ", 128, 256, 0);",
+                 "tz_wgmma_m64n128k16_f16_f16_f32(tz_acc, tz_desc_a, tz_desc_b);",
+                 "tz_wgmma_wait_group<1>();", "tz_mbarrier_arrive(&tz_empty[",
+                 "tz_wgmma_store_m64n128(tz_c, tz_acc, 128);"):
+        assert call in consumers and call not in producer, call
+
+
+# ---- exact under the emulation ----------------------------------------------------------
+
+@needs_gxx
+@pytest.mark.parametrize("dtype, m, n, k", first_by_default(SIZES, 1))
+def test_gemm_is_exact_under_the_emulation(dtype, m, n, k):
+    kernel = _kernel(dtype, m, n, k)
+    inputs = _inputs(dtype, m, n, k)
+    expected = _reference(inputs)
+    for copies in COPY_MODES:
+        for reverse in (False, True):
+            actual = cuda.emulate(kernel, inputs, copies=copies, reverse=reverse)["C"]
+            np.testing.assert_array_equal(actual, expected)
+
+
+@needs_gxx
+@pytest.mark.slow
+def test_a_wrong_leading_byte_offset_in_the_yaml_gives_wrong_numbers(tmp_path):
+    # The descriptors told the two core matrices along k are 256 bytes apart (they are 128):
+    # every read stays in the stage, so only the numbers show it.
+    text = (BUILTIN_DIR / "cuda_wgmma.yaml").read_text()
+    right = 'cuda: "tz_wgmma_desc({dst}, {src}, 128, 256, 0);"'
+    assert text.count(right) == 2
+    (tmp_path / "cuda_wgmma.yaml").write_text(text.replace(
+        right, 'cuda: "tz_wgmma_desc({dst}, {src}, 256, 256, 0);"', 1))
+    registry = load_registry([BUILTIN_DIR / "cuda.yaml", tmp_path / "cuda_wgmma.yaml"])
+    kernel = hopper_gemm(128, 64, 256, dtypes.float16, registry)
+    assert "tz_wgmma_desc(tz_desc_a, tz_smem + stage * 16384 + s * 2048, 256, 256, 0);" in (
+        kernel.source)
+    inputs = _inputs("float16", 128, 64, 256)
+    actual = cuda.emulate(kernel, inputs)["C"]
+    assert not np.array_equal(actual, _reference(inputs))
+
+
+# ---- injected protocol bugs, each reported by name ------------------------------------------
+
+WAIT = "while (!tz_mbarrier_try_wait(&tz_full[stage], kt / 2 % 2)) {}"
+RELEASE = ("tz_wgmma_wait_group<1>();\n"
+           "      if (kt > 0) tz_mbarrier_arrive(&tz_empty[(kt + 1) % 2]);")
+PRODUCER_WAIT = ("if (kt >= 2) while (!tz_mbarrier_try_wait(&tz_empty[stage], (kt / 2 - 1) % 2)) "
+                 "{}")
+EARLY_READ = (r"race on shared tz_smem\[\d+\]: the wgmma of thread \(\d+, 0, 0\) reads a stage "
+              r"before its mbarrier phase completes \(a bulk copy that thread \(128, 0, 0\) "
+              r"issued into it {how}\)")
+IN_FLIGHT = EARLY_READ.format(how="is in flight")
+UNSEEN_PHASE = EARLY_READ.format(how="completes a phase this thread has not waited for")
+OVERWRITE = (r"race on shared tz_smem\[\d+\]: the bulk copy that thread \(128, 0, 0\) issues "
+             r"overwrites a stage still being read \(by a wgmma of thread \(\d+, 0, 0\) not "
+             r"yet retired by wgmma.wait_group\)")
+DOUBLE_COPY = r"race on shared tz_smem\[0\]: two bulk copies in flight into it"
+DEADLOCK = r"deadlock: \d+ of 160 threads poll an mbarrier phase that never completes"
+
+
+@pytest.fixture(scope="module")
+def gemm() -> tuple[cuda.CudaKernel, dict[str, np.ndarray]]:
+    """A 64 x 64 x 128 f16 GEMM of 8 k stages through 2 shared stages."""
+    kernel = emit_gemm(default_registry().get("wgmma_m64n64k16_f16f16_f32"), default_registry(),
+                       64, 64, 128, HopperTiling(steps=1, stages=2))
+    return kernel, _inputs("float16", 64, 64, 128, seed=5)
+
+
+def _edited(kernel: cuda.CudaKernel, old: str, new: str) -> cuda.CudaKernel:
+    assert kernel.source.count(old) == 1, old
+    return dataclasses.replace(kernel, source=kernel.source.replace(old, new))
+
+
+def _caught(kernel: cuda.CudaKernel, inputs: dict, pattern: str, copies: str,
+            reverse: bool = False) -> None:
+    with pytest.raises(cuda.EmulationError, match=pattern):
+        cuda.emulate(kernel, inputs, copies=copies, reverse=reverse)
+
+
+@needs_gxx
+@pytest.mark.slow
+@pytest.mark.parametrize("copies, pattern", [("at_wait", IN_FLIGHT),
+                                             ("at_issue", UNSEEN_PHASE)])
+def test_a_consumer_that_never_waits_reads_a_stage_before_its_phase(gemm, copies, pattern):
+    # In reverse order the producer (thread 128) issues its copies before the consumers run:
+    # they read them in flight, or landed in a phase they never waited for.
+    kernel, inputs = gemm
+    _caught(_edited(kernel, WAIT, ""), inputs, pattern, copies, reverse=True)
+
+
+@needs_gxx
+@pytest.mark.slow
+@pytest.mark.parametrize("copies, pattern", [("at_wait", IN_FLIGHT), ("at_issue", DEADLOCK)])
+def test_a_wait_on_the_wrong_parity_is_reported(gemm, copies, pattern):
+    # Parity 1 at the first step passes at once (phase 0 is the current one): with copies
+    # landing late the wgmma reads them in flight; landed at issue, phase 0 has completed
+    # before the poll, and the phase it then waits for never comes.
+    kernel, inputs = gemm
+    broken = _edited(kernel, WAIT, WAIT.replace("kt / 2 % 2", "kt / 2 % 2 + 1"))
+    _caught(broken, inputs, pattern, copies, reverse=True)
+
+
+@needs_gxx
+@pytest.mark.slow
+@pytest.mark.parametrize("copies", COPY_MODES)
+def test_a_stage_released_before_its_wgmma_retires_is_overwritten(gemm, copies):
+    # The consumers arrive on the stage's empty mbarrier before wait_group 1: the producer,
+    # released, refills it while their wgmma group still reads it.
+    kernel, inputs = gemm
+    broken = _edited(kernel, RELEASE, "if (kt > 0) tz_mbarrier_arrive(&tz_empty[(kt + 1) % 2]);"
+                                      "\n      tz_wgmma_wait_group<1>();")
+    for reverse in (False, True):
+        _caught(broken, inputs, OVERWRITE, copies, reverse)
+
+
+@needs_gxx
+@pytest.mark.slow
+@pytest.mark.parametrize("copies, pattern", [("at_wait", DOUBLE_COPY), ("at_issue", DEADLOCK)])
+def test_a_producer_that_never_waits_for_the_release_is_reported(gemm, copies, pattern):
+    # The third k stage's copies go into stage 0 at once: on top of the first's, in flight;
+    # landed at issue, the first stage's phase is overtaken and the consumers wait forever.
+    kernel, inputs = gemm
+    _caught(_edited(kernel, PRODUCER_WAIT, ""), inputs, pattern, copies)
+
+
+@needs_gxx
+@pytest.mark.slow
+@pytest.mark.parametrize("copies", COPY_MODES)
+def test_a_transaction_count_short_of_the_copies_never_completes_its_phase(gemm, copies):
+    kernel, inputs = gemm
+    broken = _edited(kernel, "tz_mbarrier_arrive_expect_tx(&tz_full[stage], 4096);",
+                     "tz_mbarrier_arrive_expect_tx(&tz_full[stage], 4080);")
+    _caught(broken, inputs, DEADLOCK, copies)
+
+
+@needs_gxx
+@pytest.mark.slow
+def test_wgmma_groups_never_waited_for_are_reported(gemm):
+    kernel, inputs = gemm
+    broken = _edited(kernel, "tz_wgmma_wait_group<0>();", "")
+    _caught(broken, inputs, "wgmma operations never retired by wgmma.wait_group at the "
+                            "thread's end", "at_wait")
+
+
+# ---- compiled for sm_90a -----------------------------------------------------------------
+
+# A k loop of two wgmmas, each after an mbarrier poll whose retry nvcc puts after the EXIT,
+# branching back into the loop: that branch closes no loop.
+POLLING_SASS = """
+        Function : polling
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R3+URZ+0x18000], R0 ;
+        /*0020*/              @!P0 BRA 0x90 ;
+        /*0030*/                   HGMMA.64x128x16.F32 R24, gdesc[UR8], R24 ;
+        /*0040*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R3+URZ+0x18008], R0 ;
+        /*0050*/                   HGMMA.64x128x16.F32 R24, gdesc[UR8], R24, gsb0 ;
+        /*0060*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*0070*/               @P1 BRA 0x10 ;
+        /*0080*/                   EXIT ;
+        /*0090*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R3+URZ+0x18000], R0 ;
+        /*00a0*/                   BRA 0x50 ;
+"""
+
+
+def test_the_sass_mix_ignores_branches_back_from_out_of_line_polls():
+    (mix,) = parse_sass(POLLING_SASS)
+    assert (mix.mma, mix.other, mix.scope) == (2, 5, "k loop")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not found")
+@pytest.mark.skipif(cuobjdump_path() is None, reason="cuobjdump not found (the sass extra)")
+@pytest.mark.parametrize("dtype, opcode", [("float16", "HGMMA"), ("bfloat16", "HGMMA"),
+                                           ("int8", "IGMMA"), ("float8_e4m3", "QGMMA")])
+def test_sm_90a_kernels_use_wgmma_fed_by_bulk_copies_without_spills(dtype, opcode):
+    kernel = _kernel(dtype, 4096, 4096, 4096)
+    (counts,) = [c for name, c in sass_opcodes(kernel, HOPPER_ARCH).items()
+                 if "gemm_hopper_gemm" in name]
+    assert counts.get(opcode, 0) > 0 and counts.get("UBLKCP", 0) > 0, counts
+    for resources in resource_usage(kernel, HOPPER_ARCH):
+        assert resources.spill_stores == resources.spill_loads == 0, resources
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not found")
+@pytest.mark.skipif(cuobjdump_path() is None, reason="cuobjdump not found (the sass extra)")
+def test_the_documented_sass_table_is_what_the_bench_prints():
+    spec = importlib.util.spec_from_file_location("bench_cuda_hopper", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    page = DOC.read_text()
+    for name in bench.INPUTS:
+        assert bench.row(name) in page, name
