@@ -149,6 +149,13 @@ class ImageRows:
         self.count = n * oh * ow
         self.depth = kh * kw * c
 
+    @classmethod
+    def of_rows(cls, rows: np.ndarray) -> ImageRows:
+        """GEMM rows already gathered, ``(m, k)`` (a matrix product's left operand), to
+        copy as a convolution's are gathered: one line of ``m`` one-pixel windows."""
+        m, k = rows.shape
+        return cls(rows.reshape(1, 1, m, 1, 1, k))
+
     def gather(self, out: np.ndarray, start: int) -> None:
         """Rows ``start`` to ``start + len(out)`` into ``out``'s first :attr:`depth`
         columns (the others are left as they are: a padded operand's zeros): at most three

@@ -127,9 +127,11 @@ def _kernel_step(executor: CpuExecutor, layer: Layer, threads: int,
         return None, []
     output = chosen.func.params[-1].name
     pack = chosen.pack
-    if isinstance(pack, GemmPack) and pack.fused.rows_nhwc is not None:
+    if isinstance(pack, GemmPack):
         parts = _parts(executor, chosen, pack, threads)
-        return _channels_last_step(chosen, pack, parts, pool), parts
+        if pack.fused.rows_nhwc is not None:
+            return _channels_last_step(chosen, pack, parts, pool), parts
+        return _rows_step(chosen, pack, parts, pool), parts
     loaded = LoadedKernel(kernel[0])
 
     def step(values: list[Value]) -> np.ndarray:
@@ -226,24 +228,47 @@ def _channels_last_step(layer: Layer, pack: GemmPack, parts: list[_Part],
         if skip:
             skip_rows = (skip[0].nhwc.reshape(fused.m, c) if isinstance(skip[0], ChannelsLast)
                          else fused.output_rows(skip[0]))
-        if len(parts) == 1:
-            # The kernel's own output array: valid until the layer runs again.
-            out = parts[0](image, skip_rows, pack.constants, output)
-        else:
-            out = np.empty((fused.m, c), np.int8)
-
-            def run(part: _Part) -> None:
-                rows = part(image, skip_rows, pack.constants, output)
-                out[part.start:part.start + part.rows] = rows
-
-            # The caller's thread runs the first part while the pool runs the others.
-            others = [pool.submit(run, part) for part in parts[1:]]
-            run(parts[0])
-            for other in others:
-                other.result()
+        out = _run_parts(parts, image, skip_rows, pack.constants, output, pool)
         return ChannelsLast(out.reshape(n, h, w, c), lambda: layer.unpack(out, ()))
 
     return step
+
+
+def _rows_step(layer: Layer, pack: GemmPack, parts: list[_Part],
+               pool: ThreadPoolExecutor | None) -> Step:
+    """A matrix product's fused (or joined) form: its GEMM rows from the layer's inputs,
+    split over ``parts`` as a convolution's are, its output as the layer's."""
+    fused, output = pack.fused, layer.func.params[-1].name
+
+    def step(values: list[Value]) -> np.ndarray:
+        arrays = [_array(value) for value in values]
+        image = ImageRows.of_rows(fused.rows(arrays[:pack.inputs]))
+        skip_rows = None if pack.skip is None else fused.output_rows(arrays[pack.inputs])
+        return layer.unpack(_run_parts(parts, image, skip_rows, pack.constants, output, pool),
+                            arrays)
+
+    return step
+
+
+def _run_parts(parts: list[_Part], image: ImageRows, skip: np.ndarray | None,
+               constants: Mapping[str, np.ndarray], output: str,
+               pool: ThreadPoolExecutor | None) -> np.ndarray:
+    """Every part of a layer's rows run at once, the caller's thread taking the first and
+    ``pool`` the others; the layer's ``(m, n)`` output rows: one part's own output array
+    (valid until the layer runs again), or the parts' rows copied together."""
+    if len(parts) == 1:
+        return parts[0](image, skip, constants, output)
+    kernel_out = parts[0].loaded.array(output)
+    out = np.empty((image.count, kernel_out.shape[1]), kernel_out.dtype)
+
+    def run(part: _Part) -> None:
+        out[part.start:part.start + part.rows] = part(image, skip, constants, output)
+
+    others = [pool.submit(run, part) for part in parts[1:]]
+    run(parts[0])
+    for other in others:
+        other.result()
+    return out
 
 
 def _pool_step(executor: CpuExecutor, layer: Layer) -> Step | None:

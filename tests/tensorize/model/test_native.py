@@ -152,6 +152,22 @@ def test_a_layers_rows_split_over_threads_give_the_same_outputs(tmp_path, contex
         np.testing.assert_array_equal(network(inputs)[name], want)
 
 
+def test_a_matrix_products_rows_split_over_threads_give_the_same_outputs(tmp_path, context):
+    # Each projection: 512 rows x 256 x 256, 33.6M MACs, two parts' worth; its weights are
+    # packed once, as a convolution's are.
+    graph = import_model(models.save(models.quantize(models.small_attention(seq=512,
+                                                                            hidden=256),
+                                                     tmp_path), tmp_path, "attention.onnx"))
+    network = compile_network(graph, context("x86", threads=2))
+    assert network.split == {"query": 2, "key": 2}
+    assert {"query", "key"} <= network.prepacked
+    inputs = random_inputs(graph, 6)
+    names = [info.name for info in graph.outputs]
+    theirs = reference_session(graph).run(names, inputs)
+    for name, want in zip(names, theirs):
+        np.testing.assert_array_equal(network(inputs)[name], want)
+
+
 def test_a_max_pool_between_convolutions_keeps_them_channels_last(cnn, context):
     network = compile_network(cnn, context("x86"))
     inputs = random_inputs(cnn, 4)
