@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 from intrinsics import self_check
-from intrinsics.oracle import gemm_bound, hardware_gemm, hardware_model, numpy_model
+from intrinsics.oracle import hardware_gemm, hardware_model, numpy_model
 from intrinsics.selfcheck import OK
 from targets import cpu
 from targets.arm.qemu import qemu_binary
 from targets.host.selfcheck import SemanticsChecker
 from tensorize.engine import auto_tensorize
+from tests.targets.arm.bf16_checks import assert_hardware_order
 from tests.tensorize.schedule.kernels import bf16_inputs, bf16_one_lane, gemm_bf16
 
 BF16 = ml_dtypes.bfloat16
@@ -90,12 +91,7 @@ def test_bf16_gemm_equals_the_hardware_order_bit_for_bit(shape, registry) -> Non
     run = cpu.run(_kernel(shape, registry), inputs)
     assert run.engine == "qemu-user"
     got = run.outputs["C"]
-    want = hardware_gemm(inputs["A"], inputs["B"], 2, registry.get("arm_bfdot_lane").accumulation)
-    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
-    # Against float64: the recursive-sum bound of k roundings to odd (a unit in the last
-    # place each), the flushed denormal products and 2k + 1 flushes.
-    exact, bound = gemm_bound(inputs["A"], inputs["B"], registry.get("arm_bfdot_lane").accumulation)
-    assert np.all(np.abs(got - exact) <= bound)
+    assert_hardware_order(got, inputs, registry.get("arm_bfdot_lane").accumulation, 2)
 
 
 @needs_qemu
