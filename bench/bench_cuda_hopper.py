@@ -1,6 +1,6 @@
-"""The Hopper GEMM (wgmma fed by bulk copies against mbarriers, sm_90a) at 4096^3 for every
-input type, static figures (no GPU needed): the engine's intrinsic and tiling, the GEMM
-launch's registers, dynamic shared memory and spills (ptxas), its wgmma, bulk-copy and
+"""The Hopper GEMM (wgmma fed by TMA tensor copies against mbarriers, sm_90a) at 4096^3 for
+every input type, static figures (no GPU needed): the engine's intrinsic and tiling, the GEMM
+launch's registers, dynamic shared memory and spills (ptxas), its wgmma, tensor-copy and
 mbarrier instructions in the SASS (cuobjdump), and the instructions of its k loop.
 
     .venv/bin/python bench/bench_cuda_hopper.py
@@ -17,7 +17,8 @@ from tensorize.engine.cuda_hopper import HOPPER_ARCH, hopper_gemm, hopper_schedu
 
 SIZE = 4096
 INPUTS = ("float16", "bfloat16", "int8", "float8_e4m3", "float8_e5m2")
-# The SASS opcodes a Hopper GEMM should show: its wgmma, the bulk copy, the mbarrier ops.
+# The SASS opcodes a Hopper GEMM should show: its wgmma, the tensor copy (UTMALDG; UBLKCP
+# would be a plain bulk copy), the mbarrier ops.
 COUNTED = ("HGMMA", "IGMMA", "QGMMA", "UBLKCP", "UTMALDG", "SYNCS")
 
 

@@ -46,7 +46,7 @@ from targets.cuda.vector import vector_copy, vector_store, without_clamps, zero_
 from targets.cuda.writer import CppWriter
 from targets.identifiers import Namer, mangle
 
-__all__ = ["CudaKernel", "Launch", "emit"]
+__all__ = ["CudaKernel", "Launch", "TensorMap", "emit"]
 
 # The scopes that are not memory: fragments, held in the warp's registers.
 MEMORY_SCOPES = ("global", "shared")
@@ -75,13 +75,29 @@ MAX_GRID = 65535
 
 
 @dataclass(frozen=True, slots=True)
+class TensorMap:
+    """A 2-d TMA tensor map over the row-major buffer ``buffer`` (a parameter of the kernel):
+    ``dims`` its extents (inner first, in elements), ``stride`` the bytes between its rows,
+    ``box`` the extents a copy moves (inner first), ``swizzle`` the shared-memory swizzle
+    mode (0: none). A launch taking maps receives each, encoded on the host, as a
+    ``const __grid_constant__ CUtensorMap`` argument after the buffers, in order."""
+
+    buffer: str
+    dims: tuple[int, int]
+    stride: int
+    box: tuple[int, int]
+    swizzle: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Launch:
     """One ``__global__`` function and its launch: ``grid`` and ``block`` as (x, y, z);
     ``tiled`` for a kernel with thread-bound loops (the tensorized ones); ``dynamic_shared``
     the bytes of dynamic shared memory it needs (0: its shared arrays are static). Above
     48 KB a launch must first raise the function's
     ``cudaFuncAttributeMaxDynamicSharedMemorySize`` to that figure. ``stages``: the
-    cp.async stages of its pipelined loop (1 without one)."""
+    cp.async stages of its pipelined loop (1 without one). ``tensor_maps``: the TMA tensor
+    maps it takes after the buffers."""
 
     kernel: str
     grid: tuple[int, int, int]
@@ -89,6 +105,7 @@ class Launch:
     tiled: bool = False
     dynamic_shared: int = 0
     stages: int = 1
+    tensor_maps: tuple[TensorMap, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

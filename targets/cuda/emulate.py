@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from targets.cuda.cexpr import ctype, device_numpy
-from targets.cuda.emit import CudaKernel
+from targets.cuda.emit import CudaKernel, Launch
 from targets.cuda.errors import EmulationError
 from targets.cuda.writer import CppWriter
 
@@ -70,7 +70,7 @@ def _c_string(text: str) -> str:
 def _launcher(kernel: CudaKernel) -> str:
     """C entry points, one per launch:
     ``tz_launch_<kernel>(void** args, int reverse, int at_issue)``; each declares the
-    global buffers for the bounds checks."""
+    global buffers for the bounds checks and encodes the launch's tensor maps."""
     out = CppWriter()
     out.line('extern "C" const char* tz_error() { return tz::error_text; }')
     casts = ", ".join(f"({ctype(b.dtype)}*)args[{n}]" for n, b in enumerate(kernel.buffers))
@@ -84,9 +84,28 @@ def _launcher(kernel: CudaKernel) -> str:
                          f"{size}, {_c_string(b.name)});")
             grid = "tz_dim3{%d, %d, %d}" % launch.grid
             block = "tz_dim3{%d, %d, %d}" % launch.block
-            out.line(f"return tz::launch([&] {{ {launch.kernel}({casts}); }}, {grid}, {block}, "
-                     "reverse, at_issue);")
+            maps = _encode_maps(out, kernel, launch)
+            out.line(f"return tz::launch([&] {{ {launch.kernel}({casts}{maps}); }}, "
+                     f"{grid}, {block}, reverse, at_issue);")
     return out.text() + "\n"
+
+
+def _encode_maps(out: CppWriter, kernel: CudaKernel, launch: Launch) -> str:
+    """Lines encoding ``launch``'s tensor maps on the host, by the emulation's own encoder
+    (``emulation/wgmma.h``, standing in for the driver's), returning 1 from the entry point
+    when one fails; the arguments that pass them, after the buffers."""
+    if not launch.tensor_maps:
+        return ""
+    out.line("tz::error_text[0] = 0;")
+    for n, tensor_map in enumerate(launch.tensor_maps):
+        index = kernel.params.index(tensor_map.buffer)
+        size = kernel.buffers[index].dtype.numpy.itemsize
+        (dim0, dim1), (box0, box1) = tensor_map.dims, tensor_map.box
+        out.line(f"CUtensorMap tz_map_{n};")
+        out.line(f"tz_tensor_map_encode_tiled(&tz_map_{n}, {size}, args[{index}], {dim0}, {dim1}, "
+                 f"{tensor_map.stride}, {box0}, {box1}, {tensor_map.swizzle});")
+    out.line("if (tz::error_text[0]) return 1;")
+    return "".join(f", tz_map_{n}" for n in range(len(launch.tensor_maps)))
 
 
 def _library(kernel: CudaKernel) -> ctypes.CDLL:

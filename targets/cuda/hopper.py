@@ -1,24 +1,30 @@
 """A GEMM for Hopper (sm_90a) from the wgmma family of ``intrinsics/cuda_wgmma.yaml``:
 ``C[m, n] = sum_k acc(A[m, k]) * acc(B[k, n])``, A row-major M x K, B row-major K x N.
 
-Three launches (four when the result is padded):
+Two launches, and up to two more:
 
-1. ``pack_a`` and ``pack_b`` write A and B into the order the no-swizzle descriptors read
-   (K-major 8 x 16-byte core matrices, ``_Layout``), one contiguous run per (tile, k stage),
-   zero past the extents. Each stage of the GEMM is then one ``cp.async.bulk`` per operand.
+1. ``pack_b`` writes B transposed (``B_t``, N rows of K: every input type reads one K-major
+   layout, and the 8-bit types have no transposed wgmma operand); ``pack_a`` copies A into
+   ``A_k`` only when its rows are not a multiple of 16 bytes (a tensor map's row stride must
+   be). Neither pads to the tile: the tensor copies zero-fill past the extents.
 2. ``gemm``: one block per 64 x n tile of C, warp-specialised: a consumer warpgroup
    (threads 0-127) and a producer warp (128-159, lane 0 issuing). Each of the ``stages``
    shared stages has a full mbarrier (one arrival and the stage's bytes: the producer's
-   ``arrive.expect_tx`` and its two bulk copies) and an empty one (one arrival per consumer
-   thread). The producer refills a stage once its empty phase completes; the consumers
-   wait on its full phase, issue the stage's wgmmas, commit them, wait for the previous
-   stage's group (``wait_group 1``) and release that stage. The accumulators go to C (or
-   its padded copy) through the YAML's store.
+   ``arrive.expect_tx`` and its TMA tensor copies) and an empty one (one arrival per
+   consumer thread). A stage holds, per operand, one box (rows x 16 bytes of k, from the
+   operand's 2-d tensor map) per core-matrix column: the boxes land one after another, so
+   the no-swizzle descriptors read them with a leading byte offset of rows x 16 (between
+   the two core matrices along k) and a stride byte offset of 128 (between 8-row groups).
+   The producer refills a stage once its empty phase completes; the consumers wait on its
+   full phase, issue the stage's wgmmas, commit them, wait for the previous stage's group
+   (``wait_group 1``) and release that stage. The accumulators go to C (or its padded
+   copy) through the YAML's store.
 3. ``unpad`` (only when M or N is not a multiple of the tile): C from its padded copy.
 
 Every instruction of the protocol is named by the compute intrinsic's parameters and
 checked against :data:`.wgmma.PROTOCOL`; the fill, descriptor, multiply and store are the
-YAML's templates.
+YAML's templates. The tensor maps travel as :class:`.emit.TensorMap` records of the launch:
+the emulation encodes them with its own encoder (``emulation/wgmma.h``).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from dataclasses import dataclass
 from intrinsics import Intrinsic, Registry
 from ir import Buffer
 from targets.cuda.cexpr import PRELUDE, ctype
-from targets.cuda.emit import SHARED_ACCESS, CudaKernel, Launch
+from targets.cuda.emit import SHARED_ACCESS, CudaKernel, Launch, TensorMap
 from targets.cuda.errors import EmitError
 from targets.cuda.ptx import MMA_PRELUDE
 from targets.cuda.wgmma import PROTOCOL, wgmma_prelude
@@ -44,6 +50,8 @@ TILE_M = 64
 # Bytes of k one wgmma reads (16 f16 or 32 8-bit values: two core matrices of 8 rows of
 # 16 bytes, the leading byte offset of the YAML's descriptor templates apart).
 STEP_BYTES = 32
+# Bytes of k in one core matrix row: the inner extent of every tensor-map box.
+CORE_BYTES = 16
 MAX_GRID = 65535
 
 
@@ -65,15 +73,18 @@ class HopperTiling:
 
 @dataclass(frozen=True, slots=True)
 class _Layout:
-    """One operand packed for its descriptors: ``rows`` (64 for A, n for B) of a tile per
-    stage, each stage ``steps`` k steps of ``rows / 8`` groups of 2 core matrices (the
-    leading byte offset 128 between the two along k, the stride byte offset 256 between
-    row groups). ``tiles`` tiles of ``k_stages`` stages each."""
+    """One operand's tile in a stage: ``rows`` (64 for A, n for B) of ``steps`` wgmma k steps,
+    each step two boxes of rows x 16 bytes (one core-matrix column each), ``k_stages`` stages
+    along k."""
 
     rows: int
     steps: int
-    tiles: int
     k_stages: int
+
+    @property
+    def box_bytes(self) -> int:
+        """Bytes of one box: one column of core matrices (the descriptors' leading offset)."""
+        return self.rows * CORE_BYTES
 
     @property
     def step_bytes(self) -> int:
@@ -82,13 +93,8 @@ class _Layout:
 
     @property
     def stage_bytes(self) -> int:
-        """Bytes of one stage of one tile: one bulk copy."""
+        """Bytes of one stage of one tile."""
         return self.steps * self.step_bytes
-
-    @property
-    def total_bytes(self) -> int:
-        """Bytes of the packed operand."""
-        return self.tiles * self.k_stages * self.stage_bytes
 
 
 def _protocol(intrinsic: Intrinsic) -> dict[str, str]:
@@ -128,38 +134,46 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
     a_op, b_op, c_op = intrinsic.operands
     tile_n = c_op.buffer.shape[1]
     in_dtype, acc_dtype = a_op.buffer.dtype, c_op.buffer.dtype
+    elem = in_dtype.numpy.itemsize
     k_step = a_op.buffer.shape[1]
     m_tiles, n_tiles = -(-m // TILE_M), -(-n // tile_n)
     k_steps = -(-k // k_step)
     steps = min(tiling.steps, k_steps)
     k_stages = -(-k_steps // steps)
     stages = min(tiling.stages, max(k_stages, 2))
-    layout_a = _Layout(TILE_M, steps, m_tiles, k_stages)
-    layout_b = _Layout(tile_n, steps, n_tiles, k_stages)
+    layout_a = _Layout(TILE_M, steps, k_stages)
+    layout_b = _Layout(tile_n, steps, k_stages)
     padded = m % TILE_M != 0 or n % tile_n != 0
+    # A tensor map's row stride is a multiple of 16 bytes: rows of k padded to that.
+    k_row = -(-k * elem // CORE_BYTES) * CORE_BYTES // elem
     a = Buffer("A", (m, k), in_dtype)
     b = Buffer("B", (k, n), in_dtype)
     c = Buffer("C", (m, n), acc_dtype)
-    a_pack = Buffer("A_packed", (layout_a.total_bytes // in_dtype.numpy.itemsize,), in_dtype)
-    b_pack = Buffer("B_packed", (layout_b.total_bytes // in_dtype.numpy.itemsize,), in_dtype)
+    a_k = Buffer("A_k", (m, k_row), in_dtype)
+    b_t = Buffer("B_t", (n, k_row), in_dtype)
     c_pad = Buffer("C_padded", (m_tiles * TILE_M, n_tiles * tile_n), acc_dtype)
-    buffers = (a, b, c, a_pack, b_pack, *((c_pad,) if padded else ()))
+    a_rows = a if k_row == k else a_k
+    buffers = (a, b, c, *((a_k,) if a_rows is a_k else ()), b_t, *((c_pad,) if padded else ()))
     signature = ", ".join(f"{ctype(x.dtype)}* __restrict__ {x.name}" for x in buffers)
     out = CppWriter()
     launches = []
-    for operand, layout, source, packed, transposed in (
-            ("a", layout_a, a, a_pack, False), ("b", layout_b, b, b_pack, True)):
+    packs = (("b", b, b_t, True), *((("a", a, a_k, False),) if a_rows is a_k else ()))
+    for operand, source, packed, transposed in packs:
         kernel = f"{name}_pack_{operand}"
-        _pack(out, kernel, signature, layout, source, packed, k_step, transposed)
-        elements = layout.total_bytes // in_dtype.numpy.itemsize
-        launches.append(Launch(kernel, (-(-elements // PACK_THREADS), 1, 1),
+        _pack(out, kernel, signature, source, packed, transposed)
+        launches.append(Launch(kernel, (-(-packed.shape[0] * k_row // PACK_THREADS), 1, 1),
                                (PACK_THREADS, 1, 1)))
-    staged = _Stages(stages, layout_a, layout_b)
+    box = CORE_BYTES // elem
+    maps = (TensorMap(a_rows.name, (k, m), k_row * elem, (box, TILE_M)),
+            TensorMap(b_t.name, (k, n), k_row * elem, (box, tile_n)))
+    staged = _Stages(stages, layout_a, layout_b, box)
     kernel = f"{name}_gemm"
-    _gemm(out, kernel, signature, intrinsic, registry, protocol, (a_pack, b_pack), staged,
+    gemm_signature = signature + "".join(
+        f", const __grid_constant__ CUtensorMap tz_map_{x}" for x in ("a", "b"))
+    _gemm(out, kernel, gemm_signature, intrinsic, registry, protocol, staged,
           c_pad if padded else c)
     launches.append(Launch(kernel, (n_tiles, m_tiles, 1), (BLOCK_THREADS, 1, 1), tiled=True,
-                           dynamic_shared=staged.shared, stages=stages))
+                           dynamic_shared=staged.shared, stages=stages, tensor_maps=maps))
     if padded:
         _unpad(out, f"{name}_unpad", signature, c, c_pad)
         launches.append(Launch(f"{name}_unpad", (-(-m * n // PACK_THREADS), 1, 1),
@@ -173,45 +187,35 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
                       ("C",))
 
 
-def _pack(out: CppWriter, kernel: str, signature: str, layout: _Layout, source: Buffer,
-          packed: Buffer, k_step: int, transposed: bool) -> None:
-    """One thread per packed element: the index's digits (tile, k stage, step, row group,
-    core matrix, row, element), outermost first, name the element of the source it takes,
-    or zero past the extents. B (k rows of n) is read transposed: its rows are n."""
-    elem = source.dtype.numpy.itemsize
-    per_core_row = 16 // elem
-    rows, depth = (source.shape[1], source.shape[0]) if transposed else source.shape
-    word = {1: "unsigned char", 2: "unsigned short"}[elem]
-    total = layout.total_bytes // elem
+def _pack(out: CppWriter, kernel: str, signature: str, source: Buffer, packed: Buffer,
+          transposed: bool) -> None:
+    """One thread per element of ``packed`` (rows of k, zero past k): the element of
+    ``source`` it takes; B (k rows of n) is read transposed."""
+    rows, row = packed.shape
+    depth = source.shape[0] if transposed else source.shape[1]
+    index = f"kk * {rows} + r" if transposed else f"r * {depth} + kk"
+    word = {1: "unsigned char", 2: "unsigned short"}[source.dtype.numpy.itemsize]
     with out.block(f"__global__ void {kernel}({signature})"):
         out.line(f"const long long i = static_cast<long long>(blockIdx.x) * {PACK_THREADS} "
                  "+ threadIdx.x;")
-        with out.block(f"if (i < {total}LL)"):
-            digits = (("e", per_core_row), ("r", 8), ("c", 2), ("g", layout.rows // 8),
-                      ("s", layout.steps), ("ks", layout.k_stages))
-            out.line("long long rest = i;")
-            for digit, extent in digits:
-                out.line(f"const int {digit} = static_cast<int>(rest % {extent}); "
-                         f"rest /= {extent};")
-            out.line("const long long tile = rest;")
-            out.line(f"const long long row = tile * {layout.rows} + g * 8 + r;")
-            out.line(f"const long long kk = (static_cast<long long>(ks) * {layout.steps} + s) "
-                     f"* {k_step} + c * {per_core_row} + e;")
-            index = f"kk * {rows} + row" if transposed else f"row * {depth} + kk"
+        with out.block(f"if (i < {rows * row}LL)"):
+            out.line(f"const long long r = i / {row}, kk = i % {row};")
             out.line(f"using tz_word = {word};")
             out.line(f"const tz_word* src = reinterpret_cast<const tz_word*>({source.name});")
-            out.line(f"reinterpret_cast<tz_word*>({packed.name})[i] = row < {rows} && "
-                     f"kk < {depth} ? src[{index}] : tz_word(0);")
+            out.line(f"reinterpret_cast<tz_word*>({packed.name})[i] = kk < {depth} ? "
+                     f"src[{index}] : tz_word(0);")
 
 
 @dataclass(frozen=True, slots=True)
 class _Stages:
     """The shared stages of one GEMM: ``count`` of them, each A's then B's tile of one k
-    stage, then the full and the empty mbarrier of each."""
+    stage, then the full and the empty mbarrier of each. ``box``: the elements of k in one
+    box (16 bytes)."""
 
     count: int
     a: _Layout
     b: _Layout
+    box: int
 
     @property
     def bytes(self) -> int:
@@ -236,8 +240,8 @@ class _Stages:
 
 
 def _gemm(out: CppWriter, kernel: str, signature: str, intrinsic: Intrinsic,
-          registry: Registry, protocol: dict[str, str], packed: tuple[Buffer, Buffer],
-          stages: _Stages, result: Buffer) -> None:
+          registry: Registry, protocol: dict[str, str], stages: _Stages,
+          result: Buffer) -> None:
     """The warp-specialised kernel (module docstring): its shared memory and mbarriers,
     then the producer's and the consumers' loops."""
     out.line(f"__global__ void __launch_bounds__({BLOCK_THREADS}) {kernel}({signature})")
@@ -254,30 +258,31 @@ def _gemm(out: CppWriter, kernel: str, signature: str, intrinsic: Intrinsic,
                 out.line(f"{protocol['barrier_init']}(&tz_empty[s], {WARPGROUP});")
         out.line("__syncthreads();")
         with out.block(f"if (threadIdx.x == {WARPGROUP})"):
-            _producer(out, protocol, packed, stages)
+            _producer(out, protocol, stages)
         with out.block(f"if (threadIdx.x < {WARPGROUP})"):
             _consumers(out, intrinsic, registry, protocol, stages, result)
 
 
-def _producer(out: CppWriter, protocol: dict[str, str], packed: tuple[Buffer, Buffer],
-              stages: _Stages) -> None:
+def _producer(out: CppWriter, protocol: dict[str, str], stages: _Stages) -> None:
     """The producer's loop: each k stage waits until the consumers have released the
     stage it refills (its empty mbarrier; from the second round of stages on), then
-    expects the stage's bytes on its full mbarrier and issues the two bulk copies."""
-    a_pack, b_pack = packed
-    for tile, buffer, layout, index in (("tz_a", a_pack, stages.a, "blockIdx.y"),
-                                        ("tz_b", b_pack, stages.b, "blockIdx.x")):
-        out.line(f"const char* {tile} = reinterpret_cast<const char*>({buffer.name}) + "
-                 f"static_cast<long long>({index}) * {layout.k_stages * layout.stage_bytes};")
+    expects the stage's bytes on its full mbarrier and issues, per operand, one tensor copy
+    per core-matrix column of the stage (two a k step), each box after the last."""
     n = stages.count
+    columns = 2 * stages.a.steps
     with out.block(f"for (int kt = 0; kt < {stages.a.k_stages}; ++kt)"):
         out.line(f"const int stage = kt % {n};")
         out.line(f"if (kt >= {n}) while (!{protocol['try_wait']}(&tz_empty[stage], "
                  f"(kt / {n} - 1) % 2)) {{}}")
         out.line(f"{protocol['expect_tx']}(&tz_full[stage], {stages.bytes});")
-        for operand, tile, layout in (("a", "tz_a", stages.a), ("b", "tz_b", stages.b)):
-            out.line(f"{protocol['copy']}({stages.start(operand, 'stage')}, {tile} + kt * "
-                     f"{layout.stage_bytes}, {layout.stage_bytes}, &tz_full[stage]);")
+        out.line("#pragma unroll")
+        with out.block(f"for (int col = 0; col < {columns}; ++col)"):
+            out.line(f"const int k0 = (kt * {columns} + col) * {stages.box};")
+            for operand, layout, row in (("a", stages.a, "blockIdx.y"),
+                                         ("b", stages.b, "blockIdx.x")):
+                out.line(f"{protocol['copy']}({stages.start(operand, 'stage')} + col * "
+                         f"{layout.box_bytes}, &tz_map_{operand}, k0, {row} * {layout.rows}, "
+                         "&tz_full[stage]);")
 
 
 def _consumers(out: CppWriter, intrinsic: Intrinsic, registry: Registry,

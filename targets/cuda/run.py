@@ -19,6 +19,7 @@ import numpy as np
 from targets.cuda.cexpr import device_numpy
 from targets.cuda.compile import compile
 from targets.cuda.emit import CudaKernel
+from targets.cuda.errors import CompileError
 
 __all__ = ["GpuRun", "device_summary", "event_times", "gpu_unavailable", "launch", "load",
            "run", "sm_clocks"]
@@ -48,6 +49,11 @@ def load(kernel: CudaKernel, arch: str | None = None, cubin: bytes | None = None
     (compiled elsewhere, e.g. in a worker process), else compiled for the current device (or
     ``arch``); a function needing over 48 KB of dynamic shared memory is allowed it
     (``cudaFuncAttributeMaxDynamicSharedMemorySize``)."""
+    if any(launch.tensor_maps for launch in kernel.launches):
+        # The driver's encoding (cuTensorMapEncodeTiled) and by-value map arguments are not
+        # wired into the CuPy launch yet; the emulation encodes its own (emulation/wgmma.h).
+        raise CompileError(f"{kernel.name}: launches taking TMA tensor maps run under the "
+                           "emulation only (no host encoding of CUtensorMap on a GPU yet)")
     import cupy
 
     if cubin is None:
@@ -69,9 +75,9 @@ def run(kernel: CudaKernel, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarr
     on copies of ``inputs`` (others and intermediates start as zeros) and return the outputs
     of the last run with the best time between CUDA events. Needs CuPy and a CUDA driver
     (ImportError or CuPy's error otherwise)."""
+    functions = load(kernel, arch)
     import cupy
 
-    functions = load(kernel, arch)
     if not isinstance(inputs, Mapping):
         inputs = {b.name: a for b, a in zip(kernel.buffers, inputs)}
     allocations = []

@@ -1,13 +1,14 @@
 """The device helpers of the Hopper family (``intrinsics/cuda_wgmma.yaml``): warpgroup
-``wgmma.mma_async`` on shared-memory matrix descriptors, and the bulk asynchronous copies and
+``wgmma.mma_async`` on shared-memory matrix descriptors, and the TMA tensor copies and
 mbarriers that feed it. Each wraps one inline PTX instruction (or builds one operand), so the
 YAML names a helper and never holds PTX text.
 
 Two layers, as in :mod:`.ptx`. The **instructions** (``tz_wgmma_m64n*`` and the fence, commit
-and wait around them; ``tz_mbarrier_*``, ``tz_bulk_copy``) are inline PTX on the GPU; the host
-emulation (``emulation/wgmma.h``) defines its own, which model the asynchrony: a bulk copy is
-in flight until its mbarrier phase completes, a wgmma reads its tiles until its group is
-waited for. The **helpers** the templates call to build an operand or move accumulators
+and wait around them; ``tz_mbarrier_*``, ``tz_tensor_copy_2d``) are inline PTX on the GPU;
+the host emulation (``emulation/wgmma.h``) defines its own, which model the asynchrony (a
+tensor copy is in flight until its mbarrier phase completes, a wgmma reads its tiles until
+its group is waited for) and encode a tensor map in a layout of their own, not the
+driver's. The **helpers** the templates call to build an operand or move accumulators
 (``tz_wgmma_desc``, ``tz_wgmma_store_m64n*``, ``tz_wgmma_fill_m64n*``) are plain C++ shared by
 both, so the emulation runs the descriptor encoding and the fragment layout the GPU does.
 
@@ -36,7 +37,7 @@ PROTOCOL = {
     "barrier_init": "tz_mbarrier_init",
     "expect_tx": "tz_mbarrier_arrive_expect_tx",
     "arrive": "tz_mbarrier_arrive",
-    "copy": "tz_bulk_copy",
+    "copy": "tz_tensor_copy_2d",
     "try_wait": "tz_mbarrier_try_wait",
 }
 
@@ -46,6 +47,7 @@ _PTX_TYPES = {"float16": "f16", "bfloat16": "bf16", "int8": "s8", "float8_e4m3":
 # The fixed part: the asynchronous protocol on the GPU, and the C++ both sides share.
 _COMMON = """\
 #ifndef TZ_EMULATION
+#include <cuda.h>
 __device__ inline void tz_wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
@@ -80,14 +82,16 @@ __device__ inline bool tz_mbarrier_try_wait(unsigned long long* bar, unsigned pa
                : "=r"(done) : "r"(tz_shared_address(bar)), "r"(parity) : "memory");
   return done != 0;
 }
-// `bytes` contiguous bytes from global to shared memory by the copy engine, counted against
-// `bar`'s transactions (both addresses 16-byte aligned, bytes a multiple of 16).
-__device__ inline void tz_bulk_copy(void* dst, const void* src, unsigned bytes,
-                                    unsigned long long* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-               "[%0], [%1], %2, [%3];"
-               :: "r"(tz_shared_address(dst)), "l"(src), "r"(bytes),
-                  "r"(tz_shared_address(bar)) : "memory");
+// The box of the 2-d tensor map `map` (a __grid_constant__ kernel parameter, read through
+// its generic address) at element coordinates (x, y), inner first, into `dst` (128-byte
+// aligned shared memory) by the TMA unit, counted against `bar`'s transactions; elements
+// outside the tensor are zero-filled.
+__device__ inline void tz_tensor_copy_2d(void* dst, const CUtensorMap* map, int x, int y,
+                                         unsigned long long* bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+               "[%0], [%1, {%2, %3}], [%4];"
+               :: "r"(tz_shared_address(dst)), "l"(reinterpret_cast<unsigned long long>(map)),
+                  "r"(x), "r"(y), "r"(tz_shared_address(bar)) : "memory");
 }
 #endif
 // The descriptor of a tile at `tile` (shared memory): see targets/cuda/wgmma.py.

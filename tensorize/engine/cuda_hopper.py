@@ -1,7 +1,7 @@
 """The engine's schedule for a GEMM on Hopper (sm_90a): which wgmma intrinsic of the
 registry (``intrinsics/cuda_wgmma.yaml``), and how the k loop is staged.
 
-A block computes a 64 x n tile of C: a producer warp issues the bulk copies of each k
+A block computes a 64 x n tile of C: a producer warp issues the TMA tensor copies of each k
 stage into one of ``stages`` shared stages once the consumers have released it, and one
 consumer warpgroup (128 threads) consumes each stage with ``steps`` wgmmas
 (``targets/cuda/hopper.py``, full and empty mbarriers per stage).

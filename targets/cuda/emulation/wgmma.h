@@ -1,7 +1,7 @@
 // Host emulation of the Hopper family (intrinsics/cuda_wgmma.yaml, targets/cuda/wgmma.py):
-// warpgroup wgmma.mma_async on shared-memory matrix descriptors, bulk asynchronous copies
-// (cp.async.bulk) and the mbarriers whose transaction counts they complete. Included by
-// mma.h, whose thread model it extends.
+// warpgroup wgmma.mma_async on shared-memory matrix descriptors, TMA tensor copies
+// (cp.async.bulk.tensor, from tensor maps) and the mbarriers whose transaction counts they
+// complete. Included by mma.h, whose thread model it extends.
 //
 // Shared addresses. A descriptor holds an 18-bit shared-memory address. Here the shared
 // window starts at the lowest shared array the running kernel declared, and an address is
@@ -16,7 +16,7 @@
 // round): the threads interleave at every wait and every release, so a producer whose wait
 // a release satisfies runs before the releasing threads go on.
 //
-// Bulk copies are in flight from issue until they complete: at once with copies_at_issue,
+// Tensor copies are in flight from issue until they complete: at once with copies_at_issue,
 // else at the latest moment a correct kernel allows, when a thread polls for the phase they
 // belong to while it is incomplete. A poll for an older phase (a wrong parity) lands nothing.
 //
@@ -26,6 +26,16 @@
 // The tiles' bytes are being read from the issue until the thread's wgmma.wait_group
 // retires the group holding it.
 //
+// Tensor copies (cp.async.bulk.tensor.2d, "TMA"). A CUtensorMap is 128 opaque bytes that the
+// host encodes; the driver's byte layout is its own and undocumented, so this emulation
+// encodes the same fields (global address, the two extents, the row stride, the box, the
+// element size, the swizzle mode) in a layout of its own (TensorMapFields), which only its
+// copy reads. The copy follows the PTX ISA's description ("Tensor Copy", "Bounding Box"): the
+// box of box[0] x box[1] elements at coordinates (x, y) lands row-major and densely in
+// shared memory (no swizzle: box row r at r * box[0] elements), elements outside the
+// tensor's extents are zero-filled, and the full box's bytes count against the mbarrier's
+// transactions. A copy completing more bytes than the phase expects is reported.
+//
 // Races, reported by name: a wgmma reading bytes a bulk copy has in flight (a consumer
 // reading a stage before its mbarrier phase completes); a bulk copy into bytes a thread's
 // wgmma still reads (a producer overwriting a stage still being read); two bulk copies in
@@ -34,18 +44,39 @@
 #pragma once
 #include <map>
 
+#define __grid_constant__
+
+// 128 bytes as the driver's, but only 8-byte aligned: a 64-byte aligned argument would
+// realign each emulated thread's frame by its stack's own offset, and the warp-collective
+// checks compare the lanes' fragment offsets within their stacks.
+struct CUtensorMap {
+  unsigned long long opaque[16];
+};
+
 namespace tz {
+// The emulation's own encoding of a 2-d tiled tensor map (see the comment above).
+struct TensorMapFields {
+  unsigned long long magic;
+  const char* address;
+  unsigned long long dims[2], stride;
+  unsigned box[2], element, swizzle;
+};
+static_assert(sizeof(TensorMapFields) <= sizeof(CUtensorMap), "a tensor map is 128 bytes");
+const unsigned long long TENSOR_MAP_MAGIC = 0x747a746d61703264ull;
+
 struct Mbarrier {
   unsigned count = 0, pending = 0, phase = 0;
   long long tx = 0;
 };
 
+// A tensor copy in flight: the box of `map` at (x, y), `bytes` of it, gathered when it lands.
 struct BulkCopy {
   char* dst;
-  const char* src;
   size_t bytes;
   unsigned long long* bar;
   unsigned issuer;
+  const TensorMapFields* map;
+  long long x, y;
 };
 
 struct ByteRange {
@@ -105,8 +136,21 @@ inline void complete_phase_if_done(Mbarrier& b) {
   }
 }
 
+// The box of `map` at (x, y) into `dst`, row-major, zero outside the tensor's extents.
+inline void gather_box(char* dst, const TensorMapFields& map, long long x, long long y) {
+  for (unsigned r = 0; r < map.box[1]; ++r)
+    for (unsigned e = 0; e < map.box[0]; ++e) {
+      long long gx = x + e, gy = y + r;
+      char* to = dst + (size_t(r) * map.box[0] + e) * map.element;
+      bool inside = gx >= 0 && gy >= 0 && gx < (long long)map.dims[0] &&
+                    gy < (long long)map.dims[1];
+      if (inside) std::memcpy(to, map.address + gy * map.stride + gx * map.element, map.element);
+      else std::memset(to, 0, map.element);
+    }
+}
+
 inline void land_bulk(const BulkCopy& copy) {
-  std::memcpy(copy.dst, copy.src, copy.bytes);
+  gather_box(copy.dst, *copy.map, copy.x, copy.y);
   Mbarrier& b = mbarriers[copy.bar];
   landed.push_back({{copy.dst, copy.bytes}, copy.bar, b.phase, copy.issuer});
   b.tx -= static_cast<long long>(copy.bytes);
@@ -285,6 +329,20 @@ inline void check_bulk_target(const char* d, size_t bytes) {
       return;
     }
 }
+
+// The copy's bytes were announced: the phase's transaction bytes not yet claimed by copies in
+// flight cover them (the emulation requires each copy's arrive.expect_tx before its issue).
+inline void check_announced(const Mbarrier& b, unsigned long long* bar, size_t bytes) {
+  long long open = b.tx;
+  for (auto& copy : bulk_in_flight)
+    if (copy.bar == bar) open -= static_cast<long long>(copy.bytes);
+  if (open >= static_cast<long long>(bytes)) return;
+  char who[64];
+  describe_thread(thread_id(), who, sizeof who);
+  fail("mbarrier transaction count: the tensor copy of %zu bytes that %s issues exceeds the "
+       "%lld bytes its phase's arrive.expect_tx still announces (the count is short of the "
+       "boxes' bytes, or a box is larger than counted)", bytes, who, open);
+}
 }  // namespace tz
 
 inline unsigned tz_shared_address(const void* p) {
@@ -347,18 +405,58 @@ inline bool tz_mbarrier_try_wait(unsigned long long* bar, unsigned parity) {
   return true;
 }
 
-inline void tz_bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+namespace tz {
+// A host-side failure (no block or thread is running): the first one is kept.
+inline void map_fail(const char* format, ...) {
+  if (error_text[0]) return;
+  va_list args;
+  va_start(args, format);
+  vsnprintf(error_text, sizeof error_text, format, args);
+  va_end(args);
+}
+}  // namespace tz
+
+// The emulation's cuTensorMapEncodeTiled for a 2-d tensor, run on the host before the
+// launch: its fields, checked as the driver checks them (16-byte aligned address and row
+// stride, box extents 1 to 256, a box row a multiple of 16 bytes without interleave); a
+// failure is reported.
+inline void tz_tensor_map_encode_tiled(CUtensorMap* map, unsigned element, const void* address,
+                                       unsigned long long dim0, unsigned long long dim1,
+                                       unsigned long long stride, unsigned box0, unsigned box1,
+                                       unsigned swizzle) {
+  std::memset(map, 0, sizeof *map);
+  if (reinterpret_cast<uintptr_t>(address) % 16 || stride % 16)
+    tz::map_fail("tensor map: the global address %p and the row stride %llu must be multiples of "
+             "16 bytes", address, stride);
+  if (box0 < 1 || box0 > 256 || box1 < 1 || box1 > 256 || box0 * element % 16)
+    tz::map_fail("tensor map: box %u x %u of %u-byte elements: extents must be 1 to 256 and a "
+             "box row a multiple of 16 bytes", box0, box1, element);
+  if (swizzle != 0) tz::map_fail("tensor map: swizzle mode %u is not emulated (only 0)", swizzle);
+  tz::TensorMapFields fields{tz::TENSOR_MAP_MAGIC, static_cast<const char*>(address),
+                             {dim0, dim1}, stride, {box0, box1}, element, swizzle};
+  std::memcpy(map, &fields, sizeof fields);
+}
+
+// cp.async.bulk.tensor.2d: the box of `map` at (x, y) into `dst`, counted against `bar`.
+inline void tz_tensor_copy_2d(void* dst, const CUtensorMap* map, int x, int y,
+                              unsigned long long* bar) {
+  const tz::TensorMapFields* fields = reinterpret_cast<const tz::TensorMapFields*>(map);
+  if (fields->magic != tz::TENSOR_MAP_MAGIC) {
+    tz::fail("cp.async.bulk.tensor at %p: the tensor map was never encoded",
+             static_cast<const void*>(map));
+    return;
+  }
   char* d = static_cast<char*>(dst);
-  if (reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16 ||
-      bytes % 16)
-    tz::fail("cp.async.bulk of %u bytes from %p to %p: addresses and size must be multiples "
-             "of 16", bytes, src, dst);
-  if (!tz::shared_array(dst)) tz::fail("cp.async.bulk to %p: not in shared memory", dst);
-  tz::check_bounds(src, bytes, "read");
+  size_t bytes = size_t(fields->box[0]) * fields->box[1] * fields->element;
+  if (reinterpret_cast<uintptr_t>(dst) % 128)
+    tz::fail("cp.async.bulk.tensor to %p: the shared destination must be 128-byte aligned", dst);
+  if (!tz::shared_array(dst)) tz::fail("cp.async.bulk.tensor to %p: not in shared memory", dst);
   tz::check_bounds(dst, bytes, "written");
-  if (!tz::mbarrier(bar, "cp.async.bulk") || tz::error_text[0]) return;
+  tz::Mbarrier* b = tz::mbarrier(bar, "cp.async.bulk.tensor");
+  if (!b || tz::error_text[0]) return;
+  tz::check_announced(*b, bar, bytes);
   tz::check_bulk_target(d, bytes);
-  tz::BulkCopy copy{d, static_cast<const char*>(src), bytes, bar, tz::thread_id()};
+  tz::BulkCopy copy{d, bytes, bar, tz::thread_id(), fields, x, y};
   if (tz::copies_at_issue) tz::land_bulk(copy);
   else tz::bulk_in_flight.push_back(copy);
 }

@@ -1,8 +1,8 @@
-"""The Hopper family (intrinsics/cuda_wgmma.yaml): GEMMs through wgmma fed by bulk copies
-against mbarriers (targets/cuda/hopper.py, scheduled by tensorize/engine/cuda_hopper.py),
+"""The Hopper family (intrinsics/cuda_wgmma.yaml): GEMMs through wgmma fed by TMA tensor
+copies against mbarriers (targets/cuda/hopper.py, scheduled by tensorize/engine/cuda_hopper.py),
 exact under the host emulation for every input type at sizes around the tile; each protocol
 bug injected into the emitted source reported by name; compiled for sm_90a to HGMMA and
-UBLKCP with no spills, as docs/cuda_backend.md's table (bench/bench_cuda_hopper.py) says."""
+UTMALDG with no spills, as docs/cuda_backend.md's table (bench/bench_cuda_hopper.py) says."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from ir.errors import ScheduleError
 from targets import cuda
 from targets.cuda.compile import (cuobjdump_path, nvcc_path, parse_sass, resource_usage,
                                   sass_opcodes)
+from targets.cuda.emit import TensorMap
 from targets.cuda.emulate import COPY_MODES
 from targets.cuda.hopper import HopperTiling, emit_gemm
 from targets.cuda.wgmma import ptx_type
@@ -78,7 +79,7 @@ def test_every_wgmma_intrinsic_needs_sm_90a_and_names_its_protocol():
         "float16", "bfloat16", "int8", "float8_e4m3", "float8_e5m2"}
     for intrinsic in wgmma:
         assert intrinsic.feature == HOPPER_ARCH
-        assert intrinsic.params["copy"] == "tz_bulk_copy"
+        assert intrinsic.params["copy"] == "tz_tensor_copy_2d"
         assert registry.get(intrinsic.loads["A"][0]).params["lane_registers"] == 2
 
 
@@ -106,13 +107,14 @@ def test_the_warp_schedule_refuses_a_wgmma_intrinsic_named_to_it():
 
 def test_a_protocol_parameter_naming_another_helper_is_refused(tmp_path):
     text = (BUILTIN_DIR / "cuda_wgmma.yaml").read_text()
-    assert text.count("copy: tz_bulk_copy") == 1
-    (tmp_path / "cuda_wgmma.yaml").write_text(text.replace("copy: tz_bulk_copy",
+    assert text.count("copy: tz_tensor_copy_2d") == 1
+    (tmp_path / "cuda_wgmma.yaml").write_text(text.replace("copy: tz_tensor_copy_2d",
                                                            "copy: tz_copy16"))
     registry = load_registry([BUILTIN_DIR / "cuda.yaml", tmp_path / "cuda_wgmma.yaml"])
     intrinsic = registry.get("wgmma_m64n64k16_f16f16_f32")
     with pytest.raises(cuda.EmitError, match=r"cuda_wgmma\.yaml:\d+\): parameter 'copy' "
-                                             r"requires the helper tz_bulk_copy, got 'tz_copy16'"):
+                                             r"requires the helper tz_tensor_copy_2d, "
+                                             r"got 'tz_copy16'"):
         emit_gemm(intrinsic, registry, 64, 64, 64)
 
 
@@ -173,11 +175,15 @@ def test_the_schedule_pads_least_and_stages_what_k_allows(m, n, k, width, steps,
 
 def test_the_kernel_calls_the_yaml_templates_in_its_pipeline():
     kernel = _kernel("float16", 100, 72, 200)
+    # A's rows (400 bytes) are a tensor map's stride as they are: only B is packed.
     assert [l.kernel for l in kernel.launches] == [
-        "gemm_hopper_pack_a", "gemm_hopper_pack_b", "gemm_hopper_gemm", "gemm_hopper_unpad"]
-    gemm = kernel.launches[2]
+        "gemm_hopper_pack_b", "gemm_hopper_gemm", "gemm_hopper_unpad"]
+    gemm = kernel.launches[1]
     # One consumer warpgroup and one producer warp per 64 x 128 tile.
     assert gemm.block == (160, 1, 1) and gemm.grid == (1, 2, 1)
+    # Boxes of 16 bytes of k by the tile's rows, zero-filled past 100 x 200 and 72 x 200.
+    assert gemm.tensor_maps == (TensorMap("A", (200, 100), 400, (8, 64)),
+                                TensorMap("B_t", (200, 72), 400, (8, 128)))
     body = kernel.source[kernel.source.index("void __launch_bounds__(160) gemm_hopper_gemm"):]
     producer = body[body.index("if (threadIdx.x == 128)"):body.index("if (threadIdx.x < 128)")]
     consumers = body[body.index("if (threadIdx.x < 128)"):]
@@ -185,10 +191,14 @@ def test_the_kernel_calls_the_yaml_templates_in_its_pipeline():
     assert "tz_mbarrier_init(&tz_empty[s], 128);" in body
     # A stage of A (64 x 64 halves) and of B (128 x 64) per transaction count: 24576 bytes.
     for call in ("tz_mbarrier_try_wait(&tz_empty[stage], ",
-                 "tz_mbarrier_arrive_expect_tx(&tz_full[stage], 24576);", "tz_bulk_copy("):
+                 "tz_mbarrier_arrive_expect_tx(&tz_full[stage], 24576);",
+                 "tz_tensor_copy_2d(tz_smem + stage * 24576 + col * 1024, &tz_map_a, k0, "
+                 "blockIdx.y * 64, &tz_full[stage]);",
+                 "tz_tensor_copy_2d(tz_smem + stage * 24576 + 8192 + col * 2048, &tz_map_b, k0, "
+                 "blockIdx.x * 128, &tz_full[stage]);"):
         assert call in producer and call not in consumers, call
     for call in ("tz_wgmma_fill_m64n128(tz_acc);", "tz_mbarrier_try_wait(&tz_full[stage], ",
-                 "tz_wgmma_desc(tz_desc_a, ", ", 128, 256, 0);",
+                 "tz_wgmma_desc(tz_desc_a, ", ", 1024, 128, 0);", ", 2048, 128, 0);",
                  "tz_wgmma_m64n128k16_f16_f16_f32(tz_acc, tz_desc_a, tz_desc_b);",
                  "tz_wgmma_wait_group<1>();", "tz_mbarrier_arrive(&tz_empty[",
                  "tz_wgmma_store_m64n128(tz_c, tz_acc, 128);"):
@@ -212,16 +222,16 @@ def test_gemm_is_exact_under_the_emulation(dtype, m, n, k):
 @needs_gxx
 @pytest.mark.slow
 def test_a_wrong_leading_byte_offset_in_the_yaml_gives_wrong_numbers(tmp_path):
-    # The descriptors told the two core matrices along k are 256 bytes apart (they are 128):
-    # every read stays in the stage, so only the numbers show it.
+    # A's descriptors told the two core matrices along k are 2048 bytes apart (they are
+    # 1024, one box): every read stays in the stage, so only the numbers show it.
     text = (BUILTIN_DIR / "cuda_wgmma.yaml").read_text()
-    right = 'cuda: "tz_wgmma_desc({dst}, {src}, 128, 256, 0);"'
-    assert text.count(right) == 2
+    right = 'cuda: "tz_wgmma_desc({dst}, {src}, 1024, 128, 0);"'
+    assert text.count(right) == 1
     (tmp_path / "cuda_wgmma.yaml").write_text(text.replace(
-        right, 'cuda: "tz_wgmma_desc({dst}, {src}, 256, 256, 0);"', 1))
+        right, 'cuda: "tz_wgmma_desc({dst}, {src}, 2048, 128, 0);"'))
     registry = load_registry([BUILTIN_DIR / "cuda.yaml", tmp_path / "cuda_wgmma.yaml"])
     kernel = hopper_gemm(128, 64, 256, dtypes.float16, registry)
-    assert "tz_wgmma_desc(tz_desc_a, tz_smem + stage * 16384 + s * 2048, 256, 256, 0);" in (
+    assert "tz_wgmma_desc(tz_desc_a, tz_smem + stage * 16384 + s * 2048, 2048, 128, 0);" in (
         kernel.source)
     inputs = _inputs("float16", 128, 64, 256)
     actual = cuda.emulate(kernel, inputs)["C"]
@@ -244,6 +254,9 @@ OVERWRITE = (r"race on shared tz_smem\[\d+\]: the bulk copy that thread \(128, 0
              r"overwrites a stage still being read \(by a wgmma of thread \(\d+, 0, 0\) not "
              r"yet retired by wgmma.wait_group\)")
 DOUBLE_COPY = r"race on shared tz_smem\[0\]: two bulk copies in flight into it"
+UNANNOUNCED = (r"mbarrier transaction count: the tensor copy of {bytes} bytes that thread "
+               r"\(128, 0, 0\) issues exceeds the {left} bytes its phase's arrive.expect_tx "
+               r"still announces")
 DEADLOCK = r"deadlock: \d+ of 160 threads poll an mbarrier phase that never completes"
 
 
@@ -315,11 +328,90 @@ def test_a_producer_that_never_waits_for_the_release_is_reported(gemm, copies, p
 @needs_gxx
 @pytest.mark.slow
 @pytest.mark.parametrize("copies", COPY_MODES)
-def test_a_transaction_count_short_of_the_copies_never_completes_its_phase(gemm, copies):
+def test_a_transaction_count_short_of_the_boxes_is_reported_at_the_copy(gemm, copies):
+    # 16 bytes short: the stage's last box (1024 bytes) finds 1008 announced.
     kernel, inputs = gemm
     broken = _edited(kernel, "tz_mbarrier_arrive_expect_tx(&tz_full[stage], 4096);",
                      "tz_mbarrier_arrive_expect_tx(&tz_full[stage], 4080);")
-    _caught(broken, inputs, DEADLOCK, copies)
+    _caught(broken, inputs, UNANNOUNCED.format(bytes=1024, left=1008), copies)
+
+
+@needs_gxx
+@pytest.mark.slow
+@pytest.mark.parametrize("copies, pattern", [
+    ("at_wait", r"race on shared tz_smem\[1024\]: two bulk copies in flight into it"),
+    ("at_issue", UNANNOUNCED.format(bytes=2048, left=1024))])
+def test_a_box_larger_than_its_stage_slot_is_reported(gemm, copies, pattern):
+    # A's map told boxes of 128 rows, twice its slot of 64: the stage's second box of A lands
+    # on the first while it is in flight; landed at issue, it (2048 bytes) finds 1024
+    # announced, A's first box and B's having taken the rest.
+    kernel, inputs = gemm
+    gemm_launch = kernel.launches[1]
+    a_map, b_map = gemm_launch.tensor_maps
+    wide = dataclasses.replace(a_map, box=(a_map.box[0], 2 * a_map.box[1]))
+    launches = list(kernel.launches)
+    launches[1] = dataclasses.replace(gemm_launch, tensor_maps=(wide, b_map))
+    broken = dataclasses.replace(kernel, launches=tuple(launches))
+    _caught(broken, inputs, pattern, copies)
+
+
+@needs_gxx
+@pytest.mark.slow
+def test_the_tensor_copy_zero_fills_past_the_extents_with_no_padding_launch():
+    # 8-bit inputs of 72 x 40 x 24: A's 24-byte rows are packed to 32 (a map's row stride is
+    # a multiple of 16 bytes), but nothing is padded to the tile: the boxes past m = 72,
+    # n = 40 and k = 24 come back as zeros, or the sums would take whatever lay beyond.
+    kernel = _kernel("int8", 72, 40, 24)
+    assert [l.kernel for l in kernel.launches] == [
+        "gemm_hopper_pack_b", "gemm_hopper_pack_a", "gemm_hopper_gemm", "gemm_hopper_unpad"]
+    assert {b.name: b.shape for b in kernel.buffers}["A_k"] == (72, 32)
+    inputs = _inputs("int8", 72, 40, 24, seed=11)
+    actual = cuda.emulate(kernel, inputs, copies="at_issue")["C"]
+    np.testing.assert_array_equal(actual, _reference(inputs))
+
+
+def test_a_gpu_run_refuses_tensor_maps_it_cannot_encode():
+    kernel = _kernel("float16", 64, 64, 64)
+    with pytest.raises(cuda.CompileError, match=r"gemm_hopper: launches taking TMA tensor maps "
+                                                r"run under the emulation only"):
+        cuda.run(kernel, _inputs("float16", 64, 64, 64))
+
+
+@needs_gxx
+@pytest.mark.slow
+@pytest.mark.parametrize("field, value, message", [
+    ("stride", 136, r"tensor map: the global address 0x[0-9a-f]+ and the row stride 136 must "
+                    r"be multiples of 16 bytes"),
+    ("box", (8, 257), r"tensor map: box 8 x 257 of 2-byte elements: extents must be 1 to 256"),
+    ("swizzle", 3, r"tensor map: swizzle mode 3 is not emulated \(only 0\)")])
+def test_a_tensor_map_the_driver_would_refuse_is_reported(gemm, field, value, message):
+    kernel, inputs = gemm
+    gemm_launch = kernel.launches[1]
+    a_map, b_map = gemm_launch.tensor_maps
+    launches = list(kernel.launches)
+    launches[1] = dataclasses.replace(
+        gemm_launch, tensor_maps=(dataclasses.replace(a_map, **{field: value}), b_map))
+    _caught(dataclasses.replace(kernel, launches=tuple(launches)), inputs, message, "at_issue")
+
+
+@needs_gxx
+@pytest.mark.slow
+def test_a_tensor_copy_through_a_map_never_encoded_is_reported(gemm):
+    kernel, inputs = gemm
+    broken = _edited(kernel, "const int k0 = (kt * 2 + col) * 8;",
+                     "const int k0 = (kt * 2 + col) * 8;\n        const CUtensorMap tz_blank{};")
+    broken = _edited(broken, "&tz_map_a, k0", "&tz_blank, k0")
+    _caught(broken, inputs, r"cp.async.bulk.tensor at 0x[0-9a-f]+: the tensor map was never "
+                            r"encoded", "at_issue")
+
+
+@needs_gxx
+@pytest.mark.slow
+def test_a_tensor_copy_to_a_misaligned_stage_is_reported(gemm):
+    kernel, inputs = gemm
+    broken = _edited(kernel, "col * 1024, &tz_map_a", "col * 1024 + 16, &tz_map_a")
+    _caught(broken, inputs, r"cp.async.bulk.tensor to 0x[0-9a-f]+: the shared destination "
+                            r"must be 128-byte aligned", "at_issue")
 
 
 @needs_gxx
@@ -361,11 +453,11 @@ def test_the_sass_mix_ignores_branches_back_from_out_of_line_polls():
 @pytest.mark.skipif(cuobjdump_path() is None, reason="cuobjdump not found (the sass extra)")
 @pytest.mark.parametrize("dtype, opcode", [("float16", "HGMMA"), ("bfloat16", "HGMMA"),
                                            ("int8", "IGMMA"), ("float8_e4m3", "QGMMA")])
-def test_sm_90a_kernels_use_wgmma_fed_by_bulk_copies_without_spills(dtype, opcode):
+def test_sm_90a_kernels_use_wgmma_fed_by_tensor_copies_without_spills(dtype, opcode):
     kernel = _kernel(dtype, 4096, 4096, 4096)
     (counts,) = [c for name, c in sass_opcodes(kernel, HOPPER_ARCH).items()
                  if "gemm_hopper_gemm" in name]
-    assert counts.get(opcode, 0) > 0 and counts.get("UBLKCP", 0) > 0, counts
+    assert counts.get(opcode, 0) > 0 and counts.get("UTMALDG", 0) > 0, counts
     for resources in resource_usage(kernel, HOPPER_ARCH):
         assert resources.spill_stores == resources.spill_loads == 0, resources
 
