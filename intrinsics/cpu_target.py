@@ -80,7 +80,8 @@ def build_cpu_target(node: YNode, target: str, scopes: dict[str, Scope],
         tile_rows=tuple(tile["rows"]), tile_vectors=tuple(tile["vectors"]),
         k_unroll=values.get("k_unroll", 1), engines=engines, tune_cpus=tune_cpus,
         emulated=frozen_mapping({k: frozenset(v["executes"]) for k, v in emulators.items()}),
-        macs=frozen_mapping(values.get("macs", {})), loc=node.key_loc or node.loc)
+        macs=frozen_mapping(values.get("macs", {})), epilogue=values.get("epilogue", "pass"),
+        loc=node.key_loc or node.loc)
 
 
 def _check_cpu_names(node: YNode, findings: Findings, where: str) -> None:

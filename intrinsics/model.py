@@ -293,7 +293,9 @@ class CpuTarget:
     (LLVM's ``tune-cpu``; the ISA stays ``cpu``'s). ``engines`` are the ways to run the code here, in order of preference
     (``native``, ``unicorn``), and ``emulated`` the features each emulator executes.
     ``macs`` maps an assembly mnemonic to the multiply-accumulates one instruction does (what
-    a run counts).
+    a run counts). ``epilogue`` is where a GEMM's elementwise epilogue runs: ``pass``, one
+    pass over the whole result after the GEMM, or ``tile``, each accumulator tile finished
+    right after its store (``tensorize.engine.cpu_epilogue``).
     """
 
     target: str
@@ -314,6 +316,7 @@ class CpuTarget:
     tune_cpus: tuple[str, ...]
     emulated: Mapping[str, frozenset[str]]
     macs: Mapping[str, int]
+    epilogue: str = "pass"
     loc: ir.SourceLoc | None = field(default=None, compare=False)
 
     @property

@@ -25,6 +25,8 @@ ROLES = ("input", "output", "accumulator")
 # qemu-user in a child process.
 ENGINES = ("native", "unicorn", "qemu-user")
 DETECTORS = ("llvm", "cpuinfo")
+# Where a CPU target's GEMM epilogue runs (tensorize.engine.cpu_epilogue).
+EPILOGUES = ("pass", "tile")
 KINDS = ("compute", "load", "store", "fill")
 ITER_KINDS = ("spatial", "reduce")
 LAYOUTS = ("row_major", "col_major")
@@ -537,6 +539,10 @@ CPU = Record("a CPU target", (
     Field("register_tile", REGISTER_TILE, True, "the register tiles the schedule may use"),
     Field("k_unroll", Int(1, limits.MAX_K_UNROLL), False, "k steps per micro-kernel "
           "iteration (default 1)"),
+    Field("epilogue", Choice(EPILOGUES), False, "where a GEMM's elementwise epilogue runs: "
+          "pass (one pass over the whole result after the GEMM; default) or tile (each "
+          "accumulator tile finished right after its store, the result held a tile at a "
+          "time)"),
     Field("tune_cpus", ListOf(Text(), 1, limits.MAX_TUNE_CPUS, distinct=True), False,
           "LLVM CPU names whose scheduling models a kernel may be tuned for (its "
           "'tune-cpu'); the tuner keeps the one that runs fewest instructions (default: cpu "
