@@ -8,11 +8,12 @@ import pytest
 
 from targets import cpu
 from tensorize.engine import auto_tensorize, count_calls
+from tests.default_run import first_by_default
 from tests.targets import float_examples as fx
 from tests.targets.cpu.conftest import run_here
 
 
-@pytest.mark.parametrize("kind", fx.KINDS)
+@pytest.mark.parametrize("kind", first_by_default(fx.KINDS, 2))
 def test_bf16_example_equals_the_hardware_order_bit_for_bit(kind, registry) -> None:
     func = fx.load(kind, "bf16")
     result = auto_tensorize(func, "x86", registry=registry)

@@ -14,6 +14,7 @@ from tensorize.engine import auto_tensorize
 from tensorize.model import networks, random_inputs
 from tensorize.model.native import ChannelsLast, compile_network, time_interleaved
 from tensorize.model.reference import reference_session, run_reference
+from tests.default_run import first_by_default
 from tests.ir.onnx import models
 from tests.tensorize.schedule.kernels import gemm_int8
 
@@ -193,7 +194,8 @@ def test_a_channels_last_uint8_tensor_converts_to_onnxs_values():
     assert np.array_equal(_onnx_layout(nhwc, "int8"), nhwc.transpose(0, 3, 1, 2))
 
 
-@pytest.mark.parametrize("quantisation", [{}, {"per_channel": True}, {"unsigned": True}],
+@pytest.mark.parametrize("quantisation", first_by_default([{}, {"per_channel": True},
+                                                            {"unsigned": True}], 1),
                          ids=["int8", "per-channel", "uint8"])
 def test_depthwise_layers_run_as_compiled_kernels_channels_last(quantisation, tmp_path,
                                                                 context):
