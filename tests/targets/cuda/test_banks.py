@@ -54,7 +54,7 @@ def _figures(kernel: cuda.CudaKernel, name: str) -> dict:
 
 
 @needs_compiler
-@pytest.mark.parametrize("name", first_by_default(["gemm_int8", "gemm_fp16", "matmul_relu_fp16"], 1))
+@pytest.mark.parametrize("name", first_by_default(["gemm_int8", "gemm_fp16", "matmul_relu_fp16"], 0))
 def test_fragment_loads_and_copies_of_the_gemms_are_conflict_free(name):
     total = _figures(emitted(name, intrinsic=WMMA.get(name)), name)
     for kind in ("copy", "fragment_load"):

@@ -67,6 +67,7 @@ def test_the_group_becomes_a_batch_of_gemms_on_blockidx_z():
     assert len(kernel.launches) == 2 and "scalar copy" not in kernel.source
 
 
+@pytest.mark.slow
 @needs_compiler
 @pytest.mark.parametrize("copies", COPY_MODES)
 def test_a_grouped_conv_is_exact(copies):

@@ -54,6 +54,7 @@ def test_a_padded_im2col_stays_a_kernel_of_its_own():
     assert "pad_reindex" in [b.name for b in kernel.buffers]
 
 
+@pytest.mark.slow
 @needs_compiler
 @pytest.mark.parametrize("copies", COPY_MODES)
 def test_the_gathered_conv_is_exact(copies):

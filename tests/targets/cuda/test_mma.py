@@ -122,6 +122,7 @@ def test_every_input_pair_is_exact_under_the_per_lane_emulation(key):
     _check(key)
 
 
+@pytest.mark.slow
 def test_a_wrong_row_address_in_a_template_gives_wrong_numbers(tmp_path):
     # The A load told that A's rows are 0 bytes apart (they are 80: 32 halves, padded): the
     # lanes of each 8 x 16-byte matrix all give its first row, data the block did copy, so

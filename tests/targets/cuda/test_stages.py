@@ -40,6 +40,7 @@ def test_a_block_over_48_kb_takes_dynamic_shared_memory():
     assert "tz_cp_async_wait_group<1>();" in kernel.source
 
 
+@pytest.mark.slow
 @needs_compiler
 @pytest.mark.parametrize("copies", COPY_MODES)
 def test_the_dynamic_shared_three_stage_gemm_is_exact(copies):

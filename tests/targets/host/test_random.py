@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -27,6 +28,7 @@ def _inputs(func: ir.PrimFunc, seed: int) -> list[np.ndarray]:
 
 @given(func=prim_funcs(dtype_names=("int8", "int32", "uint8", "float32")),
        seed=st.integers(0, 2**16))
+@pytest.mark.slow
 def test_jit_agrees_with_the_interpreter(func: ir.PrimFunc, seed: int) -> None:
     inputs = _inputs(func, seed)
     expected = [a.copy() for a in inputs]

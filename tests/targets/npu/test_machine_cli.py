@@ -78,6 +78,7 @@ def test_the_run_uses_the_machine_and_reports_what_limits_it(files, capsys):
     assert roof["bound_cycles"] <= cycles
 
 
+@pytest.mark.slow
 def test_the_summary_lines_name_the_bound_and_the_models_error(files, capsys):
     kernel, machine = files
     assert main(["run", kernel, "--target", "npu", "--machine", str(machine), "--quiet",

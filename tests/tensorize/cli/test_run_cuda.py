@@ -31,6 +31,7 @@ def gemm(tmp_path):
     return str(path)
 
 
+@pytest.mark.slow
 @needs_nvcc
 @needs_cxx
 def test_cuda_run_compiles_and_emulates_exactly(gemm, capsys):

@@ -123,6 +123,7 @@ def block(draw: st.DrawFn, scope: list[Var], depth: int) -> Stmt:
                         draw(condition(scope)))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(statement([], 0))
 def test_the_structural_count_equals_walking_every_iteration(body: Stmt) -> None:

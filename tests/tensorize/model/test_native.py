@@ -153,6 +153,7 @@ def test_a_layers_rows_split_over_threads_give_the_same_outputs(tmp_path, contex
         np.testing.assert_array_equal(network(inputs)[name], want)
 
 
+@pytest.mark.slow
 def test_a_matrix_products_rows_split_over_threads_give_the_same_outputs(tmp_path, context):
     # Each projection: 512 rows x 256 x 256, 33.6M MACs, two parts' worth; its weights are
     # packed once, as a convolution's are.

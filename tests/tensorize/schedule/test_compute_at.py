@@ -371,6 +371,7 @@ def stages_feeding(sch: Schedule, block: str) -> list:
             and {w.buffer for w in stmt.block.writes} & reads]
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(st.integers(1, 9), st.integers(1, 9), st.integers(1, 6), st.data())
 def test_random_split_reorder_cache_read_compute_at_chains_keep_results(registry, m, n, k,

@@ -138,6 +138,7 @@ def test_primitive_on_a_replaced_loop_is_refused():
     refused(sch, "split", i, [None, 2], match="no longer in the function")
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(st.integers(1, 12), st.integers(1, 12), st.integers(1, 9), st.data())
 def test_random_split_fuse_reorder_chains_keep_results(m, n, k, data):
