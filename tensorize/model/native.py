@@ -7,12 +7,13 @@ fused form with its epilogue compiled in, else the layer or its uint8 variant, t
 and emitted), compiles every tensorized kernel once (:class:`targets.cpu.loaded.
 LoadedKernel`), compiles a max pool's and a depthwise layer's channels-last forms as plain
 kernels (the depthwise one laid out for the vector units: :mod:`tensorize.engine.
-cpu_plain`), and keeps the rest as the host functions they are. A call runs the layers in order. A convolution's
-output stays in its kernel's layout (int8, channels last: :class:`ChannelsLast`), as does
-a max pool's and a depthwise layer's; the next convolution gathers its GEMM rows from it straight into its
-kernel's input array (:class:`ir.onnx.fused.ImageRows`; each thread its own rows), as a
-joined add reads its residual input; a layer that needs the ONNX layout (an average pool,
-the output) gets it converted once. Nothing is cached between calls, so a call's time is
+cpu_plain`), and keeps the rest as the host functions they are. A call runs the layers in
+order. A convolution's output stays in its kernel's layout (int8, channels last:
+:class:`ChannelsLast`), as does a max pool's and a depthwise layer's; the next convolution
+gathers its GEMM rows from it straight into its kernel's input array
+(:class:`ir.onnx.fused.ImageRows`; each thread its own rows), as a joined add reads its
+residual input; a layer that needs the ONNX layout (an average pool, the output) gets it
+converted once. Nothing is cached between calls, so a call's time is
 the network's: every layer's own work, host work included.
 """
 
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ir.function import PrimFunc
 from ir.onnx import Graph, Layer
 from ir.onnx.depthwise import DepthwiseGemm
 from ir.onnx.fused import GemmPack, ImageRows
@@ -273,32 +275,13 @@ def _run_parts(parts: list[_Part], image: ImageRows, skip: np.ndarray | None,
 
 def _pool_step(executor: CpuExecutor, layer: Layer) -> Step | None:
     """A max pool's channels-last form (:class:`ir.onnx.channels_last.MaxPoolNhwc`)
-    compiled for the target, reading its input channels last (converted once where it
-    comes as ONNX has it) and leaving its output so; None when the target cannot run it
+    compiled for the target (:func:`_padded_step`); None when the target cannot run it
     natively here."""
-    from targets.cpu.loaded import LoadedKernel
-    from tensorize.runners.cpu import emit_cpu
-
     pool = layer.channels_last
     n, c, h, w = layer.input_shapes[0]
-    try:
-        with executor.timings.measure("compile"):
-            loaded = LoadedKernel(emit_cpu(executor.ctx, pool.func((n, h, w, c))))
-    except CpuRunError:
-        return None
-    padded = loaded.array("X")
-    # The border is never written again: the -128 there never wins a window.
-    padded[...] = -128
-    (output,) = loaded.kernel.outputs
-
-    def step(values: list[Value]) -> ChannelsLast:
-        x = values[0]
-        pool.pad_into(x.nhwc if isinstance(x, ChannelsLast) else _channels_last_int8(x),
-                      padded)
-        out = loaded({"X": padded})[output]
-        return ChannelsLast(out, lambda: _onnx_layout(out, layer.output_dtype))
-
-    return step
+    # The -128 of the border never wins a window.
+    return _padded_step(executor, pool.func((n, h, w, c)), pool.pad_into, -128, {},
+                        lambda out: _onnx_layout(out, layer.output_dtype))
 
 
 def _depthwise_step(executor: CpuExecutor, layer: Layer, gemm: DepthwiseGemm
@@ -306,11 +289,9 @@ def _depthwise_step(executor: CpuExecutor, layer: Layer, gemm: DepthwiseGemm
     """A depthwise layer with its requantisation as one plain kernel on its input held
     channels last (:class:`ir.onnx.channels_last.DepthwiseNhwc`), laid out for the vector
     units (:func:`tensorize.engine.cpu_plain.vectorise_reductions`) and compiled for the
-    target, its output left channels last; None when the target cannot run it natively
-    here (or the layer's kernel computes a column more than the layer: one output pixel)."""
-    from targets.cpu.loaded import LoadedKernel
+    target (:func:`_padded_step`); None when the target cannot run it natively here (or
+    the layer's kernel computes a column more than the layer: one output pixel)."""
     from tensorize.engine.cpu_plain import vectorise_reductions
-    from tensorize.runners.cpu import emit_cpu
     from tensorize.schedule import Schedule
 
     form = gemm.nhwc
@@ -318,23 +299,38 @@ def _depthwise_step(executor: CpuExecutor, layer: Layer, gemm: DepthwiseGemm
         return None
     schedule = Schedule(form.func(), executor.ctx.registry)
     vectorise_reductions(schedule)
+    # The border holds the input's zero point, as the layer pads.
+    return _padded_step(executor, schedule.func, form.pad_into, form.pad_value,
+                        form.constants(), lambda out: gemm.output(out.reshape(gemm.m, -1)))
+
+
+def _padded_step(executor: CpuExecutor, func: PrimFunc,
+                 pad_into: Callable[[np.ndarray, np.ndarray], None], fill: int,
+                 constants: Mapping[str, np.ndarray],
+                 onnx_layout: Callable[[np.ndarray], np.ndarray]) -> Step | None:
+    """``func``, a plain kernel of one padded channels-last input ``X``, compiled for the
+    target: its border filled with ``fill`` once (never written again), each call writing
+    the layer's input inside it (``pad_into``; converted to channels last once where it
+    comes as ONNX has it), ``constants`` given as they are, and the output left channels
+    last (``onnx_layout`` gives the model's layout); None when the target cannot run it
+    natively here."""
+    from targets.cpu.loaded import LoadedKernel
+    from tensorize.runners.cpu import emit_cpu
+
     try:
         with executor.timings.measure("compile"):
-            loaded = LoadedKernel(emit_cpu(executor.ctx, schedule.func))
+            loaded = LoadedKernel(emit_cpu(executor.ctx, func))
     except CpuRunError:
         return None
     padded = loaded.array("X")
-    # The border is never written again: the input's zero point, as the layer pads.
-    padded[...] = form.pad_value
-    constants = form.constants()
+    padded[...] = fill
     (output,) = loaded.kernel.outputs
 
     def step(values: list[Value]) -> ChannelsLast:
         x = values[0]
-        form.pad_into(x.nhwc if isinstance(x, ChannelsLast) else _channels_last_int8(x),
-                      padded)
+        pad_into(x.nhwc if isinstance(x, ChannelsLast) else _channels_last_int8(x), padded)
         out = loaded({"X": padded, **constants})[output]
-        return ChannelsLast(out, lambda: gemm.output(out.reshape(gemm.m, -1)))
+        return ChannelsLast(out, lambda: onnx_layout(out))
 
     return step
 
