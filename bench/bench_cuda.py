@@ -56,7 +56,7 @@ from cuda_suite import (CUBLAS_LAYOUT, FAMILIES, KERNELS, GemmCase, GemmExCall, 
 from intrinsics import default_registry
 from targets import cuda
 from targets.cuda.banks import bank_conflicts
-from targets.cuda.compile import cuobjdump_path, resource_usage, sass_mix
+from targets.cuda.compile import cuobjdump_path, resource_usage, sass_drains, sass_mix
 from targets.cuda.occupancy import architecture, architectures, occupancy
 from targets.cuda.pipeline import STAGES
 from targets.cuda.run import (device_summary, event_times, gpu_unavailable, launch, load,
@@ -95,9 +95,10 @@ class Built:
 
 
 def build(name: str, n: int, tiling: CudaTiling | None = None, stages: int = STAGES,
-          intrinsic: str | None = None) -> Built:
+          intrinsic: str | None = None, double_fragments: bool = True) -> Built:
     """Tensorize and emit GEMM ``name`` at ``n``^3 through ``intrinsic`` (default: the
-    engine's choice) with ``tiling`` (default: the engine's) and ``stages``."""
+    engine's choice) with ``tiling`` (default: the engine's) and ``stages``, its fragments
+    double-buffered across the k loop's barrier unless ``double_fragments`` is False."""
     func = suite_kernels.builders()[name](n, n, n)
     if intrinsic is None:
         first = auto_tensorize(func, "cuda", registry=default_registry())
@@ -108,7 +109,7 @@ def build(name: str, n: int, tiling: CudaTiling | None = None, stages: int = STA
     tiling = tiling or choose_tiling((n, n, n), shape, elem, narrow_inputs(chosen))
     kernel = cuda.emit(auto_tensorize(func, "cuda", registry=default_registry(),
                                       intrinsic=intrinsic, tiling=tiling).func,
-                       default_registry(), stages=stages)
+                       default_registry(), stages=stages, double_fragments=double_fragments)
     return Built(name, n, tiling, kernel, intrinsic, shape)
 
 
@@ -116,7 +117,7 @@ def conflict_counts(built: Built) -> dict:
     """The bank model's counts for one block of the same tiling and stages: a GEMM of one
     block tile and as many k steps as stages, emulated on random inputs."""
     bm, bn, bk = built.tiling.block_tile(*built.shape)
-    (launch,) = [l for l in built.kernel.launches if l.tiled]
+    (launch,) = [l for l in built.kernel.launches if l.tensorized]
     func = suite_kernels.builders()[built.name](bm, bn, launch.stages * bk)
     kernel = cuda.emit(auto_tensorize(func, "cuda", registry=default_registry(),
                                       intrinsic=built.intrinsic, tiling=built.tiling).func,
@@ -125,7 +126,7 @@ def conflict_counts(built: Built) -> dict:
     inputs = {p.name: (rng.standard_normal(p.shape) if p.dtype.is_float
                        else rng.integers(-128, 128, p.shape)).astype(p.dtype.numpy)
               for p in func.params if p.name in ("A", "B")}
-    (tiled,) = [l.kernel for l in kernel.launches if l.tiled]
+    (tiled,) = [l.kernel for l in kernel.launches if l.tensorized]
     return bank_conflicts(kernel, inputs)[tiled]
 
 
@@ -165,7 +166,7 @@ def _measure(name: str, n: int, intrinsic: str):
 
     def measure(tiling: CudaTiling, stages: int) -> TilingFigures | None:
         built = build(name, n, tiling, stages, intrinsic)
-        (launch,) = [l for l in built.kernel.launches if l.tiled]
+        (launch,) = [l for l in built.kernel.launches if l.tensorized]
         try:
             (r,) = [r for r in resource_usage(built.kernel, "sm_80")
                     if r.kernel == launch.kernel]
@@ -197,11 +198,11 @@ def static(n: int) -> None:
         start = time.perf_counter()
         built = build(name, n)
         prepared = time.perf_counter() - start
-        (launch,) = [l for l in built.kernel.launches if l.tiled]
+        (launch,) = [l for l in built.kernel.launches if l.tensorized]
         warps = launch.block[1] * launch.block[2]
         bm, bn, bk = built.tiling.block_tile(*built.shape)
         wm, wn = bm // built.tiling.warps[0], bn // built.tiling.warps[1]
-        others = [l for l in built.kernel.launches if not l.tiled]
+        others = [l for l in built.kernel.launches if not l.tensorized]
         print(f"{name} {n}^3 through {built.intrinsic} (the engine's choice): block tile "
               f"{bm}x{bn}x{bk}, {warps} warps of {wm}x{wn}, "
               f"{launch.stages} stages, grid {launch.grid}; {len(built.kernel.launches)} "
@@ -220,14 +221,51 @@ def static(n: int) -> None:
                 per_unit = UNIT_MACS / instruction_macs(default_registry().get(built.intrinsic))
                 line += (f"; {mix.other} non-MMA per {mix.mma} MMA in the {mix.scope}: "
                          f"{mix.other_per_mma:.2f} per MMA, "
-                         f"{mix.other_per_mma * per_unit:.2f} per m16n8k16 of work")
+                         f"{mix.other_per_mma * per_unit:.2f} per m16n8k16 of work; "
+                         f"{_drains(built.kernel, arch, launch.kernel)}")
             else:
                 line += "; SASS mix skipped: cuobjdump not found"
             print(line)
         print(f"  bank conflicts (modelled): {modelled_conflicts(built)}")
         searched(name, n)
     mma_family(n)
+    if disassemble:
+        barrier_forms(n)
     resnet_conv()
+
+
+def _drains(kernel: cuda.CudaKernel, arch: str, function: str) -> str:
+    """Whether the tensor pipe drains at the barriers of ``function``'s k loop, as a
+    phrase (:class:`targets.cuda.sass.BarrierDrains`)."""
+    (drains,) = [d for d in sass_drains(kernel, arch) if d.kernel == function]
+    return drains.describe()
+
+
+# The GEMMs whose k loop the barrier comparison compiles in both forms: (kernel, intrinsic).
+BARRIER_FORMS = (("gemm_fp16", "mma_m16n8k16_f16f16_f32"), ("gemm_fp16", "wmma_m16n16k16_f16_f32"),
+                 ("gemm_int8", "mma_m16n8k32_s8s8_s32"), ("gemm_int8", "wmma_m16n16k16_s8_s32"))
+
+
+def barrier_forms(n: int, stages: int = 4) -> None:
+    """Print, per GEMM of :data:`BARRIER_FORMS` in the engine's tiling with ``stages``
+    stages and per architecture, the k loop's figures in the simple form (each step's
+    fragments loaded after its barrier) and with its fragments double-buffered across the
+    barrier: registers, spill bytes, non-MMA SASS instructions per MMA, and whether the
+    first MMA after each barrier waits for an LDSM issued after it."""
+    for name, intrinsic in BARRIER_FORMS:
+        for double in (False, True):
+            built = build(name, n, stages=stages, intrinsic=intrinsic, double_fragments=double)
+            (launch,) = [l for l in built.kernel.launches if l.tensorized]
+            form = "double-buffered fragments" if double else "simple form"
+            print(f"{name} {n}^3 through {intrinsic}, {stages} stages, {form}:")
+            for arch in architectures(default_registry()):
+                (r,) = [r for r in resource_usage(built.kernel, arch)
+                        if r.kernel == launch.kernel]
+                (mix,) = [m for m in sass_mix(built.kernel, arch) if m.kernel == launch.kernel]
+                print(f"  {arch}: {r.registers} registers, {r.spill_stores + r.spill_loads} "
+                      f"spill bytes; {mix.other} non-MMA per {mix.mma} MMA in the "
+                      f"{mix.scope}: {mix.other_per_mma:.2f} per MMA; "
+                      f"{_drains(built.kernel, arch, launch.kernel)}")
 
 
 def mma_family(n: int) -> None:
@@ -236,7 +274,7 @@ def mma_family(n: int) -> None:
         func = suite_kernels.builders()[name](n, n, n)
         result = auto_tensorize(func, "cuda", registry=default_registry(), intrinsic=intrinsic)
         kernel = cuda.emit(result.func, default_registry())
-        (launch,) = [l for l in kernel.launches if l.tiled]
+        (launch,) = [l for l in kernel.launches if l.tensorized]
         # MMA instructions per m16n8k16 of work: 0.5 where one IMMA.16832 does two.
         per_unit = UNIT_MACS / instruction_macs(default_registry().get(intrinsic))
         print(f"{name} {n}^3 through {intrinsic}: {len(kernel.launches)} launch(es), grid "
@@ -249,7 +287,8 @@ def mma_family(n: int) -> None:
                 (mix,) = [m for m in sass_mix(kernel, arch) if m.kernel == launch.kernel]
                 per_work = mix.other_per_mma * per_unit
                 line += (f"; {mix.other} non-MMA per {mix.mma} MMA in the {mix.scope}: "
-                         f"{mix.other_per_mma:.2f} per MMA, {per_work:.2f} per m16n8k16 of work")
+                         f"{mix.other_per_mma:.2f} per MMA, {per_work:.2f} per m16n8k16 of work; "
+                         f"{_drains(kernel, arch, launch.kernel)}")
             print(line)
 
 
@@ -260,8 +299,8 @@ def resnet_conv() -> None:
     func = suite_kernels.builders()["conv2d_nhwc_int8"](1, 56, 56, 64, 64)
     registry = default_registry()
     kernel = cuda.emit(auto_tensorize(func, "cuda", registry=registry).func, registry)
-    (launch,) = [l for l in kernel.launches if l.tiled]
-    others = [l.kernel for l in kernel.launches if not l.tiled]
+    (launch,) = [l for l in kernel.launches if l.tensorized]
+    others = [l.kernel for l in kernel.launches if not l.tensorized]
     print(f"conv2d_nhwc_int8 ResNet-50 3x3 (1x56x56x64 -> 64): {len(kernel.launches)} launches "
           f"(data-parallel: {others}; the GEMM {launch.kernel} grid {launch.grid}, "
           f"{launch.stages} stages)")
@@ -310,7 +349,7 @@ def _figures(kernel: cuda.CudaKernel, arch: str, macs: int) -> TilingFigures | N
     """ptxas's registers, shared memory and spills of ``kernel``'s tiled launch on ``arch``
     and, where cuobjdump is found, its non-MMA instructions per m16n8k16 of work; None when
     it does not compile. No bank-conflict model: the GPU measures what they cost."""
-    (launch,) = [l for l in kernel.launches if l.tiled]
+    (launch,) = [l for l in kernel.launches if l.tensorized]
     try:
         (r,) = [r for r in resource_usage(kernel, arch) if r.kernel == launch.kernel]
     except cuda.CompileError:
@@ -321,6 +360,11 @@ def _figures(kernel: cuda.CudaKernel, arch: str, macs: int) -> TilingFigures | N
         other = mix.other_per_mma * UNIT_MACS / macs
     return TilingFigures(r.registers, r.shared_bytes + launch.dynamic_shared,
                          r.spill_stores + r.spill_loads, other)
+
+
+def _split_note(mapping: str) -> str:
+    """The engine's split-K note at the end of a block's mapping, or ''."""
+    return next((part for part in mapping.split("; ") if part.startswith("split-K")), "")
 
 
 def prepare(plan: KernelPlan, arch: str) -> Prepared:
@@ -349,7 +393,8 @@ def prepare(plan: KernelPlan, arch: str) -> Prepared:
             return done(None, plan.intrinsic, "not tensorized: " + first.blocks[0].reason)
         (outcome,) = first.tensorized
         if plan.intrinsic is None:
-            return done(cuda.emit(first.func, registry), outcome.intrinsic, "")
+            return done(cuda.emit(first.func, registry), outcome.intrinsic,
+                        _split_note(outcome.mapping))
         intrinsic = registry.get(plan.intrinsic)
         shape = tuple(intrinsic.extents)
         elem = max(intrinsic.operands[0].dtype.bits // 8, 1)
@@ -370,8 +415,11 @@ def prepare(plan: KernelPlan, arch: str) -> Prepared:
         best = trials[0]
         tuned = auto_tensorize(func, "cuda", registry=registry, intrinsic=intrinsic.name,
                                tiling=best.tiling)
+        (chosen,) = tuned.tensorized
+        split = _split_note(chosen.mapping)
         return done(cuda.emit(tuned.func, registry, stages=best.stages), intrinsic.name,
-                    f"search's best of {len(trials)}: {best.describe(shape)}")
+                    f"search's best of {len(trials)}: {best.describe(shape)}"
+                    + (f"; {split}" if split else ""))
     except Exception as err:  # noqa: BLE001  one kernel's failure must not stop the suite
         return done(None, plan.intrinsic, f"{type(err).__name__}: {err}")
 

@@ -36,7 +36,7 @@ def layer(c: int, o: int, groups: int) -> str:
         return f"{name}: {err}"
     result = auto_tensorize(sch.func, "cuda", registry=registry)
     kernel = cuda.emit(result.func, registry)
-    (launch,) = [l for l in kernel.launches if l.tiled]
+    (launch,) = [l for l in kernel.launches if l.tensorized]
     (usage,) = [r for r in resource_usage(kernel, "sm_80") if r.kernel == launch.kernel]
     line = (f"{name}: {result.blocks[0].intrinsic} {result.blocks[0].mapping}; "
             f"{len(kernel.launches)} launches, GEMM grid {launch.grid}, sm_80 "

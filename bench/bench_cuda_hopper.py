@@ -28,7 +28,7 @@ def row(name: str) -> str:
     dtype = dtypes.dtype(name)
     intrinsic, tiling = hopper_schedule(SIZE, SIZE, SIZE, dtype, registry)
     kernel = hopper_gemm(SIZE, SIZE, SIZE, dtype, registry)
-    (launch,) = [l for l in kernel.launches if l.tiled]
+    (launch,) = [l for l in kernel.launches if l.tensorized]
     (usage,) = [r for r in resource_usage(kernel, HOPPER_ARCH) if launch.kernel in r.kernel]
     (counts,) = [c for f, c in sass_opcodes(kernel, HOPPER_ARCH).items() if launch.kernel in f]
     (mix,) = [m for m in sass_mix(kernel, HOPPER_ARCH) if launch.kernel in m.kernel]

@@ -22,10 +22,14 @@ as bench_sweep.py builds it, unless ``--model`` names one) and a network sweep o
 8 to 64 rows and columns, on two local workers), in points per second of the sweep's own
 wall time, with the seconds the workers spent in the points (the pool's processes are not
 this one's children, so their CPU time is not counted). Each runs ``--repeat`` times
-(default 1); every run is printed.
+(default 1); every run is printed. ``--figures`` picks some of the three (``gemm``,
+``model``, ``sweep``); ``--before DIR`` runs each figure also with the source tree in DIR
+(a checkout of an earlier commit, put first on the import path), alternating with this one,
+so a change is measured against its base on the same machine under the same load.
 
     .venv/bin/python bench/bench_npu.py [--quick] [--machine FILE]
     .venv/bin/python bench/bench_npu.py --end-to-end [--model FILE.onnx] [--repeat N]
+        [--figures gemm,model,sweep] [--before DIR]
 """
 
 from __future__ import annotations
@@ -99,12 +103,16 @@ SWEEP_FIXED = {"inp.rows: [2048, 8192]": "inp.rows: [8192]",
 SWEEP_WORKERS = 2
 
 
-def timed(command: list[str]) -> tuple[float, float, str]:
-    """Run ``command`` to its end: its wall seconds, the CPU seconds of it and its
-    children, and its standard output; raises when it fails."""
+def timed(command: list[str], tree: str | None = None) -> tuple[float, float, str]:
+    """Run ``command`` to its end (with the source tree ``tree`` first on the import path,
+    if given): its wall seconds, the CPU seconds of it and its children, and its standard
+    output; raises when it fails."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -140,41 +148,55 @@ def run_sweep_points(directory: str) -> None:
                       "wall": wall, "compute": compute}))
 
 
-def end_to_end(model: str | None, repeat: int) -> None:
-    """Print the three end-to-end figures, ``repeat`` runs each."""
+FIGURES = ("gemm", "model", "sweep")
+
+
+def end_to_end(model: str | None, repeat: int, figures: tuple[str, ...],
+               before: str | None) -> None:
+    """Print the chosen end-to-end figures, ``repeat`` runs each (with ``before``, each
+    run of this tree follows one of that tree, the rows marked ``before`` and ``after``)."""
     import bench_sweep
 
     tool = str(Path(sys.executable).parent / "tensorize")
+    trees: list[tuple[str, str | None]] = [("", None)]
+    if before is not None:
+        trees = [("before ", str(Path(before).resolve())), ("after ", None)]
     with tempfile.TemporaryDirectory() as directory:
         kernel = Path(directory) / "gemm_int8_4096.py"
         kernel.write_text(GEMM_EXAMPLE.read_text().replace("256", str(GEMM_SIZE)))
         onnx_file = Path(directory) / "resnet50_int8.onnx"
-        if model is None:
-            bench_sweep.write_resnet50(onnx_file)
-        else:
-            os.symlink(Path(model).resolve(), onnx_file)
-        print(f"{'figure':<44}{'wall s':>8}{'cpu s':>8}  result")
+        if "model" in figures or "sweep" in figures:
+            if model is None:
+                bench_sweep.write_resnet50(onnx_file)
+            else:
+                os.symlink(Path(model).resolve(), onnx_file)
+        print(f"{'figure':<51}{'wall s':>8}{'cpu s':>8}  result")
         # Both commands exit 0 only when every check passed: exact against the references.
-        for _ in range(repeat):
-            wall, cpu, _ = timed([tool, "run", str(kernel), "--target", "npu", "--quiet"])
-            print(f"{f'GEMM {GEMM_SIZE}^3 int8, tensorize run --target npu':<44}"
-                  f"{wall:>8.1f}{cpu:>8.1f}  exact", flush=True)
-        for _ in range(repeat):
-            wall, cpu, out = timed([tool, "model", str(onnx_file), "--target", "npu",
-                                    "--json"])
-            cycles = json.loads(out)["totals"]["cycles"]
-            print(f"{'ResNet-50 int8, tensorize model --target npu':<44}{wall:>8.1f}"
-                  f"{cpu:>8.1f}  {cycles:,} cycles, every layer exact", flush=True)
-        for _ in range(repeat):
-            _, _, out = timed([sys.executable, __file__, "--sweep-in", directory])
-            row = json.loads(out.strip().splitlines()[-1])
-            label = f"network sweep, {row['points']} points, {SWEEP_WORKERS} workers"
-            # The sweep's own wall time (not the child's start-up). The pool's workers are
-            # the forkserver's children, not this process's, so their CPU time is not
-            # counted: the points' own time in the workers is.
-            print(f"{label:<44}{row['wall']:>8.1f}{'-':>8}  "
-                  f"{row['points'] / row['wall']:.2f} points/s, {row['failed']} failed, "
-                  f"{row['compute']:.1f} s in the points", flush=True)
+        for _ in range(repeat if "gemm" in figures else 0):
+            for mark, tree in trees:
+                wall, cpu, _ = timed([tool, "run", str(kernel), "--target", "npu", "--quiet"],
+                                     tree)
+                label = f"{mark}GEMM {GEMM_SIZE}^3 int8, tensorize run --target npu"
+                print(f"{label:<51}{wall:>8.1f}{cpu:>8.1f}  exact", flush=True)
+        for _ in range(repeat if "model" in figures else 0):
+            for mark, tree in trees:
+                wall, cpu, out = timed([tool, "model", str(onnx_file), "--target", "npu",
+                                        "--json"], tree)
+                cycles = json.loads(out)["totals"]["cycles"]
+                label = f"{mark}ResNet-50 int8, tensorize model --target npu"
+                print(f"{label:<51}{wall:>8.1f}{cpu:>8.1f}  {cycles:,} cycles, every layer "
+                      "exact", flush=True)
+        for _ in range(repeat if "sweep" in figures else 0):
+            for mark, tree in trees:
+                _, _, out = timed([sys.executable, __file__, "--sweep-in", directory], tree)
+                row = json.loads(out.strip().splitlines()[-1])
+                label = f"{mark}network sweep, {row['points']} points, {SWEEP_WORKERS} workers"
+                # The sweep's own wall time (not the child's start-up). The pool's workers
+                # are the forkserver's children, not this process's, so their CPU time is
+                # not counted: the points' own time in the workers is.
+                print(f"{label:<51}{row['wall']:>8.1f}{'-':>8}  "
+                      f"{row['points'] / row['wall']:.2f} points/s, {row['failed']} failed, "
+                      f"{row['compute']:.1f} s in the points", flush=True)
 
 
 def main() -> None:
@@ -188,6 +210,10 @@ def main() -> None:
     parser.add_argument("--model", help="the int8 ResNet-50 for --end-to-end (default: "
                                         "built here)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each end-to-end figure")
+    parser.add_argument("--figures", default=",".join(FIGURES),
+                        help="the end-to-end figures to run, of gemm, model, sweep")
+    parser.add_argument("--before", metavar="DIR",
+                        help="an earlier source tree to run each end-to-end figure with too")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child process's kernel
     parser.add_argument("--sweep-in", help=argparse.SUPPRESS)  # the child's sweep directory
     args = parser.parse_args()
@@ -195,7 +221,12 @@ def main() -> None:
         run_sweep_points(args.sweep_in)
         return
     if args.end_to_end:
-        end_to_end(args.model, args.repeat)
+        figures = tuple(f for f in args.figures.split(",") if f)
+        unknown = sorted(set(figures) - set(FIGURES))
+        if unknown:
+            parser.error(f"--figures requires names of {', '.join(FIGURES)}, got "
+                         f"{', '.join(unknown)}")
+        end_to_end(args.model, args.repeat, figures, args.before)
         return
     if args.one:
         print(json.dumps(measure(args.one, args.machine)))

@@ -51,6 +51,37 @@ def gemm(acc: np.ndarray, inp: np.ndarray, wgt: np.ndarray, reset: bool) -> None
         np.add(acc, product, out=acc)
 
 
+class TileProduct:
+    """:func:`gemm` for a run's many small tiles, whose operands are float32 arrays holding
+    int8 values (as the simulator's scratchpads keep them): the product and its int32 form
+    land in scratch arrays kept per tile shape, not in two new arrays per call (the 4096^3
+    GEMM's simulation makes a million products). The same integers: a product of up to
+    FLOAT32_EXACT_TERMS terms is exact in float32 and within int32, so it converts exactly,
+    and the addition wraps in int32; longer reductions go through :func:`gemm`.
+    """
+
+    def __init__(self) -> None:
+        self.scratch: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def __call__(self, acc: np.ndarray, inp: np.ndarray, wgt: np.ndarray, reset: bool) -> None:
+        """acc (+)= inp @ wgt in place, int32 with wraparound."""
+        if inp.shape[1] > FLOAT32_EXACT_TERMS:
+            gemm(acc, inp, wgt, reset)
+            return
+        shape = acc.shape
+        buffers = self.scratch.get(shape)
+        if buffers is None:
+            buffers = self.scratch[shape] = (np.empty(shape, np.float32),
+                                             np.empty(shape, np.int32))
+        product, whole = buffers
+        np.matmul(inp, wgt, out=product)
+        if reset:
+            np.copyto(acc, product, casting="unsafe")
+        else:
+            np.copyto(whole, product, casting="unsafe")
+            np.add(acc, whole, out=acc)
+
+
 def gemm_float(acc: np.ndarray, inp: np.ndarray, wgt: np.ndarray, reset: bool) -> None:
     """acc (+)= inp @ wgt in place on a float array: bfloat16 operands (held as float32),
     a float32 accumulator.

@@ -44,6 +44,7 @@ from simulator.isa import (
 )
 from simulator.loops import Placed, placed, structure, walk
 from simulator.memory import QUEUE_NAMES, MemoryFault, OnChipMemory
+from simulator.products import Products
 from simulator.result import SimResult, UnitStats
 from simulator.trace import UNITS, Records
 
@@ -57,6 +58,8 @@ _WRITTEN_BY_LOAD = {Mem.INP: INP_WRITE, Mem.WGT: WGT_WRITE, Mem.ACC: ACC_WRITE}
 # How many checked GEMM placements (operand rows and sizes) the engine remembers, so as not
 # to check them again: a tiled program repeats a few; the others are checked every time.
 _MAX_FITS = 4096
+# How many GEMMs of a group (simulator.products) are computed in one stacked product.
+_GROUP = 8
 
 # One instruction on its way through a queue: (its number among executed instructions, its
 # node, its address fields, its loop iteration, its dispatch time).
@@ -102,9 +105,9 @@ class _Queue:
     ``started`` count them; ``recent_starts``: start times of the last started ones (a full
     queue holds up dispatch until the one ``instruction_depth`` ahead has left);
     ``issue_free``: when the next instruction may leave the queue; ``retired``: when the last
-    one retired (in order); ``last``: its (number, program index); ``seq`` and ``clock``: the vector clock (see memory.py);
-    ``inflight``: done times of a DMA engine's outstanding requests; ``pushes``: pushes waiting
-    for room in a full token queue.
+    one retired (in order); ``last``: its (number, program index); ``seq`` and ``clock``: the
+    vector clock (see memory.py); ``inflight``: done times of a DMA engine's outstanding
+    requests; ``pushes``: pushes waiting for room in a full token queue.
     """
 
     __slots__ = (
@@ -260,6 +263,7 @@ class _Machine:
         self.functional = functional
         queues = config.queues
         self.depth = queues.instruction_depth
+        self.token_depth = queues.token_depth
         self.fetch = queues.fetch_cycles
         self.max_outstanding = config.dma.max_outstanding
         self.queues = [_Queue(kind, self.depth) for kind in Queue]
@@ -271,7 +275,7 @@ class _Machine:
         array = config.array
         describe = self.describe
         # The scratchpads hold int8 values as float32 (exact), the form the array's product
-        # takes them in (datapath.matmul_exact), so a GEMM does not convert its operands.
+        # takes them in (datapath.TileProduct), so a GEMM does not convert its operands.
         # A float array's bfloat16 operands are float32 values too (exact: bfloat16 is
         # float32's upper half), beside a float32 accumulator.
         self.float_array = config.is_float
@@ -332,7 +336,10 @@ class _Machine:
         # Per memory a load fills: the traffic counter of its writes, and the bytes of a row.
         self.load_targets = {mem: (_WRITTEN_BY_LOAD[mem], memory.width * self.element_bytes[mem])
                              for mem, memory in self.memories.items()}
-        self.tile_product = datapath.gemm_float if self.float_array else datapath.gemm
+        # A float array's products are computed one GEMM at a time (gemm_float walks k).
+        self.products = Products(
+            datapath.gemm_float if self.float_array else datapath.TileProduct(),
+            self.acc.data, self.inp.data, self.wgt.data, 1 if self.float_array else _GROUP)
         # Each handler: (instruction, address fields, entry, ready time, queue, avail)
         # -> (begin, done).
         self.handlers: dict[type, Callable[..., tuple[int, int]]] = {
@@ -372,6 +379,7 @@ class _Machine:
         """
         queues = self.queues
         max_outstanding = self.max_outstanding
+        depth = self.depth
         self._dispatch()
         while True:
             # The queue whose head can leave earliest: when it is dispatched, its queue may
@@ -405,10 +413,14 @@ class _Machine:
             if best is None:
                 break
             self._execute(best, best_t)
-            if self.next is not None:
+            # Fetch goes on unless the next instruction's queue is still full (the first
+            # thing _dispatch checks, and what holds it most of the time: it runs ahead).
+            upcoming = self.next
+            if upcoming is not None and len(queues[upcoming[0].insn.queue].pending) < depth:
                 self._dispatch()
         if self.next is not None or any(q.pushes or q.pending for q in queues):
             raise self._deadlock()
+        self.products.flush()
 
     def _dispatch(self) -> None:
         """Fetch instructions in program order into their queues while there is room.
@@ -487,7 +499,7 @@ class _Machine:
         A push into a full queue waits for the pop that frees its slot, and holds q: none of
         its later instructions leaves before that push.
         """
-        depth = self.config.queues.token_depth
+        depth = self.token_depth
         while q.pushes:
             tokens, when, clock = q.pushes[0]
             slot = tokens.pushed - depth
@@ -500,7 +512,8 @@ class _Machine:
                     q.issue_free = max(q.issue_free, when)
             tokens.waiting.append((when, clock))
             tokens.pushed += 1
-            q.retired = max(q.retired, when)
+            if when > q.retired:
+                q.retired = when
             q.pushes.pop(0)
         return True
 
@@ -576,6 +589,7 @@ class _Machine:
         if mem is Mem.WGT:
             self._invalidate_weights(sram, sram + rows)
         if self.functional:
+            self.products.before_write(memory.data, sram, sram + rows)
             memory.write(sram, sram + rows, q.kind, q.clock, number)
             source = datapath.dram_rows(self.dram, dram, rows, row_bytes, insn.stride)
             source = _dram_elements(source, width, self.float_array)
@@ -608,6 +622,7 @@ class _Machine:
         self.traffic[ACC_READ] += rows * insn.cols * 4
         self.traffic[DRAM_WRITE] += nbytes
         if self.functional:
+            self.products.flush()
             acc.read(sram, sram + rows, q.kind, q.clock, number)
             values = acc.data[sram:sram + rows, :insn.cols]
             data = (datapath.narrow(values) if insn.narrow
@@ -673,8 +688,7 @@ class _Machine:
                 acc.write(lo, hi, kind, clock, number)
             else:
                 acc.modify(lo, hi, kind, clock, number)
-            self.tile_product(acc.data[lo:hi], inp.data[inp_row:inp_row + rows, :k],
-                              wgt.data[wgt_row:wgt_row + k], insn.reset)
+            self.products.add(lo, inp_row, wgt_row, rows, k, insn.reset)
         self._account(GEMM_UNIT, number, avail, begin, done)
         return begin, done
 
@@ -741,6 +755,7 @@ class _Machine:
         self.traffic[ACC_READ] += (insn.rows * reads_dst + src_rows) * row_bytes
         self.traffic[ACC_WRITE] += insn.rows * row_bytes
         if self.functional:
+            self.products.flush()
             if src_rows:
                 acc.read(src, src + src_rows, q.kind, q.clock, number)
             if reads_dst:
@@ -776,6 +791,7 @@ class _Machine:
         self.traffic[ACC_READ] += (insn.rows + insn.per_channel) * row_bytes
         self.traffic[ACC_WRITE] += insn.rows * row_bytes
         if self.functional:
+            self.products.flush()
             if insn.per_channel:
                 acc.read(src, src + 1, q.kind, q.clock, number)
             acc.read(lo, hi, q.kind, q.clock, number)
@@ -813,6 +829,7 @@ class _Machine:
         self.traffic[ACC_READ] += (2 * rows + 3) * row_bytes
         self.traffic[ACC_WRITE] += rows * row_bytes
         if self.functional:
+            self.products.flush()
             acc.read(src, src + rows, q.kind, q.clock, number)
             acc.read(par, par + 3, q.kind, q.clock, number)
             acc.read(dst, dst + rows, q.kind, q.clock, number)

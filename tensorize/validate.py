@@ -3,16 +3,20 @@ an output with its reference (exact for integers, a relative tolerance per float
 for bit for a float output whose hardware-order reference is known, :class:`Expected`).
 
 Shared by ``tensorize run``, ``tensorize sweep`` and anything else that proves a tensorized
-kernel by running it.
+kernel by running it; :class:`HostRuns` are the validate step's runs of the kernel before and
+after tensorizing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from ir import PrimFunc
 
 # Float outputs are compared to a float64 numpy reference with this relative tolerance per
 # dtype (accumulation order differs, so exact equality would be wrong for floats).
@@ -146,3 +150,49 @@ def _bits(value: np.generic) -> str:
     uint = np.dtype(f"u{value.dtype.itemsize}")
     bits = int(np.asarray(value).view(uint))
     return f"{float(value):.9g} (0x{bits:0{2 * value.dtype.itemsize}x})"
+
+
+class HostRuns:
+    """The validate step's two runs on the host's LLVM JIT: the untouched kernel and the
+    tensorized one (each intrinsic run as its semantics, through ``lower_intrinsic``), on
+    copies of the same inputs.
+
+    Both are compiled on the calling thread (compiling walks the IR, which may need that
+    thread's deep stack) and run one after the other on a thread of their own, which the
+    compiled code runs without the interpreter lock: a runner's own work (the NPU's
+    simulation) goes on beside them, so a large kernel waits for the longer of the two
+    rather than their sum. :meth:`outputs` waits for them.
+    """
+
+    def __init__(self, original: PrimFunc, tensorized: PrimFunc,
+                 inputs: Mapping[str, np.ndarray], lower_intrinsic: Callable[..., Any]) -> None:
+        from targets import host
+        from targets.host.executable import gather_inputs
+
+        self._runs = [(host.compile(original), gather_inputs(original, inputs)),
+                      (host.compile(tensorized, lower_intrinsic),
+                       gather_inputs(tensorized, inputs))]
+        self._error: BaseException | None = None
+        # A daemon: a run that fails elsewhere does not wait for it to exit.
+        self._thread = threading.Thread(target=self._run, name="validate", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for compiled, arrays in self._runs:
+                compiled(*arrays)
+        except BaseException as err:  # handed to the thread that waits in outputs()
+            self._error = err
+
+    def outputs(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Wait for both runs: the arrays each writes, by parameter name (the untouched
+        kernel's, then the tensorized one's); what a run raised is raised here."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        written = []
+        for compiled, arrays in self._runs:
+            names = {id(p) for p in compiled.written}
+            written.append({p.name: a for p, a in zip(compiled.func.params, arrays)
+                            if id(p) in names})
+        return written[0], written[1]

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from targets.cuda.emit import CudaKernel
 from targets.cuda.errors import CompileError
+from targets.cuda.sass import BarrierDrains, barrier_drains, instructions, k_loop
 
-__all__ = ["CompileError", "KernelResources", "SassMix", "compile", "cuobjdump_path",
-           "nvcc_path", "parse_ptxas", "parse_sass", "ptxas_path", "resource_usage", "sass_mix",
-           "sass_opcodes"]
+__all__ = ["BarrierDrains", "CompileError", "KernelResources", "SassMix", "compile",
+           "cuobjdump_path", "nvcc_path", "parse_ptxas", "parse_sass", "ptxas_path",
+           "resource_usage", "sass_drains", "sass_mix", "sass_opcodes"]
 
 # nvcc outside PATH: the toolkit's usual home.
 _NVCC_FALLBACKS = ("/usr/local/cuda/bin/nvcc",)
@@ -162,10 +163,6 @@ class SassMix:
 
 
 _FUNCTION = re.compile(r"Function : (\S+)")
-# /*0960*/   @!P0 IMMA.16816.S8.S8 R24, R12.reuse.ROW, R10.COL, RZ ;
-_INSTRUCTION = re.compile(r"/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
-_BRANCH_TARGET = re.compile(r"0x([0-9a-f]+)")
-_MMA_OPCODES = ("HMMA", "IMMA", "QMMA", "HGMMA", "IGMMA", "QGMMA", "DMMA", "BMMA")
 
 
 def parse_sass(text: str) -> tuple[SassMix, ...]:
@@ -175,21 +172,11 @@ def parse_sass(text: str) -> tuple[SassMix, ...]:
 
 
 def _mix(name: str, body: str) -> SassMix:
-    code = [(int(m[1], 16), m[2], m[3]) for m in _INSTRUCTION.finditer(body)]
-    # Code after the last EXIT is out of line (an mbarrier poll's retry, branching back into
-    # the loop it left): its branches close no loop.
-    out_of_line = max((a for a, opcode, _ in code if opcode == "EXIT"), default=1 << 62)
-    loops = []
-    for address, opcode, operands in code:
-        target = _BRANCH_TARGET.search(operands)
-        if opcode == "BRA" and target and int(target[1], 16) < address < out_of_line:
-            loops.append((int(target[1], 16), address))
-    is_mma = [opcode.startswith(_MMA_OPCODES) for _, opcode, _ in code]
-    holding = [(end - start, start, end) for start, end in loops
-               if any(m for (a, _, _), m in zip(code, is_mma) if start <= a <= end)]
-    scope, (start, end) = ("k loop", min(holding)[1:]) if holding else ("kernel", (0, 1 << 62))
-    inside = [(op, m) for (a, op, _), m in zip(code, is_mma) if start <= a <= end and op != "NOP"]
-    mma = sum(m for _, m in inside)
+    code = instructions(body)
+    bounds = k_loop(code)
+    scope, (start, end) = ("k loop", bounds) if bounds else ("kernel", (0, 1 << 62))
+    inside = [i for i in code if start <= i.address <= end and i.opcode != "NOP"]
+    mma = sum(i.is_mma for i in inside)
     return SassMix(name, mma, len(inside) - mma, scope)
 
 
@@ -210,6 +197,14 @@ def sass_mix(kernel: CudaKernel, arch: str = "sm_80") -> tuple[SassMix, ...]:
     return parse_sass(_sass(kernel, arch))
 
 
+def sass_drains(kernel: CudaKernel, arch: str = "sm_80") -> tuple[BarrierDrains, ...]:
+    """Per ``__global__`` function of ``kernel`` for ``arch``, whether the tensor pipe
+    drains at the barriers of its k loop: the first MMA after a ``BAR.SYNC`` waiting for an
+    ``LDSM`` issued after it (:func:`.sass.barrier_drains`)."""
+    parts = _FUNCTION.split(_sass(kernel, arch))
+    return tuple(barrier_drains(name, body) for name, body in zip(parts[1::2], parts[2::2]))
+
+
 def sass_opcodes(kernel: CudaKernel, arch: str = "sm_80") -> dict[str, dict[str, int]]:
     """Per ``__global__`` function of ``kernel`` for ``arch``, how many instructions of
     each opcode its SASS holds (the opcode without its modifiers: ``HGMMA``, ``UBLKCP``),
@@ -218,8 +213,8 @@ def sass_opcodes(kernel: CudaKernel, arch: str = "sm_80") -> dict[str, dict[str,
     counts: dict[str, dict[str, int]] = {}
     for name, body in zip(parts[1::2], parts[2::2]):
         function = counts.setdefault(name, {})
-        for match in _INSTRUCTION.finditer(body):
-            opcode = match[2].split(".")[0]
+        for instruction in instructions(body):
+            opcode = instruction.opcode.split(".")[0]
             function[opcode] = function.get(opcode, 0) + 1
     return counts
 

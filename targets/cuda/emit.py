@@ -17,8 +17,9 @@ calls run in warp context as their ``emit.cuda`` template; at block level they a
 buffer that an earlier statement since the last barrier wrote (or writes one it touched), and
 at the end of a loop body whose last accesses conflict with its first ones in the next
 iteration; ``__syncwarp()`` likewise within a warp, for shared buffers. Reduction loops
-that stage tiles in shared memory are double-buffered first (:mod:`.pipeline`), and their
-copies issued as ``cp.async``; 16-byte copy loops become vector moves (:mod:`.vector`).
+that stage tiles in shared memory are double-buffered first (:mod:`.pipeline`), their
+warps' fragments double-buffered across each step's barrier, and their copies issued as
+``cp.async``; 16-byte copy loops become vector moves (:mod:`.vector`).
 Memory layouts and the per-warp fragment arrays are :mod:`.memory`'s.
 """
 
@@ -92,7 +93,9 @@ class TensorMap:
 @dataclass(frozen=True, slots=True)
 class Launch:
     """One ``__global__`` function and its launch: ``grid`` and ``block`` as (x, y, z);
-    ``tiled`` for a kernel with thread-bound loops (the tensorized ones); ``dynamic_shared``
+    ``tiled`` for a kernel with thread-bound loops (the tensorized ones, and a tiled copy
+    such as the int8 B transpose); ``tensorized`` for one that calls intrinsics (the
+    GEMM's); ``dynamic_shared``
     the bytes of dynamic shared memory it needs (0: its shared arrays are static). Above
     48 KB a launch must first raise the function's
     ``cudaFuncAttributeMaxDynamicSharedMemorySize`` to that figure. ``stages``: the
@@ -106,6 +109,7 @@ class Launch:
     dynamic_shared: int = 0
     stages: int = 1
     tensor_maps: tuple[TensorMap, ...] = ()
+    tensorized: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,34 +130,37 @@ class CudaKernel:
 
     @property
     def grid(self) -> tuple[int, int, int]:
-        """The grid of the first tiled launch (the tensorized kernel), else of the first."""
+        """The grid of the first tensorized launch (the GEMM), else of the first."""
         return self._main().grid
 
     @property
     def block(self) -> tuple[int, int, int]:
-        """The thread block of the first tiled launch, else of the first."""
+        """The thread block of the first tensorized launch, else of the first."""
         return self._main().block
 
     def _main(self) -> Launch:
-        tiled = [l for l in self.launches if l.tiled]
-        return (tiled or list(self.launches))[0]
+        tensorized = [l for l in self.launches if l.tensorized]
+        return (tensorized or list(self.launches))[0]
 
 
-def emit(func: PrimFunc, registry: Registry, *,
-         pipeline: bool = True, stages: int = STAGES) -> CudaKernel:
+def emit(func: PrimFunc, registry: Registry, *, pipeline: bool = True, stages: int = STAGES,
+         double_fragments: bool = True) -> CudaKernel:
     """Emit ``func`` (tensorized for cuda, or not tensorized at all) as CUDA C++.
 
     ``registry`` holds the descriptions of the intrinsics ``func`` calls (the run context's,
     made at the edge; ``intrinsics.default_registry()`` there for the built-in ones).
     With ``pipeline``, the shared-memory stages of each reduction loop are buffered
     ``stages`` deep and filled with ``cp.async`` ``stages - 1`` steps ahead
-    (:mod:`.pipeline`); without, each step copies its tiles and then computes.
+    (:mod:`.pipeline`); without, each step copies its tiles and then computes. With
+    ``double_fragments`` (and the pipeline), the warps' fragments are double-buffered
+    across each step's barrier where the loop allows; without, each step opens with its
+    wait and barrier and then loads its fragments (the simple form).
 
     Raises EmitError naming the statement or buffer the backend cannot express (a
     warp-collective call outside any warp loop, a fragment read element by element, loops
     bound to one thread axis with different extents).
     """
-    pipelined = (software_pipeline(func, stages) if pipeline
+    pipelined = (software_pipeline(func, stages, double_fragments) if pipeline
                  else Pipelined(func, frozenset(), {}))
     func = pipelined.func
     globals_ = [b for b in func.allocs if b.scope == "global"]
@@ -343,6 +350,22 @@ def _perfect_nest(stmt: Stmt) -> tuple[list[For], BlockRealize] | None:
     return None
 
 
+def _dealt_loops(loops: list[For], realize: BlockRealize) -> list[For]:
+    """The leading ``loops`` of a nest around ``realize`` that bind no reduce iterator: those
+    whose iterations go to different threads."""
+    reduce_vars: set[Var] = set()
+    for iv, binding in zip(realize.block.iter_vars, realize.bindings):
+        if iv.kind is IterKind.REDUCE:
+            post_order_visit(binding, lambda n: reduce_vars.add(n) if isinstance(n, Var)
+                             else None)
+    spread = []
+    for loop in loops:
+        if loop.var in reduce_vars:
+            break
+        spread.append(loop)
+    return spread
+
+
 def _calls_intrinsic(stmt: Stmt) -> bool:
     found: list[bool] = []
     post_order_visit(stmt, lambda n: found.append(True) if isinstance(n, IntrinsicCall)
@@ -425,7 +448,10 @@ class _KernelEmitter:
             if info["type"] is None:
                 raise EmitError(f"fragment buffer {buffer.name} is touched only by compute "
                                 "intrinsics; a load, fill or store intrinsic declares its type")
-            self.frags[buffer] = FragmentLayout.plan(buffer, info["tile"], info["type"],
+            # A double-buffered fragment is planned as its original: its copy is a leading
+            # index, its warp dimensions are the warp's own registers.
+            original = self.pipelined.fragments.get(buffer, buffer)
+            self.frags[buffer] = FragmentLayout.plan(original, info["tile"], info["type"],
                                                      info["accesses"])
 
     def _walk_plan(self, stmt: Stmt, scope: _Scope, widths: dict, frags: dict) -> None:
@@ -516,7 +542,8 @@ class _KernelEmitter:
         else:
             nest = _perfect_nest(stmt)
             total = 1
-            for loop in (nest[0] if nest else []):
+            # Only the leading loops that bind no reduce iterator are dealt to threads.
+            for loop in (_dealt_loops(*nest) if nest else []):
                 total *= loop.extent
             threads = min(DATA_PARALLEL_THREADS, total) if nest else 1
             blocks = min(-(-total // threads), MAX_GRID) if nest else 1
@@ -534,7 +561,8 @@ class _KernelEmitter:
                 self._stmt(stmt, _Scope(), "block")
             else:
                 self._stmt(stmt, _Scope(), "grid")
-        self.launch = Launch(self.name, grid, block, tiled, dynamic, self.stages)
+        self.launch = Launch(self.name, grid, block, tiled, dynamic, self.stages,
+                             tensorized=_calls_intrinsic(stmt))
         return self.out.text() + "\n"
 
     def _tiled_prologue(self, grid: tuple[int, int, int], block: tuple[int, int, int]) -> int:
@@ -548,7 +576,8 @@ class _KernelEmitter:
         dynamic = self._declare_shared(block[1] * block[2])
         for buffer, frag in self.frags.items():
             words = f"[{self.lane_words[buffer]}]" if buffer in self.lane_words else ""
-            self.out.line(f"{frag.type_text} {self._buffer_name(buffer)}"
+            copies = "[2]" if buffer in self.pipelined.fragments else ""
+            self.out.line(f"{frag.type_text} {self._buffer_name(buffer)}{copies}"
                           f"[{frag.counts[0]}][{frag.counts[1]}]{words};")
         return dynamic
 
@@ -668,6 +697,8 @@ class _KernelEmitter:
         head: set | None = None
         previous = None
         for stmt in stmts:
+            if self.pipelined.is_deferred(stmt):
+                continue
             touched = _memory_accesses(stmt, self.registry)
             # A pipelined loop opens every step with its own wait and barrier; prologue copies
             # fill distinct stages.
@@ -675,12 +706,23 @@ class _KernelEmitter:
                 previous is not None and self.pipelined.in_prologue(previous)
                 and self.pipelined.in_prologue(stmt))
             previous = stmt
-            if ctx in _BARRIERS and _conflict(pending, touched, ctx) and not opens_synced:
-                self.out.line(_BARRIERS[ctx])
+            # A double-buffered pipeline's wait opens a slice inside the warp loops, and its
+            # barrier is the block's (pipeline.py).
+            wait = self.pipelined.wait_before(stmt)
+            if wait is not None:
+                self.out.line(f"tz_cp_async_wait_group<{wait}>();")
+            if wait is not None or (ctx in _BARRIERS and _conflict(pending, touched, ctx)
+                                    and not opens_synced):
+                self.out.line("__syncthreads();" if wait is not None else _BARRIERS[ctx])
                 head = pending if head is None else head
                 pending = set()
             pending |= self._stmt(stmt, scope, ctx)
             if self.pipelined.commits_after(stmt):
+                self.out.line("tz_cp_async_commit();")
+            prefetch = self.pipelined.prefetch_after(stmt)
+            if prefetch is not None:
+                # The next stage's copies, issued among the warps' MMAs (pipeline.py).
+                self._stmt(prefetch, scope, "block")
                 self.out.line("tz_cp_async_commit();")
         return (pending if head is None else head), pending
 
@@ -713,17 +755,28 @@ class _KernelEmitter:
 
     def _pipelined_for(self, loop: For, inner: _Scope, name: str) -> set:
         """A multi-stage loop (:mod:`.pipeline`): its body is the guarded prefetch of a later
-        step, then the compute. Each step waits until at most ``N - 2`` of the committed
-        groups are in flight (its own tiles have landed) and passes a barrier, after which
-        every thread's copies are visible and every warp has finished reading the stage the
-        prefetch overwrites; it then commits its prefetch as one group."""
+        step, then the compute. In the simple form each step waits until at most ``N - 2``
+        of the committed groups are in flight (its own tiles have landed) and passes a
+        barrier, after which every thread's copies are visible and every warp has finished
+        reading the stage the prefetch overwrites; it then commits its prefetch as one
+        group. With double-buffered fragments the wait and barrier open the last slice, and
+        the prefetch follows the first slice's fragment loads (:class:`.Pipelined`)."""
         prefetch, *rest = loop.body.stmts
         stages = self.pipelined.stages[loop.var]
         self.stages = max(self.stages, stages)
-        # Unrolled by the stage count, each copy's stage indices ``(ko + s) % N`` are
+        # Unrolled by the stage count (an even multiple of it where the fragments' copy
+        # alternates with the step), each copy's stage and fragment copy indices are
         # constants.
-        self.out.line(f"#pragma unroll {stages}")
+        self.out.line(f"#pragma unroll {self.pipelined.unroll.get(loop.var, stages)}")
         with self.out.block(f"for (int {name} = 0; {name} < {loop.extent}; ++{name})"):
+            if loop.var in self.pipelined.registers:
+                # The waits and barriers are inside the warps' slices (pipeline.py).
+                if not self.pipelined.is_deferred(prefetch):
+                    self._stmt(prefetch, inner, "block")
+                    self.out.line("tz_cp_async_commit();")
+                for stmt in rest:
+                    self._stmt(stmt, inner, "block")
+                return _memory_accesses(loop, self.registry)
             self.out.line(f"tz_cp_async_wait_group<{stages - 2}>();")
             self.out.line("__syncthreads();")
             self._stmt(prefetch, inner, "block")
@@ -739,16 +792,7 @@ class _KernelEmitter:
         lane, computed = self._vector_lane(loops, realize, scope)
         if lane is not None:
             loops = loops[:-1]
-        reduce_vars: set[Var] = set()
-        for iv, binding in zip(realize.block.iter_vars, realize.bindings):
-            if iv.kind is IterKind.REDUCE:
-                post_order_visit(binding, lambda n: reduce_vars.add(n) if isinstance(n, Var)
-                                 else None)
-        spread = []
-        for loop in loops:
-            if loop.var in reduce_vars:
-                break
-            spread.append(loop)
+        spread = _dealt_loops(loops, realize)
         inner = scope.child()
         interleave = lane is not None and self._interleaved_rows(spread, realize)
         with self._dealt(spread, ctx, interleave) as values:
@@ -977,7 +1021,11 @@ class _KernelEmitter:
                 indices.append(printer(to_expr(form)))
             else:
                 indices.append(f"({printer(r.start)}) / {frag.tile[d]}")
-        return f"{self._buffer_name(buffer)}[{indices[0]}][{indices[1]}]"
+        # A double-buffered fragment's first index is its copy; the warp indices after it
+        # are this warp's own (pipeline.py binds them to the warp loops).
+        copy = (f"[{printer(region.ranges[0].start)}]" if buffer in self.pipelined.fragments
+                else "")
+        return f"{self._buffer_name(buffer)}{copy}[{indices[0]}][{indices[1]}]"
 
 
     def _fragment_type(self, buffer: Buffer, intrinsic: Intrinsic, layout: str) -> str:

@@ -4,9 +4,13 @@
 Two launches, and up to two more:
 
 1. ``pack_b`` writes B transposed (``B_t``, N rows of K: every input type reads one K-major
-   layout, and the 8-bit types have no transposed wgmma operand); ``pack_a`` copies A into
-   ``A_k`` only when its rows are not a multiple of 16 bytes (a tensor map's row stride must
-   be). Neither pads to the tile: the tensor copies zero-fill past the extents.
+   layout, and the 8-bit types have no transposed wgmma operand), 32 x 32 tiles at a time
+   through shared memory so that both its reads and its writes are coalesced; ``pack_a``
+   copies A into ``A_k`` only when its rows are not a multiple of 16 bytes (a tensor map's
+   row stride must be). Neither pads to the tile: the tensor copies zero-fill past the
+   extents. A kernel's operands may come laid out otherwise (:class:`GemmOperands`): a B
+   stored N rows of K (a dense layer's weight) is read in place where its rows are a
+   multiple of 16 bytes, and an A stored K rows of M is packed transposed as B is.
 2. ``gemm``: one block per 64 x n tile of C, warp-specialised: a consumer warpgroup
    (threads 0-127) and a producer warp (128-159, lane 0 issuing). Each of the ``stages``
    shared stages has a full mbarrier (one arrival and the stage's bytes: the producer's
@@ -21,10 +25,12 @@ Two launches, and up to two more:
    copy) through the YAML's store.
 3. ``unpad`` (only when M or N is not a multiple of the tile): C from its padded copy.
 
-Every instruction of the protocol is named by the compute intrinsic's parameters and
-checked against :data:`.wgmma.PROTOCOL`; the fill, descriptor, multiply and store are the
-YAML's templates. The tensor maps travel as :class:`.emit.TensorMap` records of the launch:
-the emulation encodes them with its own encoder (``emulation/wgmma.h``).
+Each launch is an ``extern "C"`` function, so that ptxas, cuobjdump and a GPU's module
+name it as the launch does. Every instruction of the protocol is named by the compute
+intrinsic's parameters and checked against :data:`.wgmma.PROTOCOL`; the fill, descriptor,
+multiply and store are the YAML's templates. The tensor maps travel as
+:class:`.emit.TensorMap` records of the launch: the emulation encodes them with its own
+encoder (``emulation/wgmma.h``).
 """
 
 from __future__ import annotations
@@ -40,12 +46,16 @@ from targets.cuda.ptx import MMA_PRELUDE
 from targets.cuda.wgmma import PROTOCOL, wgmma_prelude
 from targets.cuda.writer import CppWriter
 
-__all__ = ["HopperTiling", "emit_gemm"]
+__all__ = ["GemmOperands", "HopperTiling", "emit_gemm"]
 
 WARPGROUP = 128
 # The consumer warpgroup and the producer warp.
 BLOCK_THREADS = WARPGROUP + 32
 PACK_THREADS = 256
+# A transposing pack moves tiles of TRANSPOSE_TILE x TRANSPOSE_TILE elements through shared
+# memory, with blocks of TRANSPOSE_TILE x TRANSPOSE_ROWS threads.
+TRANSPOSE_TILE = 32
+TRANSPOSE_ROWS = 8
 TILE_M = 64
 # Bytes of k one wgmma reads (16 f16 or 32 8-bit values: two core matrices of 8 rows of
 # 16 bytes, the leading byte offset of the YAML's descriptor templates apart).
@@ -69,6 +79,39 @@ class HopperTiling:
             raise EmitError(f"HopperTiling requires steps >= 1, got {self.steps}")
         if self.stages < 2:
             raise EmitError(f"HopperTiling requires stages >= 2, got {self.stages}")
+
+
+@dataclass(frozen=True, slots=True)
+class GemmOperands:
+    """The GEMM's buffers as a kernel declares them: ``a`` holds M x K (``a_transposed``:
+    K x M), ``b`` K x N (``b_transposed``: N x K), ``c`` M x N, each dense in row-major
+    order; dimensions of extent 1 may stand anywhere (a batch of one), only the order of
+    the elements counts. ``params``: the kernel's parameters in order (their names: the
+    three buffers, in the kernel's own order)."""
+
+    a: Buffer
+    b: Buffer
+    c: Buffer
+    a_transposed: bool = False
+    b_transposed: bool = False
+    params: tuple[str, ...] = ()
+
+    def check(self, m: int, n: int, k: int) -> None:
+        """EmitError naming the buffer whose elements are not its matrix's, or an order of
+        parameters that is not the three buffers'."""
+        shapes = ((self.a, (k, m) if self.a_transposed else (m, k)),
+                  (self.b, (n, k) if self.b_transposed else (k, n)), (self.c, (m, n)))
+        for buffer, (rows, cols) in shapes:
+            if buffer.strides is not None:
+                raise EmitError(f"emit_gemm requires {buffer.name} dense in row-major order, "
+                                f"got strides {buffer.strides}")
+            if [d for d in buffer.shape if d != 1] != [d for d in (rows, cols) if d != 1]:
+                raise EmitError(f"emit_gemm requires {buffer.name} of {rows} x {cols} "
+                                f"elements (unit dimensions aside), got shape {buffer.shape}")
+        if self.params and sorted(self.params) != sorted(x.name for x in (self.a, self.b,
+                                                                            self.c)):
+            raise EmitError(f"emit_gemm requires the parameters {self.a.name}, {self.b.name} "
+                            f"and {self.c.name} in some order, got {', '.join(self.params)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,16 +167,23 @@ def _check_gemm(intrinsic: Intrinsic, m: int, n: int, k: int) -> None:
 
 
 def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
-              tiling: HopperTiling = HopperTiling(), name: str = "gemm_hopper") -> CudaKernel:
+              tiling: HopperTiling = HopperTiling(), name: str = "gemm_hopper",
+              operands: GemmOperands | None = None) -> CudaKernel:
     """The GEMM of ``m x n x k`` through the wgmma compute ``intrinsic`` (of ``registry``,
     which holds its loads, store and fill) as CUDA C++ for sm_90a: the launches of the
-    module docstring. Raises EmitError for an intrinsic that is not a wgmma one, a protocol
-    parameter naming a helper this backend does not define, or a bad tiling."""
+    module docstring, over ``operands`` (default: row-major A, B and C of the intrinsic's
+    types). Raises EmitError for an intrinsic that is not a wgmma one, a protocol
+    parameter naming a helper this backend does not define, a bad tiling, or operands that
+    are not the GEMM's."""
     _check_gemm(intrinsic, m, n, k)
     protocol = _protocol(intrinsic)
     a_op, b_op, c_op = intrinsic.operands
     tile_n = c_op.buffer.shape[1]
     in_dtype, acc_dtype = a_op.buffer.dtype, c_op.buffer.dtype
+    if operands is None:
+        operands = GemmOperands(Buffer("A", (m, k), in_dtype), Buffer("B", (k, n), in_dtype),
+                                Buffer("C", (m, n), acc_dtype))
+    operands.check(m, n, k)
     elem = in_dtype.numpy.itemsize
     k_step = a_op.buffer.shape[1]
     m_tiles, n_tiles = -(-m // TILE_M), -(-n // tile_n)
@@ -146,36 +196,45 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
     padded = m % TILE_M != 0 or n % tile_n != 0
     # A tensor map's row stride is a multiple of 16 bytes: rows of k padded to that.
     k_row = -(-k * elem // CORE_BYTES) * CORE_BYTES // elem
-    a = Buffer("A", (m, k), in_dtype)
-    b = Buffer("B", (k, n), in_dtype)
-    c = Buffer("C", (m, n), acc_dtype)
-    a_k = Buffer("A_k", (m, k_row), in_dtype)
-    b_t = Buffer("B_t", (n, k_row), in_dtype)
-    c_pad = Buffer("C_padded", (m_tiles * TILE_M, n_tiles * tile_n), acc_dtype)
-    a_rows = a if k_row == k else a_k
-    buffers = (a, b, c, *((a_k,) if a_rows is a_k else ()), b_t, *((c_pad,) if padded else ()))
+    a, b, c = operands.a, operands.b, operands.c
+    # Each operand is read in place where it is k-major with rows a map can stride, else
+    # packed (transposed where it is not k-major) into rows of k_row.
+    a_rows = a if not operands.a_transposed and k_row == k else \
+        Buffer(f"{a.name}_k", (m, k_row), in_dtype)
+    b_rows = b if operands.b_transposed and k_row == k else \
+        Buffer(f"{b.name}_t", (n, k_row), in_dtype)
+    c_pad = Buffer(f"{c.name}_padded", (m_tiles * TILE_M, n_tiles * tile_n), acc_dtype)
+    order = operands.params or (a.name, b.name, c.name)
+    own = {x.name: x for x in (a, b, c)}
+    extra = [x for x in (a_rows, b_rows) if x is not a and x is not b] + \
+        ([c_pad] if padded else [])
+    buffers = (*(own[p] for p in order), *extra)
+    if len({x.name for x in buffers}) != len(buffers):
+        raise EmitError(f"emit_gemm requires parameter names other than its intermediates', "
+                        f"got {', '.join(order)} beside {', '.join(x.name for x in extra)}")
     signature = ", ".join(f"{ctype(x.dtype)}* __restrict__ {x.name}" for x in buffers)
     out = CppWriter()
     launches = []
-    packs = (("b", b, b_t, True), *((("a", a, a_k, False),) if a_rows is a_k else ()))
+    packs = (("b", b, b_rows, not operands.b_transposed),
+             ("a", a, a_rows, operands.a_transposed))
     for operand, source, packed, transposed in packs:
-        kernel = f"{name}_pack_{operand}"
-        _pack(out, kernel, signature, source, packed, transposed)
-        launches.append(Launch(kernel, (-(-packed.shape[0] * k_row // PACK_THREADS), 1, 1),
-                               (PACK_THREADS, 1, 1)))
+        if packed is not source:
+            launches.append(_pack(out, f"{name}_pack_{operand}", signature, source, packed,
+                                  transposed, k))
     box = CORE_BYTES // elem
     maps = (TensorMap(a_rows.name, (k, m), k_row * elem, (box, TILE_M)),
-            TensorMap(b_t.name, (k, n), k_row * elem, (box, tile_n)))
+            TensorMap(b_rows.name, (k, n), k_row * elem, (box, tile_n)))
     staged = _Stages(stages, layout_a, layout_b, box)
     kernel = f"{name}_gemm"
     gemm_signature = signature + "".join(
         f", const __grid_constant__ CUtensorMap tz_map_{x}" for x in ("a", "b"))
     _gemm(out, kernel, gemm_signature, intrinsic, registry, protocol, staged,
-          c_pad if padded else c)
+          c_pad if padded else c, c_pad.shape[1] if padded else n)
     launches.append(Launch(kernel, (n_tiles, m_tiles, 1), (BLOCK_THREADS, 1, 1), tiled=True,
-                           dynamic_shared=staged.shared, stages=stages, tensor_maps=maps))
+                           dynamic_shared=staged.shared, stages=stages, tensor_maps=maps,
+                           tensorized=True))
     if padded:
-        _unpad(out, f"{name}_unpad", signature, c, c_pad)
+        _unpad(out, f"{name}_unpad", signature, c, c_pad, m, n)
         launches.append(Launch(f"{name}_unpad", (-(-m * n // PACK_THREADS), 1, 1),
                                (PACK_THREADS, 1, 1)))
     headers = ["#include <mma.h>", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>",
@@ -184,26 +243,64 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
                         *headers, "", PRELUDE, SHARED_ACCESS, MMA_PRELUDE,
                         wgmma_prelude([intrinsic]), out.text()])
     return CudaKernel(name, source, tuple(launches), tuple(x.name for x in buffers), buffers,
-                      ("C",))
+                      (c.name,))
 
 
 def _pack(out: CppWriter, kernel: str, signature: str, source: Buffer, packed: Buffer,
-          transposed: bool) -> None:
-    """One thread per element of ``packed`` (rows of k, zero past k): the element of
-    ``source`` it takes; B (k rows of n) is read transposed."""
+          transposed: bool, depth: int) -> Launch:
+    """The launch writing ``packed`` (rows of k, zero past ``depth``, the GEMM's k) from
+    ``source``: read as k rows of the packed rows when ``transposed`` (through shared
+    tiles, :func:`_transpose`), else as those rows of k, one thread per element."""
     rows, row = packed.shape
-    depth = source.shape[0] if transposed else source.shape[1]
-    index = f"kk * {rows} + r" if transposed else f"r * {depth} + kk"
-    word = {1: "unsigned char", 2: "unsigned short"}[source.dtype.numpy.itemsize]
-    with out.block(f"__global__ void {kernel}({signature})"):
+    if transposed:
+        _transpose(out, kernel, signature, source, packed, depth)
+        return Launch(kernel, (-(-rows // TRANSPOSE_TILE), -(-row // TRANSPOSE_TILE), 1),
+                      (TRANSPOSE_TILE, TRANSPOSE_ROWS, 1))
+    with out.block(f'extern "C" __global__ void {kernel}({signature})'):
         out.line(f"const long long i = static_cast<long long>(blockIdx.x) * {PACK_THREADS} "
                  "+ threadIdx.x;")
         with out.block(f"if (i < {rows * row}LL)"):
             out.line(f"const long long r = i / {row}, kk = i % {row};")
-            out.line(f"using tz_word = {word};")
-            out.line(f"const tz_word* src = reinterpret_cast<const tz_word*>({source.name});")
+            _words(out, source)
             out.line(f"reinterpret_cast<tz_word*>({packed.name})[i] = kk < {depth} ? "
-                     f"src[{index}] : tz_word(0);")
+                     f"src[r * {depth} + kk] : tz_word(0);")
+    return Launch(kernel, (-(-rows * row // PACK_THREADS), 1, 1), (PACK_THREADS, 1, 1))
+
+
+def _words(out: CppWriter, source: Buffer) -> None:
+    """``tz_word``, an unsigned integer of the element's size, and ``src``, ``source`` read
+    as such words (a copy moves bits, whatever the type)."""
+    word = {1: "unsigned char", 2: "unsigned short"}[source.dtype.numpy.itemsize]
+    out.line(f"using tz_word = {word};")
+    out.line(f"const tz_word* src = reinterpret_cast<const tz_word*>({source.name});")
+
+
+def _transpose(out: CppWriter, kernel: str, signature: str, source: Buffer, packed: Buffer,
+               depth: int) -> None:
+    """``packed`` (rows of k) from ``source`` (``depth`` rows of k's rows), a tile of
+    TRANSPOSE_TILE x TRANSPOSE_TILE per block: each warp reads a tile row along the
+    source's rows (consecutive addresses) into shared memory, and after the barrier writes
+    a tile row along k (consecutive again), so neither side strides through memory."""
+    rows, row = packed.shape
+    tile = TRANSPOSE_TILE
+    # One pad element a tile row staggers the column reads across banks.
+    pitch = tile + 1
+    with out.block(f'extern "C" __global__ void {kernel}({signature})'):
+        _words(out, source)
+        out.line(f"__shared__ __align__(128) tz_word tz_tile[{tile * pitch}];")
+        out.line('tz_shared_declare(tz_tile, "tz_tile");')
+        out.line(f"const long long r0 = static_cast<long long>(blockIdx.x) * {tile}, "
+                 f"k0 = static_cast<long long>(blockIdx.y) * {tile};")
+        with out.block(f"for (int y = threadIdx.y; y < {tile}; y += {TRANSPOSE_ROWS})"):
+            out.line("const long long kk = k0 + y, r = r0 + threadIdx.x;")
+            out.line(f"tz_shared_store(tz_tile, y * {pitch} + threadIdx.x) = "
+                     f"kk < {depth} && r < {rows} ? src[kk * {rows} + r] : tz_word(0);")
+        out.line("__syncthreads();")
+        with out.block(f"for (int y = threadIdx.y; y < {tile}; y += {TRANSPOSE_ROWS})"):
+            out.line("const long long r = r0 + y, kk = k0 + threadIdx.x;")
+            with out.block(f"if (r < {rows} && kk < {row})"):
+                out.line(f"reinterpret_cast<tz_word*>({packed.name})[r * {row} + kk] = "
+                         f"tz_shared_load(tz_tile, threadIdx.x * {pitch} + y);")
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,10 +338,12 @@ class _Stages:
 
 def _gemm(out: CppWriter, kernel: str, signature: str, intrinsic: Intrinsic,
           registry: Registry, protocol: dict[str, str], stages: _Stages,
-          result: Buffer) -> None:
+          result: Buffer, ld: int) -> None:
     """The warp-specialised kernel (module docstring): its shared memory and mbarriers,
-    then the producer's and the consumers' loops."""
-    out.line(f"__global__ void __launch_bounds__({BLOCK_THREADS}) {kernel}({signature})")
+    then the producer's and the consumers' loops; the tiles go to ``result``, rows ``ld``
+    elements apart."""
+    out.line(f'extern "C" __global__ void __launch_bounds__({BLOCK_THREADS}) {kernel}('
+             f"{signature})")
     with out.block(""):
         out.line(f"TZ_DYNAMIC_SHARED(tz_smem, {stages.shared});")
         out.line(f'tz_shared_declare(tz_smem, {stages.shared}, "tz_smem");')
@@ -260,7 +359,7 @@ def _gemm(out: CppWriter, kernel: str, signature: str, intrinsic: Intrinsic,
         with out.block(f"if (threadIdx.x == {WARPGROUP})"):
             _producer(out, protocol, stages)
         with out.block(f"if (threadIdx.x < {WARPGROUP})"):
-            _consumers(out, intrinsic, registry, protocol, stages, result)
+            _consumers(out, intrinsic, registry, protocol, stages, result, ld)
 
 
 def _producer(out: CppWriter, protocol: dict[str, str], stages: _Stages) -> None:
@@ -286,7 +385,7 @@ def _producer(out: CppWriter, protocol: dict[str, str], stages: _Stages) -> None
 
 
 def _consumers(out: CppWriter, intrinsic: Intrinsic, registry: Registry,
-               protocol: dict[str, str], stages: _Stages, result: Buffer) -> None:
+               protocol: dict[str, str], stages: _Stages, result: Buffer, ld: int) -> None:
     """The consumer warpgroup's loop: each k stage waits for its full mbarrier's phase,
     issues the stage's wgmmas, commits them, waits for the previous stage's group and
     releases that stage (one arrival per thread on its empty mbarrier); then the store."""
@@ -318,16 +417,15 @@ def _consumers(out: CppWriter, intrinsic: Intrinsic, registry: Registry,
         out.line(f"{protocol['wait']}<1>();")
         out.line(f"if (kt > 0) {protocol['arrive']}(&tz_empty[(kt + {n - 1}) % {n}]);")
     out.line(f"{protocol['wait']}<0>();")
-    ld = result.shape[1]
     out.line(f"{acc}* tz_c = {result.name} + blockIdx.y * {TILE_M * ld}LL + blockIdx.x * "
              f"{stages.b.rows};")
     out.line(store.render("cuda", {"dst": "tz_c", "src": "tz_acc", "dst.ld": str(ld)}))
 
 
-def _unpad(out: CppWriter, kernel: str, signature: str, c: Buffer, c_pad: Buffer) -> None:
-    """C from its padded copy, one thread per element."""
-    m, n = c.shape
-    with out.block(f"__global__ void {kernel}({signature})"):
+def _unpad(out: CppWriter, kernel: str, signature: str, c: Buffer, c_pad: Buffer, m: int,
+           n: int) -> None:
+    """C (``m x n``) from its padded copy, one thread per element."""
+    with out.block(f'extern "C" __global__ void {kernel}({signature})'):
         out.line(f"const long long i = static_cast<long long>(blockIdx.x) * {PACK_THREADS} "
                  "+ threadIdx.x;")
         with out.block(f"if (i < {m * n}LL)"):

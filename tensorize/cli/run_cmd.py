@@ -29,7 +29,10 @@ skip with the reason when this machine lacks what the step needs):
    - cuda: emit CUDA C++ with WMMA or mma.sync, compile it with nvcc for sm_80 and sm_90
      (and for the architecture its instruction needs: sm_89 for fp8), failing if ptxas
      spills a register, run it under the host's emulation of the warp matrix instructions
-     and the thread model, and on a GPU where CuPy finds one;
+     and the thread model, and on a GPU where CuPy finds one; --arch ARCH compiles for that
+     one architecture, and --arch sm_90a gives a kernel that is one GEMM Hopper's
+     warp-specialised wgmma kernel fed by TMA tensor copies (anything else: the reason, and
+     the other families);
    - host (the default): the kernel runs on the reference executor;
 5. when the file defines reference(...), a numpy function taking the kernel's inputs in
    parameter order and returning its output(s), compare the outputs with it as well
@@ -99,6 +102,7 @@ examples:
   tensorize run KERNEL.py --target cuda --tune                # search tiles and stages
   tensorize run KERNEL.py --target mine --intrinsics-dir DIR  # a target you describe
   tensorize run KERNEL.py --target cuda --emit code -o k.cu   # the CUDA C++ and its launches
+  tensorize run KERNEL.py --target cuda --arch sm_90a         # Hopper: wgmma fed by TMA
 """
 
 
@@ -156,6 +160,11 @@ def register(subparsers: Any) -> None:
                              "description's cpu.features; arm: +neon,+dotprod), -x removes it "
                              "(write --features=-x); e.g. --target arm --features +i8mm adds "
                              "smmla/usdot")
+    parser.add_argument("--arch", metavar="SM",
+                        help="cuda: schedule and compile for this architecture alone (one of "
+                             "the gpu: section's, sm_80 and sm_90, or sm_90a, where a kernel "
+                             "that is one GEMM takes Hopper's wgmma fed by TMA); default: "
+                             "every architecture of the gpu: section")
     parser.add_argument("--threads", type=argtypes.threads, default=None,
                         metavar="N",
                         help="a CPU target run natively: split the kernel's output rows over "
@@ -194,6 +203,9 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(f"-o and --trace require two different files, got {args.output} "
                          "for both")
     ctx = _context(args)
+    if args.tune and args.arch:
+        raise UsageError(f"--tune searches the tilings of the gpu: section's architectures, "
+                         f"got --arch {args.arch} as well; give one of them")
     if args.tune and ctx.kind not in ("npu", "cpu", "cuda"):
         raise UsageError(f"--tune requires --target npu, cuda or a CPU target "
                          f"({cpu_targets(ctx.registry)}), got --target {args.target}")
@@ -261,7 +273,8 @@ def _context(args: argparse.Namespace) -> RunContext:
         registry = default_registry(args.intrinsics_dir)
     try:
         return make_context(registry, args.target, features=args.features, machine=machine,
-                            seed=args.seed, max_bytes=args.max_bytes, threads=args.threads)
+                            seed=args.seed, max_bytes=args.max_bytes, threads=args.threads,
+                            arch=args.arch)
     except TensorizeError as err:
         raise UsageError(str(err)) from None
 

@@ -7,7 +7,8 @@ intrinsics (:mod:`tensorize.match`), takes the cheapest mapping (by the kind's e
 (:mod:`.gemm_view`), and schedules it by the kind of target the descriptions make it
 (:data:`SCHEDULES`): a CPU's register-blocked micro-kernel (:mod:`.cpu_schedule`), the NPU's
 scratchpad tiles, DMA staging and resets (:mod:`.npu_schedule`), CUDA's block and warp tiles
-(:mod:`.cuda_schedule`), or, for a kind with no schedule of its own, the generic one (tile
+(:mod:`.cuda_schedule`; on sm_90a a lone GEMM takes Hopper's warp-specialised wgmma GEMM,
+:mod:`.cuda_hopper`), or, for a kind with no schedule of its own, the generic one (tile
 and tensorize). Every step is a schedule primitive, so the result carries a replayable
 trace. A block that matches nothing, or whose rewrite is refused, is left as it was and
 reported with the reason; nothing is skipped silently.
@@ -23,8 +24,8 @@ from dataclasses import dataclass, replace
 from intrinsics import Intrinsic, Registry, feature_names
 from ir import BlockRealize, IterKind, PrimFunc, ScheduleError, TensorizeError
 from simulator import MachineConfig
-from tensorize.engine import (cpu_epilogue, cpu_schedule, cuda_grouped, cuda_schedule,
-                              npu_schedule, npu_vector)
+from tensorize.engine import (cpu_epilogue, cpu_schedule, cuda_grouped, cuda_hopper,
+                              cuda_schedule, cuda_split, npu_schedule, npu_vector)
 from tensorize.engine.count import count_calls
 from tensorize.engine.gemm_view import to_intrinsic_shape
 from tensorize.engine.generic_schedule import schedule_generic
@@ -43,12 +44,13 @@ __all__ = ["ESTIMATES", "MACHINE_KINDS", "RESHAPES", "SCHEDULES", "BlockOutcome"
 # A target's schedule, by the kind of target its descriptions make it
 # (``Registry.target_kind``): ``schedule(sch, match, extents, registry, options)``, where
 # ``extents`` are the padded extents of the block in the intrinsic's shape and ``options``
-# holds ``config`` and ``tiling`` (None unless the caller chose them). A kind not listed gets
-# the generic schedule.
-SCHEDULES: Mapping[str, Callable[..., None]] = {
+# holds ``config`` and ``tiling`` (None unless the caller chose them); it may return a note
+# on a choice it made (cuda: split-K), which the block's mapping then ends with. A kind not
+# listed gets the generic schedule.
+SCHEDULES: Mapping[str, Callable[..., str | None]] = {
     "cpu": cpu_schedule.schedule,
     "npu": npu_schedule.schedule,
-    "cuda": cuda_schedule.schedule,
+    "cuda": cuda_split.schedule,
 }
 
 # The kinds whose schedule tiles for a machine (the NPU's array and memories): for a target
@@ -131,6 +133,9 @@ class Tensorized:
     blocks: tuple[BlockOutcome, ...]
     explain: tuple[str, ...]
     seconds: float
+    # cuda on sm_90a: the Hopper GEMM the kernel became, or why the schedule refused it
+    # (None for other architectures and kinds).
+    hopper: cuda_hopper.HopperChoice | None = None
 
     @property
     def func(self) -> PrimFunc:
@@ -194,8 +199,8 @@ def target_features(target: str, *, registry: Registry) -> str | None:
 def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry,
                    intrinsic: str | None = None, config: MachineConfig | None = None,
                    tiling: NpuTiling | cpu_schedule.CpuTiling | cpu_schedule.TileChoice
-                   | cuda_schedule.CudaTiling | None = None, features: str | None = None
-                   ) -> Tensorized:
+                   | cuda_schedule.CudaTiling | None = None, features: str | None = None,
+                   arch: str | None = None) -> Tensorized:
     """Tensorize every block of ``func`` that an intrinsic of ``target`` can compute.
 
     ``registry`` holds the descriptions (the run context's, made at the edge:
@@ -209,10 +214,34 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry,
     :data:`MACHINE_KINDS`), ``config`` is the machine, made at the edge and required
     (TypeError without it), and ``tiling`` overrides the chosen tile; for a CPU target,
     ``tiling`` is a register tile or a choice of one per block (``cpu_schedule.TileChoice``);
-    for cuda, the block, warp and k tiles (``cuda_schedule.CudaTiling``).
+    for cuda, the block, warp and k tiles (``cuda_schedule.CudaTiling``). ``arch`` (cuda
+    only) is the architecture to schedule for: on ``sm_90a`` a kernel that is one GEMM
+    block takes the Hopper schedule (:func:`.cuda_hopper.hopper_view`: wgmma fed by TMA)
+    unless ``tiling`` is given; otherwise, and for any other architecture, the families of
+    the ``gpu:`` section's architectures as without it, the result's ``hopper`` holding the
+    reason.
     """
     start = time.perf_counter()
     kind = registry.target_kind(target)
+    if arch is not None and kind != "cuda":
+        raise TypeError(f"auto_tensorize(arch=...) applies to a target of kind cuda, got "
+                        f"target {target} of kind {kind}")
+    hopper = None
+    if arch == cuda_hopper.HOPPER_ARCH and tiling is None:
+        hopper = _hopper(func, registry, intrinsic)
+        if hopper.gemm is not None:
+            gemm = hopper.gemm
+            sch = Schedule(func, registry)
+            try:
+                extents = cuda_hopper.schedule_hopper(sch, gemm)
+            except ScheduleError as err:
+                hopper = cuda_hopper.HopperChoice(None, f"rewrite refused: {err}")
+            else:
+                outcome = BlockOutcome(gemm.block, gemm.intrinsic.name,
+                                       _mapping([gemm.match]), "", extents)
+                return Tensorized(func, sch, target, (outcome,),
+                                  (format_result([gemm.match]),),
+                                  time.perf_counter() - start, hopper)
     if kind in MACHINE_KINDS and not isinstance(config, MachineConfig):
         raise TypeError(f"auto_tensorize requires config, the machine (a MachineConfig: the "
                         f"run context's, or targets.npu.load_machine(path)), for target "
@@ -257,7 +286,21 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry,
     if kind in EPILOGUES and any(o.intrinsic for o in outcomes):
         EPILOGUES[kind](sch)
     return Tensorized(func, sch, target, tuple(_fused(sch.func, outcomes)), tuple(explain),
-                      time.perf_counter() - start)
+                      time.perf_counter() - start, hopper)
+
+
+def _hopper(func: PrimFunc, registry: Registry, intrinsic: str | None
+            ) -> cuda_hopper.HopperChoice:
+    """The Hopper schedule's view of ``func``, or its refusal as the reason."""
+    try:
+        return cuda_hopper.HopperChoice(cuda_hopper.hopper_view(func, registry, intrinsic))
+    except ScheduleError as err:
+        return cuda_hopper.HopperChoice(None, str(err))
+
+
+def _mapping(matches: list[Match]) -> str:
+    """The mapping of the first of ``matches`` as one line (the explanation's middle)."""
+    return format_result(matches).split("  ", 1)[1].rsplit("  (", 1)[0]
 
 
 def _elementwise(sch: Schedule, kind: str, registry: Registry, config: MachineConfig | None,
@@ -336,7 +379,7 @@ def _rewrite(sch: Schedule, match: Match, target: str, registry: Registry,
              ) -> BlockOutcome:
     """Apply one match; on a refusal, restore the schedule and report why."""
     before = sch.snapshot()
-    mapping = format_result([match]).split("  ", 1)[1].rsplit("  (", 1)[0]
+    mapping = _mapping([match])
     count = len(match.intrinsic.iter_vars)
     try:
         to_intrinsic_shape(sch, match)
@@ -344,8 +387,9 @@ def _rewrite(sch: Schedule, match: Match, target: str, registry: Registry,
         extents = tuple(iv.extent for iv in ivs[-count:])
         target_schedule = SCHEDULES.get(registry.target_kind(target))
         if target_schedule is not None:
-            target_schedule(sch, match, extents, registry,
-                            {"config": config, "tiling": tiling})
+            note = target_schedule(sch, match, extents, registry,
+                                   {"config": config, "tiling": tiling})
+            mapping = f"{mapping}; {note}" if note else mapping
         else:
             schedule_generic(sch, match.block, match.intrinsic)
     except ScheduleError as err:

@@ -14,24 +14,78 @@ Choices, in order:
   when K is shorter;
 - ``stages``: 4, fewer when K has fewer stages (never under 2) or when the stages would not
   fit the architecture's ``max_shared_per_block`` (the ``gpu:`` section).
+
+:func:`hopper_view` is how ``auto_tensorize(..., arch="sm_90a")`` finds such a GEMM in a
+kernel: a lone block that a wgmma intrinsic matches with one block iterator per intrinsic
+iterator (the others of extent 1: a batch of one), its result zeroed by its init, and each
+operand indexed by its two iterators, one per dimension, in either order for A and B (a
+dense layer's weight, N rows of K, is read in place) and in the intrinsic's order for C.
+Anything else is refused with the reason (a ScheduleError), and the engine goes on with the
+families of the ``gpu:`` section's architectures. The tensorized IR tiles the block to the
+intrinsic's shape and calls it (so the host validates the mapping by the intrinsic's
+semantics); the CUDA kernel is :func:`hopper_kernel`'s, over the kernel's own buffers.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from intrinsics import Intrinsic, Registry
+from ir import (Block, BlockRealize, BufferLoad, BufferStore, Cast, FloatImm, IntImm, PrimFunc,
+                Stmt, Var, post_order_visit)
 from ir.dtypes import DType
 from ir.errors import ScheduleError
 from targets.cuda.emit import CudaKernel
-from targets.cuda.hopper import STEP_BYTES, TILE_M, HopperTiling, emit_gemm
+from targets.cuda.errors import EmitError
+from targets.cuda.hopper import STEP_BYTES, TILE_M, GemmOperands, HopperTiling, emit_gemm
+from tensorize.engine.gemm_view import to_intrinsic_shape
+from tensorize.engine.generic_schedule import schedule_generic
+from tensorize.match import Match, match_block
+from tensorize.schedule import Schedule, tree
 
-__all__ = ["HOPPER_ARCH", "hopper_gemm", "hopper_schedule"]
+__all__ = ["HOPPER_ARCH", "HopperChoice", "HopperGemm", "hopper_gemm", "hopper_kernel",
+           "hopper_schedule", "hopper_view", "schedule_hopper"]
 
 # The architecture the wgmma family needs (its intrinsics' feature) and whose limits apply.
 HOPPER_ARCH = "sm_90a"
-_LIMITS_ARCH = "sm_90"
+LIMITS_ARCH = "sm_90"
 STEPS = 4
 STAGES = 4
 MIN_STAGES = 2
+_WHO = "hopper schedule"
+
+
+@dataclass(frozen=True, slots=True)
+class HopperGemm:
+    """A kernel's GEMM as the Hopper schedule takes it: the block, the wgmma ``intrinsic``
+    and the mapping (``match``) that compute it, its extents, the kernel's buffers in their
+    layouts (``operands``) and the ``tiling``."""
+
+    block: str
+    match: Match
+    m: int
+    n: int
+    k: int
+    operands: GemmOperands
+    intrinsic: Intrinsic
+    tiling: HopperTiling
+
+    def describe(self) -> str:
+        """One line: the block, its extents, the tile and the pipeline."""
+        width = _width(self.intrinsic)
+        return (f"block {self.block}: {self.m} x {self.n} x {self.k} on {TILE_M} x {width} "
+                f"tiles, "
+                f"{self.tiling.steps} wgmma k steps x {self.tiling.stages} stages, one "
+                f"consumer warpgroup and one TMA producer warp per block")
+
+
+@dataclass(frozen=True, slots=True)
+class HopperChoice:
+    """What ``auto_tensorize`` made of the Hopper schedule for a kernel on sm_90a: the
+    ``gemm`` it computes, or None and the ``reason`` the schedule refused it."""
+
+    gemm: HopperGemm | None
+    reason: str = ""
 
 
 def _candidates(registry: Registry, in_dtype: DType) -> list[Intrinsic]:
@@ -50,19 +104,24 @@ def hopper_schedule(m: int, n: int, k: int, in_dtype: DType,
         raise ScheduleError("hopper_schedule", f"requires a wgmma intrinsic (feature "
                             f"{HOPPER_ARCH}) for {in_dtype} inputs, got none in the registry")
     intrinsic = min(candidates, key=lambda i: (-(-n // _width(i)) * _width(i), -_width(i)))
+    return intrinsic, _tiling(intrinsic, k, registry)
+
+
+def _tiling(intrinsic: Intrinsic, k: int, registry: Registry) -> HopperTiling:
+    """The steps and stages of ``intrinsic``'s GEMM over ``k`` (the module docstring)."""
     k_step = intrinsic.operands[0].buffer.shape[1]
     k_steps = -(-k // k_step)
     steps = min(STEPS, k_steps)
     k_stages = -(-k_steps // steps)
     stage_bytes = (TILE_M + _width(intrinsic)) * steps * STEP_BYTES
-    limit = registry.gpu("cuda").architectures[_LIMITS_ARCH].max_shared_per_block
+    limit = registry.gpu("cuda").architectures[LIMITS_ARCH].max_shared_per_block
     # Each stage also holds its two 8-byte mbarriers (full and empty).
     fitting = limit // (stage_bytes + 16)
     if fitting < MIN_STAGES:
         raise ScheduleError("hopper_schedule", f"requires {MIN_STAGES} stages of "
                             f"{stage_bytes} bytes within {limit} bytes of shared memory")
     stages = max(MIN_STAGES, min(STAGES, k_stages, fitting))
-    return intrinsic, HopperTiling(steps=steps, stages=stages)
+    return HopperTiling(steps=steps, stages=stages)
 
 
 def _width(intrinsic: Intrinsic) -> int:
@@ -76,3 +135,159 @@ def hopper_gemm(m: int, n: int, k: int, in_dtype: DType, registry: Registry,
     :func:`hopper_schedule`."""
     intrinsic, tiling = hopper_schedule(m, n, k, in_dtype, registry)
     return emit_gemm(intrinsic, registry, m, n, k, tiling, name)
+
+
+def hopper_kernel(gemm: HopperGemm, registry: Registry, name: str) -> CudaKernel:
+    """The CUDA C++ of a kernel's GEMM (:func:`hopper_view`'s) over the kernel's own
+    buffers, its launches named after ``name``."""
+    return emit_gemm(gemm.intrinsic, registry, gemm.m, gemm.n, gemm.k, gemm.tiling, name,
+                     gemm.operands)
+
+
+def _check(cond: bool, reason: str) -> None:
+    if not cond:
+        raise ScheduleError(_WHO, reason)
+
+
+def hopper_view(func: PrimFunc, registry: Registry, intrinsic: str | None = None
+                ) -> HopperGemm:
+    """The GEMM of ``func`` as the Hopper schedule takes it (the module docstring says
+    which), through the wgmma intrinsic the schedule's choices pick, or through
+    ``intrinsic`` (a name) when given. Raises ScheduleError with the reason when the
+    kernel is not such a GEMM."""
+    blocks = tree.block_names(func)
+    _check(len(blocks) == 1, f"requires one GEMM block and nothing else, got {len(blocks)} "
+                             f"blocks ({', '.join(blocks)}): an epilogue or a second stage is "
+                             "not fused into the warp-specialised kernel")
+    (name,) = blocks
+    realize = tree.find_block(func, name).node
+    block = realize.block
+    _check(_zero(block.init), f"block {name} requires an init that zeroes its result (the "
+                              "kernel's accumulators start at zero), got "
+                              + ("none" if block.init is None else "another init"))
+    _check(_whole_domain(func, realize), f"block {name} requires each iterator bound to a "
+                                         "loop of its own extent, with no predicate")
+    candidates = [i for i in registry.compute_intrinsics("cuda") if i.feature == HOPPER_ARCH
+                  and (intrinsic is None or i.name == intrinsic)]
+    _check(bool(candidates), f"requires a wgmma intrinsic (feature {HOPPER_ARCH}), got "
+                             + (f"{intrinsic}, not one" if intrinsic else "none in the "
+                                "registry"))
+    results = {i.name: match_block(func, name, i, registry) for i in candidates}
+    matches = [m for r in results.values() if isinstance(r, list) for m in r]
+    reasons = [r.reason for r in results.values() if not isinstance(r, list) and r]
+    _check(bool(matches), f"no wgmma intrinsic matches block {name}: "
+                          + (reasons[0] if reasons else "no mapping"))
+    in_dtype = matches[0].intrinsic.operands[0].buffer.dtype
+    extents = {iv.var.name: iv.extent for iv in block.iter_vars}
+    views = [v for v in (_operands(func, block, m, extents) for m in matches) if v is not None]
+    _check(bool(views), f"block {name} requires each operand indexed by its two GEMM "
+                        "iterators, one per dimension (C as M rows of N), the others of "
+                        "extent 1")
+    m, n, k = (extents[views[0][0].iter_map[iv.var.name][0]]
+               for iv in views[0][0].intrinsic.iter_vars)
+    if intrinsic is None:
+        chosen, tiling = hopper_schedule(m, n, k, in_dtype, registry)
+    else:
+        chosen, tiling = candidates[0], _tiling(candidates[0], k, registry)
+    match, operands = next(((mt, ops) for mt, ops in views if mt.intrinsic is chosen),
+                           (None, None))
+    _check(match is not None and operands is not None,
+           f"requires a mapping of block {name} onto {chosen.name}")
+    gemm = HopperGemm(name, match, m, n, k, operands, chosen, tiling)
+    # The backend's own checks (the operands' shapes, the grid, names that its intermediates
+    # would take), so that a kernel taken here always emits.
+    try:
+        hopper_kernel(gemm, registry, func.name)
+    except EmitError as err:
+        reason = err.message.removeprefix("emit_gemm ")
+        raise ScheduleError(_WHO, f"block {name} {reason}") from None
+    return gemm
+
+
+def _zero(init: Stmt | None) -> bool:
+    """Whether ``init`` stores zero (a literal, or a cast of one)."""
+    if not isinstance(init, BufferStore):
+        return False
+    value = init.value.value if isinstance(init.value, Cast) else init.value
+    return isinstance(value, (IntImm, FloatImm)) and value.value == 0
+
+
+def _whole_domain(func: PrimFunc, realize: BlockRealize) -> bool:
+    """Whether every iterator of the block is bound to its own loop of its extent."""
+    if not (isinstance(realize.predicate, IntImm) and realize.predicate.value == 1):
+        return False
+    bound = list(realize.bindings)
+    if not all(isinstance(b, Var) for b in bound) or len(set(bound)) != len(bound):
+        return False
+    for var, iv in zip(bound, realize.block.iter_vars):
+        loop = tree.find_loop(func, var)
+        if loop is None or loop.node.extent != iv.extent:
+            return False
+    return True
+
+
+def _operands(func: PrimFunc, block: Block, match: Match, extents: dict[str, int]
+              ) -> tuple[Match, GemmOperands] | None:
+    """The kernel's buffers in their layouts for ``match`` (None when an operand is not
+    indexed by its two iterators alone, one per dimension, or C not in M, N order)."""
+    groups = {t: names[0] for t, names in match.iter_map.items() if len(names) == 1}
+    if len(groups) != len(match.iter_map):
+        return None
+    if any(extents[v] != 1 for v in extents if v not in groups.values()):
+        return None
+    i, j, kk = (groups[iv.var.name] for iv in match.intrinsic.iter_vars)
+    by_operand = {operand: buffer for buffer, operand in match.buffer_map.items()}
+    buffers = {p.name: p for p in func.params}
+    if sorted(by_operand.values()) != sorted(buffers):
+        return None
+    orders = {name: _index_order(block, name, extents) for name in by_operand.values()}
+    a, b, c = (by_operand[o.name] for o in match.intrinsic.operands)
+
+    def order(*names: str) -> tuple[str, ...]:
+        # A unit extent (a 1 x N x K GEMM's row) indexes nothing: _index_order drops it.
+        return tuple(v for v in names if extents[v] > 1)
+
+    # Where a unit extent makes both orders one, the later entry wins: the one read in place.
+    wanted = {a: {order(kk, i): True, order(i, kk): False},
+              b: {order(kk, j): False, order(j, kk): True}, c: {order(i, j): False}}
+    layouts = {name: wanted[name].get(orders[name]) for name in wanted}
+    if None in layouts.values():
+        return None
+    return match, GemmOperands(buffers[a], buffers[b], buffers[c], layouts[a], layouts[b],
+                               tuple(p.name for p in func.params))
+
+
+def _index_order(block: Block, buffer: str, extents: dict[str, int]
+                 ) -> tuple[str, ...] | None:
+    """The iterators (of extent over 1) indexing ``buffer``'s dimensions of extent over 1,
+    in order, when every access agrees and indexes each dimension by one iterator (or a
+    constant 0 in a unit dimension); else None."""
+    accesses: list[BufferLoad | BufferStore] = []
+    for stmt in (block.body, block.init):
+        if stmt is not None:
+            post_order_visit(stmt, lambda x: accesses.append(x) if isinstance(
+                x, (BufferLoad, BufferStore)) and x.buffer.name == buffer else None)
+    orders = set()
+    for access in accesses:
+        order = []
+        for index, dim in zip(access.indices, access.buffer.shape):
+            if isinstance(index, Var) and extents.get(index.name, 0) > 1:
+                order.append(index.name)
+            elif dim != 1 or not (isinstance(index, Var) or
+                                  (isinstance(index, IntImm) and index.value == 0)):
+                return None
+        orders.add(tuple(order))
+    return orders.pop() if len(orders) == 1 else None
+
+
+def schedule_hopper(sch: Schedule, gemm: HopperGemm) -> tuple[int, ...]:
+    """The IR of the Hopper GEMM: block ``gemm.block`` of ``sch`` in the intrinsic's shape,
+    tiled to it and tensorized (the host validates it by the intrinsic's semantics; the
+    kernel itself is :func:`hopper_kernel`'s). Returns the padded extents of the
+    intrinsic-shaped iteration space."""
+    to_intrinsic_shape(sch, gemm.match)
+    count = len(gemm.intrinsic.iter_vars)
+    ivs = sch.get(sch.get_block(gemm.block)).block.iter_vars
+    extents = tuple(iv.extent for iv in ivs[-count:])
+    schedule_generic(sch, gemm.block, gemm.intrinsic)
+    return extents

@@ -53,14 +53,14 @@ from intrinsics.gpu_target import GpuArchitecture
 from ir import (BufferLoad, BufferStore, Expr, IntImm, IterKind, PrimFunc, ScheduleError,
                 Select, Var)
 from ir.arith import linearize
-from ir.visitor import post_order_visit
+from ir.visitor import post_order_visit, vars_of
 from tensorize.match.result import Match
 from tensorize.schedule import Schedule, tree
 from tensorize.schedule.index_map import IndexMap
 
 __all__ = ["TENSOR_SPEEDUP", "UNIT_MACS", "CudaTiling", "TensorPipe", "TilingFigures",
-           "TilingTrial", "choose_family", "choose_tiling", "estimate", "instruction_macs",
-           "mapping_cycles", "model_cycles", "narrow_inputs", "schedule", "schedule_cuda",
+           "TilingTrial", "choose_family", "choose_tiling", "estimate", "fuse_epilogue_chain",
+           "instruction_macs", "mapping_cycles", "model_cycles", "narrow_inputs", "schedule_cuda",
            "search_tilings", "sm_number", "tensor_pipe", "tiling_candidates"]
 
 
@@ -122,19 +122,6 @@ def narrow_inputs(intrinsic: Intrinsic) -> bool:
                for o in intrinsic.inputs)
 
 
-def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Registry,
-             options: Mapping[str, Any]) -> None:
-    """The engine's entry (see ``tensorize.engine``): tile by ``options["tiling"]`` when it
-    is a :class:`CudaTiling`, else by :func:`choose_tiling`."""
-    intrinsic = match.intrinsic
-    shape = tuple(iv.extent for iv in intrinsic.iter_vars)
-    tiling = options.get("tiling")
-    if not isinstance(tiling, CudaTiling):
-        elem = intrinsic.operands[0].dtype.bits // 8
-        tiling = choose_tiling(tuple(extents[-3:]), shape, elem, narrow_inputs(intrinsic))
-    schedule_cuda(sch, match.block, intrinsic, registry, tiling)
-
-
 def schedule_cuda(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry: Registry,
                   tiling: CudaTiling) -> None:
     """Tile, stage, bind and tensorize the GEMM-shaped block ``block_name`` (module docs).
@@ -145,7 +132,7 @@ def schedule_cuda(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry
     """
     if "warpgroup" in intrinsic.params:
         raise ScheduleError("cuda schedule", f"{intrinsic.name} is issued by a warpgroup, not a "
-                            "warp: tensorize.engine.cuda_hopper.hopper_gemm builds its GEMM")
+                            "warp: the Hopper schedule takes it for sm_90a (--arch sm_90a)")
     tm, tn, tk = (iv.extent for iv in intrinsic.iter_vars)
     (wy, wx), (fm, fn), kt = tiling.warps, tiling.fragments, tiling.k_steps
     block = sch.get_block(block_name)
@@ -180,7 +167,7 @@ def schedule_cuda(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry
     sch.compute_at(a_frag, kf)
     b_frag = sch.cache_read(block, _written(sch, b_shared), scope[names[1]])
     sch.compute_at(b_frag, kf)
-    epilogue = _fuse_epilogue_chain(sch, block, c)
+    epilogue = fuse_epilogue_chain(sch, c)
     if epilogue is not None:
         # The accumulator goes to a staging tile in shared memory, which the epilogue reads.
         copy = sch.cache_write(block, c, "shared")
@@ -217,6 +204,12 @@ def schedule_cuda(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry
         sch.bind(batch, "blockIdx.z")
 
 
+# The transpose of an 8-bit B that is a parameter: tiles of TRANSPOSE_TILE x TRANSPOSE_TILE
+# bytes, TRANSPOSE_WARPS warps a block.
+TRANSPOSE_TILE = 64
+TRANSPOSE_WARPS = 8
+
+
 def _transposed_copy(sch: Schedule, block, b: str) -> str:
     """Store the 8-bit operand ``b`` (k rows of n) as n rows of k in global memory, and
     return that buffer's name: the block tiles then copy B's k values 16 bytes at a time
@@ -224,17 +217,35 @@ def _transposed_copy(sch: Schedule, block, b: str) -> str:
     four k values of one column as one 32-bit word (a row-major int8 B fragment makes ptxas
     gather B one byte at a time: the tensor cores read B column-major). An intermediate B
     (the engine's transpose or im2col) is written so by its producer; a parameter is copied
-    once, in its own launch."""
+    once, in its own launch: a tile at a time through shared memory where both extents are
+    multiples of the tile, else element by element."""
     if b in {buffer.name for buffer in sch.func.allocs}:
         _swap_last(sch, block, b)
         return b
     stage = sch.cache_read(block, b, "global")
     buffer = _written(sch, stage)
     _swap_last(sch, stage, buffer)
-    # k innermost: consecutive threads write consecutive bytes of the copy (coalesced); their
-    # reads, a column of B, come from sectors the neighbouring columns' threads share in L2.
     k_loop, n_loop = sch.get_loops(stage)[-2:]
     sch.reorder(n_loop, k_loop)
+    if any(sch.get(loop).extent % TRANSPOSE_TILE for loop in (k_loop, n_loop)):
+        # k innermost: consecutive threads write consecutive bytes of the copy (coalesced);
+        # their reads, a column of B, come from sectors the neighbouring columns' threads
+        # share in L2.
+        return buffer
+    # A tile at a time through shared memory: the block reads its tile of B row by row (16
+    # bytes a thread along n) and each warp writes rows of the transposed tile (along k), so
+    # both sides are coalesced.
+    bn, nn = sch.split(n_loop, [None, TRANSPOSE_TILE])
+    bk, kk = sch.split(k_loop, [None, TRANSPOSE_TILE])
+    sch.reorder(bn, bk, nn, kk)
+    tile = sch.cache_read(stage, b, "shared")
+    sch.compute_at(tile, bk)
+    sch.compact_buffer(_written(sch, tile))
+    _vectorize_copy(sch, tile)
+    warp, _ = sch.split(nn, [TRANSPOSE_WARPS, None])
+    sch.bind(warp, "threadIdx.y")
+    sch.bind(bn, "blockIdx.y")
+    sch.bind(bk, "blockIdx.x")
     return buffer
 
 
@@ -475,7 +486,7 @@ def _transpose_back(sch: Schedule, buffer: str):
     return sch.get_block(block.name)
 
 
-def _fuse_epilogue_chain(sch: Schedule, block, c: str):
+def fuse_epilogue_chain(sch: Schedule, c: str):
     """The elementwise blocks after the GEMM (bias, activation, requantisation, cast), as
     one block reading the GEMM's result ``c``: each but the last is inlined into the next.
     None when no such block follows, or ``c`` is a parameter (its values must reach the
@@ -594,7 +605,8 @@ def _tensorize_first(sch: Schedule, loop, candidates) -> None:
 
 def _operand_buffers(sch: Schedule, block_name: str) -> tuple[str, str, str]:
     """Names of the kernel buffers standing for the intrinsic's A, B and C: the store is C; a
-    load indexed by (m, k) is A, by (k, n) is B."""
+    load whose last two indices are in (m, k) is A, in (k, n) is B (an index may add an
+    outer iterator: ``s * Kp + k`` after split-K)."""
     block = sch.get(sch.get_block(block_name)).block
     ivs = [iv.var for iv in block.iter_vars][-3:]
     store = block.body
@@ -604,8 +616,8 @@ def _operand_buffers(sch: Schedule, block_name: str) -> tuple[str, str, str]:
 
     def visit(node: object) -> None:
         if isinstance(node, BufferLoad) and node.buffer is not store.buffer:
-            key = tuple(ivs.index(i) for i in node.indices[-2:] if isinstance(i, Var)
-                        and i in ivs)
+            key = tuple(ivs.index(v) for i in node.indices[-2:] for v in vars_of(i)
+                        if v in ivs)
             found[key] = node.buffer.name
 
     post_order_visit(store.value, visit)

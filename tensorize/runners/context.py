@@ -39,7 +39,8 @@ class RunContext:
     ``seed``: the random inputs' seed; ``max_bytes``: the most the kernel's buffers may take;
     ``threads``: the most cores a native CPU run uses (split by output rows:
     ``tensorize.engine.cpu_threads``); None: all cores, unasked (an emulated run then says
-    nothing of threads).
+    nothing of threads); ``arch``: cuda's architecture to schedule and compile for
+    (``sm_90a``: Hopper's wgmma GEMM), None: every architecture of the ``gpu:`` section.
     """
 
     registry: Registry
@@ -50,18 +51,28 @@ class RunContext:
     seed: int = 0
     max_bytes: int = MAX_BYTES
     threads: int | None = 1
+    arch: str | None = None
 
 
 def make_context(registry: Registry, target: str, *, features: str | None = None,
                  machine: MachineConfig | None = None, seed: int = 0,
-                 max_bytes: int = MAX_BYTES, threads: int | None = 1) -> RunContext:
+                 max_bytes: int = MAX_BYTES, threads: int | None = 1,
+                 arch: str | None = None) -> RunContext:
     """The context for ``target`` in ``registry``. ``features`` (CPU targets) edits the
     target's defaults: ``+x`` adds, ``-x`` removes; ``machine`` is the NPU to run (default
     for kind npu: the built-in one); ``threads`` the most cores a native CPU run uses
-    (None: all of them).
+    (None: all of them); ``arch`` the one architecture a cuda target is scheduled and
+    compiled for (:func:`cuda_architectures` lists those allowed).
     Raises ContextError for a target no description declares, or settings that do not apply
     to its kind."""
     kind = target_kind(registry, target)
+    if arch is not None and kind != "cuda":
+        raise ContextError(f"--arch applies to a target of kind cuda, got --target {target} "
+                           f"of kind {kind}")
+    if arch is not None and arch not in cuda_architectures(registry, target):
+        raise ContextError(f"--arch requires an architecture of {target}'s descriptions "
+                           f"({', '.join(cuda_architectures(registry, target))}), got "
+                           f"{arch!r}")
     if features is not None and kind != "cpu":
         raise ContextError(f"--features applies to a CPU target ({cpu_targets(registry)}), "
                            f"got --target {target}")
@@ -76,7 +87,18 @@ def make_context(registry: Registry, target: str, *, features: str | None = None
         from simulator import load_machine
 
         machine = load_machine()
-    return RunContext(registry, target, kind, chosen, machine, seed, max_bytes, threads)
+    return RunContext(registry, target, kind, chosen, machine, seed, max_bytes, threads,
+                      arch)
+
+
+def cuda_architectures(registry: Registry, target: str) -> list[str]:
+    """The architectures ``--arch`` takes for a cuda target: its ``gpu:`` section's, then
+    the architecture-specific variant of one of them that an intrinsic needs (``feature:
+    sm_90a``, the wgmma family, which runs with sm_90's limits)."""
+    named = list(registry.gpu(target).architectures)
+    variants = {i.feature for i in registry.for_target(target) if i.feature is not None
+                and i.feature.endswith("a") and i.feature.removesuffix("a") in named}
+    return named + sorted(variants)
 
 
 def target_kind(registry: Registry, target: str) -> str:

@@ -23,7 +23,8 @@ from intrinsics import Intrinsic, Registry
 from intrinsics.gpu_target import GpuArchitecture
 from ir import PrimFunc, ScheduleError
 from targets import cuda
-from targets.cuda.compile import KernelResources, SassMix, cuobjdump_path, resource_usage, sass_mix
+from targets.cuda.compile import (BarrierDrains, KernelResources, SassMix, cuobjdump_path,
+                                  resource_usage, sass_drains, sass_mix)
 from targets.cuda.emulate import COPY_MODES
 from targets.cuda.occupancy import architecture, architectures, occupancy
 from targets.cuda.pipeline import STAGES
@@ -189,7 +190,7 @@ def _figures(kernel: cuda.CudaKernel, intrinsic: Intrinsic, arch: str) -> Tiling
     (per SASS MMA instruction, times the units one instruction of ``intrinsic`` does:
     :func:`instruction_macs`); None when no launch is tiled (the engine refused the
     tiling)."""
-    launch = next((l for l in kernel.launches if l.tiled), None)
+    launch = next((l for l in kernel.launches if l.tensorized), None)
     if launch is None:
         return None
     (r,) = [r for r in resource_usage(kernel, arch) if r.kernel == launch.kernel]
@@ -219,13 +220,26 @@ def run_cuda(ctx: RunContext, func: PrimFunc, reference: dict[str, np.ndarray],
                                         for l in kernel.launches],
                            "params": list(kernel.params)}
     if emit_code:
-        emitted.append(_with_launches(kernel))
-    _compile(kernel, report, architectures(registry), _needed(func, registry))
-    outputs = _emulate(kernel, inputs, reference, report) or reference
+        emitted.append(source_with_launches(kernel))
+    # An architecture the run names is compiled for alone; nvcc says if it lacks an
+    # instruction the kernel calls.
+    needed = _needed(func, registry) if ctx.arch is None else None
+    compile_steps(kernel, report, compiled_architectures(ctx), needed)
+    outputs = emulate_steps(kernel, inputs, reference, report) or reference
     return _on_gpu(kernel, inputs, reference, report) or outputs
 
 
-def _with_launches(kernel: cuda.CudaKernel) -> str:
+def compiled_architectures(ctx: RunContext) -> Mapping[str, GpuArchitecture]:
+    """The architectures a run compiles for, with their limits: the context's ``arch``
+    alone (an architecture-specific one, ``sm_90a``, with its base's limits), else every
+    architecture of the ``gpu:`` section."""
+    limits = architectures(ctx.registry)
+    if ctx.arch is None:
+        return limits
+    return {ctx.arch: limits[ctx.arch.removesuffix("a")]}
+
+
+def source_with_launches(kernel: cuda.CudaKernel) -> str:
     """The source, preceded by how to launch it (one comment line per kernel, in order)."""
     lines = [f"// launch in order, arguments ({', '.join(kernel.params)}):"]
     lines += [f"//   {l.kernel}<<<dim3{l.grid}, dim3{l.block}"
@@ -243,8 +257,9 @@ def _needed(func: PrimFunc, registry: Registry) -> tuple[str, str] | None:
     return max(needs, key=lambda need: sm_number(need[0]), default=None)
 
 
-def _compile(kernel: cuda.CudaKernel, report: RunReport,
-             limits: Mapping[str, GpuArchitecture], needed: tuple[str, str] | None) -> None:
+def compile_steps(kernel: cuda.CudaKernel, report: RunReport,
+                  limits: Mapping[str, GpuArchitecture], needed: tuple[str, str] | None
+                  ) -> None:
     """Compile for each architecture of ``limits`` and for the one an intrinsic the kernel
     calls needs (``needed``: sm_89 for fp8) where ``limits`` lacks it, so a kernel is
     always built for an architecture that has its instructions; skip those older than
@@ -267,7 +282,7 @@ def _compile(kernel: cuda.CudaKernel, report: RunReport,
         except cuda.CompileError as err:
             report.step("compile", False, str(err).splitlines()[0])
             continue
-        mma = ptx.count("mma.sync") + ptx.count("wmma.mma")
+        mma = ptx.count("mma.sync") + ptx.count("wmma.mma") + ptx.count("wgmma.mma_async")
         report.step("compile", True, f"nvcc -arch={arch}: {time.perf_counter() - start:.1f} s, "
                                      f"{mma} tensor-core instruction(s) in the PTX")
         _ptxas(kernel, arch, limits.get(arch), report, disassemble)
@@ -308,6 +323,7 @@ def _ptxas(kernel: cuda.CudaKernel, arch: str, limits: GpuArchitecture | None,
     try:
         resources = resource_usage(kernel, arch)
         mixes = {m.kernel: m for m in sass_mix(kernel, arch)} if disassemble else {}
+        drains = {d.kernel: d for d in sass_drains(kernel, arch)} if disassemble else {}
     except cuda.CompileError as err:
         report.step("ptxas", False, str(err).splitlines()[0])
         return
@@ -318,19 +334,22 @@ def _ptxas(kernel: cuda.CudaKernel, arch: str, limits: GpuArchitecture | None,
         line, data = _resources(r, limits, threads[r.kernel], dynamic[r.kernel])
         report.step("ptxas", True, line)
         if r.kernel in mixes:
-            data["sass"] = _sass(mixes[r.kernel], arch, report)
+            data["sass"] = _sass(mixes[r.kernel], drains[r.kernel], arch, report)
         report.data["cuda"].setdefault("ptxas", []).append(data)
 
 
-def _sass(mix: SassMix, arch: str, report: RunReport) -> dict[str, Any]:
-    """The report line and the JSON record of one kernel's SASS mix (kernels without an MMA
-    get no line)."""
+def _sass(mix: SassMix, drains: BarrierDrains, arch: str, report: RunReport
+          ) -> dict[str, Any]:
+    """The report line and the JSON record of one kernel's SASS mix and whether the tensor
+    pipe drains at its barriers (kernels without an MMA get no line)."""
     if mix.mma:
         where = "its k loop" if mix.scope == "k loop" else "the kernel (no loop holds an MMA)"
         report.step("sass", True, f"{mix.kernel} {arch}: {mix.mma} SASS MMA and {mix.other} "
                                   f"other SASS instructions in {where}: "
-                                  f"{mix.other_per_mma:.1f} other per SASS MMA instruction")
-    return {"mma": mix.mma, "other": mix.other, "scope": mix.scope}
+                                  f"{mix.other_per_mma:.1f} other per SASS MMA instruction; "
+                                  f"{drains.describe()}")
+    return {"mma": mix.mma, "other": mix.other, "scope": mix.scope,
+            "barriers": drains.barriers, "drained_barriers": len(drains.drained)}
 
 
 def _resources(r: KernelResources, limits: GpuArchitecture | None, threads: int,
@@ -358,12 +377,15 @@ def _resources(r: KernelResources, limits: GpuArchitecture | None, threads: int,
                    f"by {o.limited_by}"), data
 
 
-def _emulate(kernel: cuda.CudaKernel, inputs: dict[str, np.ndarray],
-             reference: dict[str, np.ndarray], report: RunReport
-             ) -> dict[str, np.ndarray] | None:
+def emulate_steps(kernel: cuda.CudaKernel, inputs: dict[str, np.ndarray],
+                  reference: dict[str, np.ndarray], report: RunReport
+                  ) -> dict[str, np.ndarray] | None:
     """Runs the emulation with asynchronous copies landing at their wait and, when the
-    kernel issues any, again landing at their issue; returns the first run's outputs."""
-    modes = COPY_MODES if "tz_cp_async16(&" in kernel.source else COPY_MODES[:1]
+    kernel issues any (cp.async, or TMA tensor copies), again landing at their issue;
+    returns the first run's outputs."""
+    tensor_copies = any(launch.tensor_maps for launch in kernel.launches)
+    modes = COPY_MODES if "tz_cp_async16(&" in kernel.source or tensor_copies \
+        else COPY_MODES[:1]
     try:
         results = [_emulate_once(kernel, inputs, reference, report, mode)
                    for mode in modes]

@@ -140,14 +140,22 @@ def tensorize_npu(ctx: RunContext, func: PrimFunc, intrinsic: str | None, tune: 
     return result
 
 
+def measure_npu(ctx: RunContext, result: Tensorized, inputs: Mapping[str, np.ndarray]
+                ) -> NpuMeasure:
+    """``result`` simulated on the context's machine (:func:`simulate_and_measure`)."""
+    return simulate_and_measure(result.func, inputs, _machine(ctx), ctx.registry)
+
+
 def run_npu(ctx: RunContext, result: Tensorized, inputs: dict[str, np.ndarray],
             reference: Expected, report: RunReport, emitted: list[str],
-            emit_code: bool) -> tuple[dict[str, np.ndarray], Callable[[TextIO], None] | None]:
-    """Simulate ``result`` on the context's machine and check its outputs against
-    ``reference``; returns the outputs and the writer of the first program's timeline (None
-    when no NPU program ran)."""
+            emit_code: bool, measure: NpuMeasure | None = None
+            ) -> tuple[dict[str, np.ndarray], Callable[[TextIO], None] | None]:
+    """Report ``result`` simulated on the context's machine (``measure``, else simulated
+    here) and check its outputs against ``reference``; returns the outputs and the writer
+    of the first program's timeline (None when no NPU program ran)."""
     config = _machine(ctx)
-    measure = simulate_and_measure(result.func, inputs, config, ctx.registry)
+    if measure is None:
+        measure = measure_npu(ctx, result, inputs)
     run, on_host = measure.run, measure.host_stages
     # Useful MACs are the kernel's own (the tensorize step's figure); the array's executed
     # MACs include the padded rows and columns of its tiles.

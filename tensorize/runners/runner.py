@@ -38,7 +38,7 @@ from tensorize.runners.context import ContextError, RunContext
 from tensorize.runners.macs import mac_figures
 from tensorize.runners.report import RunReport
 from tensorize.schedule import tree
-from tensorize.validate import Expected, compare
+from tensorize.validate import Expected, HostRuns, compare
 
 Arrays = dict[str, np.ndarray]
 Timeline = Callable[[TextIO], None]
@@ -91,11 +91,17 @@ class Runner(Protocol):
         """Tensorize ``func`` for the context's target."""
         ...
 
+    def prepare(self, ctx: RunContext, done: Tensorization, inputs: Arrays) -> object:
+        """The long work of the run that needs no reference, done while the validate
+        step's host runs go on (None: none); :meth:`execute` is given what it returns."""
+        ...
+
     def execute(self, ctx: RunContext, done: Tensorization, inputs: Arrays,
-                reference: Expected, report: RunReport, emitted: list[str], opts: RunOptions
-                ) -> tuple[Arrays, Timeline | None]:
-        """Build and run the tensorized function, check it against ``reference``; its
-        outputs (``reference`` where it could not run) and the timeline's writer."""
+                reference: Expected, report: RunReport, emitted: list[str], opts: RunOptions,
+                prepared: object = None) -> tuple[Arrays, Timeline | None]:
+        """Build and run the tensorized function (with what :meth:`prepare` gave), check it
+        against ``reference``; its outputs (``reference`` where it could not run) and the
+        timeline's writer."""
         ...
 
 
@@ -109,14 +115,21 @@ class NpuRunner:
 
         return Tensorization(tensorize_npu(ctx, func, opts.intrinsic, opts.tune, report))
 
+    def prepare(self, ctx: RunContext, done: Tensorization, inputs: Arrays) -> object:
+        """Emit the programs and simulate them (an ``NpuMeasure``)."""
+        from tensorize.runners.npu import measure_npu
+
+        return measure_npu(ctx, done.result, inputs)
+
     def execute(self, ctx: RunContext, done: Tensorization, inputs: Arrays,
-                reference: Expected, report: RunReport, emitted: list[str], opts: RunOptions
-                ) -> tuple[Arrays, Timeline | None]:
-        """Emit the programs, simulate them, check and measure."""
+                reference: Expected, report: RunReport, emitted: list[str], opts: RunOptions,
+                prepared: object = None) -> tuple[Arrays, Timeline | None]:
+        """Report the simulation (:meth:`prepare`'s, else one run here), check and
+        measure."""
         from tensorize.runners.npu import run_npu
 
         return run_npu(ctx, done.result, inputs, reference, report, emitted,
-                       "code" in opts.emit)
+                       "code" in opts.emit, prepared)
 
 
 class CpuRunner:
@@ -130,9 +143,13 @@ class CpuRunner:
         result, tiles = tensorize_cpu(ctx, func, opts.intrinsic, opts.tune, report)
         return Tensorization(result, tiles)
 
+    def prepare(self, ctx: RunContext, done: Tensorization, inputs: Arrays) -> object:
+        """Nothing: the CPU runner does all its work in :meth:`execute`."""
+        return None
+
     def execute(self, ctx: RunContext, done: Tensorization, inputs: Arrays,
-                reference: Expected, report: RunReport, emitted: list[str], opts: RunOptions
-                ) -> tuple[Arrays, Timeline | None]:
+                reference: Expected, report: RunReport, emitted: list[str], opts: RunOptions,
+                prepared: object = None) -> tuple[Arrays, Timeline | None]:
         """Compile with LLVM, run natively or emulated where this host can, check."""
         from tensorize.runners.cpu import run_cpu
 
@@ -145,21 +162,37 @@ class CudaRunner:
 
     def tensorize(self, ctx: RunContext, func: PrimFunc, opts: RunOptions,
                   report: RunReport) -> Tensorization:
-        """The engine's CUDA schedule (``tune``: the static tiling search)."""
+        """The engine's CUDA schedule for the context's architecture (``tune``: the static
+        tiling search)."""
         if not opts.tune:
-            return Tensorization(auto_tensorize(func, ctx.target, registry=ctx.registry,
-                                                intrinsic=opts.intrinsic))
+            from tensorize.runners.cuda_hopper import report_choice
+
+            result = auto_tensorize(func, ctx.target, registry=ctx.registry,
+                                    intrinsic=opts.intrinsic, arch=ctx.arch)
+            report_choice(result.hopper, report)
+            return Tensorization(result)
         from tensorize.runners.cuda import tensorize_tuned
 
         result, stages = tensorize_tuned(func, ctx.registry, report)
         return Tensorization(result, stages=stages)
 
+    def prepare(self, ctx: RunContext, done: Tensorization, inputs: Arrays) -> object:
+        """Nothing: the CUDA runner does all its work in :meth:`execute`."""
+        return None
+
     def execute(self, ctx: RunContext, done: Tensorization, inputs: Arrays,
-                reference: Expected, report: RunReport, emitted: list[str], opts: RunOptions
-                ) -> tuple[Arrays, Timeline | None]:
-        """Emit CUDA C++, compile it per architecture, emulate it, run it on a GPU."""
+                reference: Expected, report: RunReport, emitted: list[str], opts: RunOptions,
+                prepared: object = None) -> tuple[Arrays, Timeline | None]:
+        """Emit CUDA C++, compile it per architecture, emulate it, run it on a GPU (Hopper's
+        GEMM where the engine made one)."""
         from tensorize.runners.cuda import run_cuda
 
+        hopper = done.result.hopper
+        if hopper is not None and hopper.gemm is not None:
+            from tensorize.runners.cuda_hopper import run_hopper
+
+            return run_hopper(ctx, hopper.gemm, done.result.original.name, reference, inputs,
+                              report, emitted, "code" in opts.emit), None
         stages = {} if done.stages is None else {"stages": done.stages}
         return run_cuda(ctx, done.result.func, reference, inputs, report, emitted,
                         "code" in opts.emit, **stages), None
@@ -198,10 +231,16 @@ def run_kernel(ctx: RunContext, func: PrimFunc, inputs: Arrays,
     outcome.refusal = refusal(result, opts, reductions, ctx.target)
     if outcome.refusal:
         return outcome
-    want = validate(func, result, inputs, ctx, report)
+    runs = HostRuns(func, result.func, inputs, lowerer(ctx.registry.get))
+    try:
+        # What needs no reference (the NPU's simulation) runs beside the validate step's
+        # host runs; the validate lines still come first, as the check needs their outputs.
+        prepared = runner.prepare(ctx, done, inputs)
+    finally:
+        want = validate(func, runs, report)
     reference = expected_outputs(func, result, inputs, want, ctx.registry)
     outcome.outputs, outcome.timeline = runner.execute(ctx, done, inputs, reference, report,
-                                                       outcome.emitted, opts)
+                                                       outcome.emitted, opts, prepared)
     _count_calls(result, report)
     if not result.tensorized:
         reasons = "; ".join(f"{b.block}: {b.reason}" for b in result.blocks)
@@ -233,15 +272,12 @@ def execute_on_host(func: PrimFunc, inputs: Arrays, report: RunReport) -> Arrays
     return {name: arrays[name] for name in outputs}
 
 
-def validate(func: PrimFunc, result: Tensorized, inputs: Arrays, ctx: RunContext,
-             report: RunReport) -> Arrays:
-    """The tensorized IR (intrinsics run as their semantics) against the untouched kernel,
-    one ``validate`` step per output; returns the untouched kernel's outputs (the reference
-    executor's, which the target's run is checked against)."""
-    from targets import host
-
-    want = host.run(func, inputs)
-    got = host.run(result.func, inputs, lowerer(ctx.registry.get))
+def validate(func: PrimFunc, runs: HostRuns, report: RunReport) -> Arrays:
+    """The tensorized IR (intrinsics run as their semantics) against the untouched kernel
+    ``func``, both run by ``runs``, one ``validate`` step per output; returns the untouched
+    kernel's outputs (the reference executor's, which the target's run is checked
+    against)."""
+    want, got = runs.outputs()
     for name, expected in want.items():
         ok, detail = compare(got[name], expected)
         report.step("validate", ok, f"{name}: tensorized IR (intrinsics run as their "

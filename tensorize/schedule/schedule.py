@@ -87,6 +87,7 @@ class Schedule:
     reverse_compute_at = _as_method(p.reverse_compute_at)
     shift_operand = _as_method(p.shift_operand)
     split = _as_method(p.split)
+    split_reduction = _as_method(p.split_reduction)
     tensorize = _as_method(p.tensorize)
     transform_block_layout = _as_method(p.transform_block_layout)
     transform_layout = _as_method(p.transform_layout)

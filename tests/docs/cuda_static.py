@@ -16,6 +16,7 @@ from dataclasses import dataclass
 # Figure name -> the pattern that finds it in one printed line (its group that matched).
 FIELDS = {
     "registers": r"(\d+) registers",
+    "spill": r"(\d+) spill bytes",
     "shared": r"(\d+) B shared",
     "dynamic": r"\((\d+) dynamic\)",
     "blocks": r"(\d+) blocks",

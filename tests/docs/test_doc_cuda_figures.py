@@ -9,6 +9,7 @@ The rows that record an earlier state or a tiling no bench prints are not checke
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -184,6 +185,44 @@ def _resnet_rows() -> list[Cell]:
             Cell(table, 3, "non-MMA per MMA, k loop, sm_80 / sm_90", sass, sass=True)]
 
 
+def _barrier_rows() -> list[Cell]:
+    """cuda_backend.md's k loop across its barrier: each GEMM in the simple form and with
+    its fragments double-buffered, on both architectures (the bench prints them only where
+    cuobjdump is found)."""
+    table = DocTable(PAGE, "| GEMM 4096^3, 4 stages | form | sm_80 registers, spill bytes | "
+                           "sm_80 non-MMA per MMA | sm_80 barriers | sm_90 registers, spill "
+                           "bytes | sm_90 non-MMA per MMA | sm_90 barriers |", {})
+    forms = [(gemm, intrinsic, form) for gemm, intrinsic in [
+        (F16, MMA_F16), (F16, WMMA_F16), (S8, MMA_S8), (S8, WMMA_S8)]
+        for form in ("simple form", "double-buffered fragments")]
+    cells = []
+    for row, (gemm, intrinsic, form) in enumerate(forms):
+        def line(out, arch, g=gemm, i=intrinsic, f=form):
+            (found,) = [l for l in section(out, f"{g} 4096^3 through {i}, 4 stages, {f}:").lines
+                        if l.startswith(f"{arch}:")]
+            return found
+        for arch in ("sm_80", "sm_90"):
+            sass = ("per_mma", "other", "mma") if arch == "sm_80" else ("per_mma",)
+            cells += [
+                Cell(table, row, f"{arch} registers, spill bytes", lambda out, l=line, a=arch:
+                     _num(fields(l(out, a)), "registers", "spill"), sass=True),
+                Cell(table, row, f"{arch} non-MMA per MMA", lambda out, l=line, a=arch, s=sass:
+                     _num(fields(l(out, a)), *s), sass=True),
+                Cell(table, row, f"{arch} barriers", lambda out, l=line, a=arch:
+                     _barriers(l(out, a)), sass=True),
+            ]
+    return cells
+
+
+def _barriers(line: str) -> str:
+    """The page's words for a printed line's barriers: "no drain (4)", "drains at 3 of 4"."""
+    drained = re.search(r"drains at (\d+) of (\d+) barrier", line)
+    if drained:
+        return f"drains at {drained[1]} of {drained[2]}"
+    (count,) = re.search(r"no drain at its (\d+) barrier", line).groups()
+    return f"no drain ({count})"
+
+
 def _readme_rows() -> list[Cell]:
     """README's two CUDA static tables."""
     first = DocTable(README, "| GEMM 4096^3 | non-MMA instructions per MMA, sm_80 / sm_90 | "
@@ -280,7 +319,8 @@ def _needs_sass(out: str) -> None:
         pytest.skip("the bench printed no SASS figures: cuobjdump not found (the sass extra)")
 
 
-STATIC = [*_static_rows(), *_search_rows(), *_mma_rows(), *_resnet_rows(), *_readme_rows()]
+STATIC = [*_static_rows(), *_search_rows(), *_mma_rows(), *_resnet_rows(), *_barrier_rows(),
+          *_readme_rows()]
 
 
 @pytest.mark.slow

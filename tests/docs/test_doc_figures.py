@@ -14,10 +14,11 @@ Inventory of the tables and figure blocks of README.md and docs/*.md (issue 27),
   timings only, not compared.
 - README's two CUDA static tables; cuda_backend.md's static figures, search per family,
   mma.sync 4096^3 table (the rows in the engine's default tiling), ResNet-50 3x3 (the current
-  row) and grouped convolutions: test_doc_cuda_figures.py (nvcc and g++; the SASS figures
-  also need cuobjdump, the `sass` extra). Not checked: the rows that record an earlier state
-  ("before this round", "explicit im2col"), the mma.sync rows in a tiling no bench prints
-  (BK 32 int8 and u8 x s8, WMMA int8), the ResNet row's bank phases (no bench prints them).
+  row), the k loop across its barrier and grouped convolutions: test_doc_cuda_figures.py
+  (nvcc and g++; the SASS figures also need cuobjdump, the `sass` extra). Not checked: the
+  rows that record an earlier state ("before this round", "explicit im2col"), the mma.sync
+  rows in a tiling no bench prints (BK 32 int8 and u8 x s8, WMMA int8), the ResNet row's
+  bank phases (no bench prints them).
 - README's GPU table (cuBLAS comparison): measured on a lent H200, no GPU here to rerun it;
   test_doc_cuda_figures.py checks it against the run's record, docs/figures/cuda_suite.json.
 - Command samples (`$ tensorize run ...` blocks) of every page: test_doc_samples.py.

@@ -5,7 +5,8 @@ weight tile loaded whole and read in parts, several times over).
 
 "Both ways": with the engine as it is, and with its shortcuts turned off (every write
 merges the segments it covers, as before the in-place update; the GEMM bounds are checked
-on every instruction). The two runs must agree on every figure (cycles, per-unit busy and
+on every instruction; each GEMM's values are computed as it runs, not in groups of
+simulator.products). The two runs must agree on every figure (cycles, per-unit busy and
 stall, traffic, DRAM wait, MACs, the trace records) and on the DRAM image; the output must
 equal numpy's product exactly. (tests/simulator/test_memory_segments.py checks that the
 segments' verdicts, faults included, do not depend on how they are kept.)
@@ -43,6 +44,7 @@ def both_ways(program, config, image, monkeypatch) -> SimResult:
     with monkeypatch.context() as plain_paths:
         plain_paths.setattr(memory, "_MERGE_ABOVE", 0)
         plain_paths.setattr(engine, "_MAX_FITS", 0)
+        plain_paths.setattr(engine, "_GROUP", 1)
         plain = simulate(program, config, image)
     assert figures(fast) == figures(plain)
     return fast

@@ -169,13 +169,13 @@ def test_tile_products_run_on_one_blas_thread(monkeypatch):
     from simulator import datapath
 
     seen = []
-    exact = datapath.matmul_exact
+    exact = datapath.TileProduct.__call__
 
-    def recording(inp, wgt):
+    def recording(self, acc, inp, wgt, reset):
         seen.extend(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas")
-        return exact(inp, wgt)
+        exact(self, acc, inp, wgt, reset)
 
-    monkeypatch.setattr(datapath, "matmul_exact", recording)
+    monkeypatch.setattr(datapath.TileProduct, "__call__", recording)
     a = np.arange(12).reshape(3, 4) - 6
     b = np.arange(16).reshape(4, 4) - 8
     assert np.array_equal(gemm_case(a, b, None), a @ b)

@@ -23,13 +23,14 @@ from tensorize.schedule.primitives.loops import fuse, reorder, split
 from tensorize.schedule.primitives.padding import pad_einsum
 from tensorize.schedule.primitives.reduction import decompose_reduction
 from tensorize.schedule.primitives.shift import shift_operand
+from tensorize.schedule.primitives.split_reduction import split_reduction
 from tensorize.schedule.primitives.tensorize_call import tensorize
 
 PRIMITIVES: dict[str, Callable[..., Any]] = {f.__name__: f for f in (
     bind, blockize, cache_read, cache_write, compact_buffer, compute_at, compute_inline,
     decompose_reduction, diagonalize, fold_init, fuse, inline_update, pad_einsum, parallel,
     reindex, reorder,
-    reverse_compute_at, shift_operand, split, tensorize, transform_block_layout,
+    reverse_compute_at, shift_operand, split, split_reduction, tensorize, transform_block_layout,
     transform_layout, unroll, vectorize, write_in_place)}
 
 __all__ = ["PRIMITIVES"]

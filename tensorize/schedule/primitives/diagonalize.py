@@ -24,7 +24,7 @@ from ir import (Block, BlockRealize, Buffer, BufferLoad, BufferStore, Cast, Expr
 from ir.expr import BinOp
 from ir.visitor import vars_of
 from tensorize.schedule import tree
-from tensorize.schedule.check import arg_check, check, fail
+from tensorize.schedule.check import arg_check, check, check_root_nest, fail
 from tensorize.schedule.handles import BlockRV
 from tensorize.schedule.sites import Site, locate
 from tensorize.schedule.splicing import (buffer_names, build_nest, splice_func, unique_name,
@@ -91,7 +91,7 @@ def diagonalize(func: PrimFunc, block: BlockRV, tile: int) -> tuple[PrimFunc, Bl
     arg_check(isinstance(tile, int) and not isinstance(tile, bool) and tile > 0, _PRIMITIVE,
               "tile", "a positive int", tile)
     site = locate(func, block, _PRIMITIVE)
-    _check_nest(func, site)
+    check_root_nest(func, site, _PRIMITIVE)
     out, operands = _accumulation(site)
     channel = _channel(site, out, operands)
     weight = _weight(site, channel, operands)
@@ -136,27 +136,6 @@ def diagonalize(func: PrimFunc, block: BlockRV, tile: int) -> tuple[PrimFunc, Bl
         stmt = For(loop_vars[iv.var], iv.extent, stmt)
     new = splice_func(func, {id(site.loops[0]): (nest, stmt)}, (diagonal,))
     return new, BlockRV(build.name)
-
-
-def _check_nest(func: PrimFunc, site: Site) -> None:
-    """The block is in the root block, in a perfect nest binding iterator n to loop n."""
-    check(site.scope is func.body, _PRIMITIVE,
-          f"block {site.name!r} requires to sit in the root block, got block "
-          f"{site.scope.block.name!r} around it", site.realize)
-    loops = site.loops
-    check(len(loops) == len(site.block.iter_vars) and all(
-        b is loop.var for b, loop in zip(site.realize.bindings, loops)), _PRIMITIVE,
-        f"block {site.name!r} requires each iterator bound to one loop of its own, in order; "
-        "got other bindings", site.realize)
-    check(all(outer.body is inner for outer, inner in zip(loops, loops[1:] + (site.realize,))),
-          _PRIMITIVE, f"block {site.name!r} requires a perfect loop nest, got statements "
-                      "beside it", site.realize)
-    check(isinstance(site.realize.predicate, IntImm) and site.realize.predicate.value == 1,
-          _PRIMITIVE, f"block {site.name!r} requires no predicate, got "
-                      f"{site.realize.predicate}", site.realize)
-    check(not site.block.alloc_buffers, _PRIMITIVE,
-          f"block {site.name!r} requires no buffers of its own, got "
-          f"{', '.join(b.name for b in site.block.alloc_buffers)}", site.realize)
 
 
 def _accumulation(site: Site) -> tuple[BufferStore, list[BufferLoad]]:

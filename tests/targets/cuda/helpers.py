@@ -64,3 +64,12 @@ def random_inputs(func: ir.PrimFunc, seed: int = 0) -> dict[str, np.ndarray]:
             low, high = max(dtype.min, -128), min(dtype.max, 127)
             inputs[param.name] = rng.integers(low, high + 1, param.shape).astype(dtype.numpy)
     return inputs
+
+
+def gemm_source(kernel: cuda.CudaKernel) -> str:
+    """The text of the kernel's tensorized launch (its GEMM's ``__global__`` function), not
+    of the launches around it (an int8 B transpose with a barrier of its own)."""
+    (gemm,) = [launch for launch in kernel.launches if launch.tensorized]
+    start = kernel.source.index(f" {gemm.kernel}(")
+    end = kernel.source.find('extern "C"', start)
+    return kernel.source[start:end if end >= 0 else len(kernel.source)]

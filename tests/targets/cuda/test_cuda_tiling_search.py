@@ -237,7 +237,7 @@ def test_64_by_64_warp_tiles_are_exact_and_conflict_free(name, warps, stages, re
     kernel = cuda.emit(auto_tensorize(func, "cuda", intrinsic=intrinsic, tiling=tiling,
                                       registry=registry).func,
                        registry, stages=stages)
-    (launch,) = [l for l in kernel.launches if l.tiled]
+    (launch,) = [l for l in kernel.launches if l.tensorized]
     assert launch.stages == stages
     inputs = random_inputs(func, seed=9)
     expected = host.run(func, inputs)["C"]

@@ -13,22 +13,24 @@ from tests.targets.cuda.helpers import WMMA, WMMA_INT8, emitted
 
 def test_int8_gemm_transposes_b_then_launches_one_block_of_four_warps():
     kernel = emitted("gemm_int8", intrinsic=WMMA_INT8)
-    # B (k rows of n) is first stored n rows of k by a data-parallel kernel, into B_global.
-    assert [(l.grid, l.block, l.tiled) for l in kernel.launches] == [
-        ((16, 1, 1), (256, 1, 1), False), ((1, 1, 1), (32, 2, 2), True)]
+    # B (k rows of n) is first stored n rows of k, into B_global, by a kernel of one 64 x 64
+    # tile per block of 8 warps, through shared memory.
+    assert [(l.grid, l.block, l.tiled, l.tensorized) for l in kernel.launches] == [
+        ((1, 1, 1), (32, 8, 1), True, False), ((1, 1, 1), (32, 2, 2), True, True)]
     assert kernel.params == ("A", "B", "C", "B_global") and kernel.outputs == ("C",)
-    assert "B_global[(v1) * 64 + v0] = B[(v0) * 64 + v1];" in kernel.source
+    assert "B_global[(v1) * 64 + v0] = tz_shared_load(B_shared, " in kernel.source
 
 
 def test_each_warp_declares_only_its_own_fragments():
     source = emitted("gemm_int8", intrinsic=WMMA_INT8).source
-    # The 64x64 accumulator is 4x4 fragments; each of the 2x2 warps keeps 2x2 of them.
+    # The 64x64 accumulator is 4x4 fragments; each of the 2x2 warps keeps 2x2 of them, and
+    # two copies of its A and B fragments (double-buffered across the pipeline's barrier).
     assert "int> C_wmma_accumulator[2][2];" in source
-    assert "row_major> A_shared_wmma_matrix_a[2][1];" in source
+    assert "row_major> A_shared_wmma_matrix_a[2][2][1];" in source
     # The int8 B tile is stored transposed in shared memory: its fragments load col_major,
     # with the panel's 16-byte pitch as ldm, and its copies move 16 bytes of k at once.
-    assert "col_major> B_global_shared_wmma_matrix_b[1][2];" in source
-    assert re.search(r"load_matrix_sync\(B_global_shared_wmma_matrix_b\[0\]\[\w+\], "
+    assert "col_major> B_global_shared_wmma_matrix_b[2][1][2];" in source
+    assert re.search(r"load_matrix_sync\(B_global_shared_wmma_matrix_b\[copy_?\d*\]\[0\]\[\w+\], "
                      r"\(&B_global_shared\[\(stage_?\d*\) \* 1024 \+ \(\(v1_o_?\d* \* 16\)\) "
                      r"\* 16 \+ \(0\)\]\), 16\);", source)
     assert "tz_cp_async16(&B_global_shared[(0) * 1024 + " in source
@@ -41,22 +43,34 @@ def test_shared_stage_is_fenced_before_and_after_its_readers():
     assert loop.index("__syncthreads();") < loop.index("load_matrix_sync")
 
 
-def test_double_buffered_step_waits_then_prefetches_then_computes():
+def test_double_buffered_step_keeps_the_tensor_pipe_busy_across_its_barrier():
     source = emitted("gemm_fp16").source
     before, loop = source.split("for (int k_0", 1)
-    # Prologue: both stage-0 copies are issued and committed before the loop, which is
-    # unrolled by its 2 stages (64^3 has two 32-deep steps).
-    assert before.count("tz_cp_async16(&") == 2 and before.rstrip().endswith(
-        "tz_cp_async_commit();\n  #pragma unroll 2")
-    order = ["tz_cp_async_wait_group<0>();", "__syncthreads();", "if (((k_0 + 1) < 2))",
+    # Prologue: both stage-0 copies are issued and committed, then waited for, and the
+    # warps load the first slice's fragments into copy 0 before the loop, which is
+    # unrolled by its 2 stages (64^3 has two 32-deep steps of two 16-deep slices).
+    assert before.count("tz_cp_async16(&") == 2
+    head = before[before.rindex("tz_cp_async_commit();"):]
+    assert head.index("tz_cp_async_wait_group<0>();") < head.index("__syncthreads();") < (
+        head.index("load_matrix_sync(A_shared_wmma_matrix_a[copy]"))
+    assert head.rstrip().endswith("#pragma unroll 2")
+    # Slice 0 loads slice 1's fragments, then issues and commits the prefetch, then
+    # computes; slice 1 waits and passes the barrier, loads the next step's first slice
+    # (guarded) and computes on the fragments loaded before the barrier.
+    order = ["load_matrix_sync", "if (((k_0 + 1) < 2))",
              "tz_cp_async16(&A_shared[(((k_0 + 1) % 2)) * 2560 + ", "tz_cp_async_commit();",
-             "load_matrix_sync", "mma_sync"]
-    positions = [loop.index(text) for text in order]
-    assert positions == sorted(positions)
+             "mma_sync", "tz_cp_async_wait_group<0>();", "__syncthreads();",
+             "if (((k_0 + 1) < 2))", "load_matrix_sync", "mma_sync"]
+    position = 0
+    for text in order:
+        position = loop.index(text, position) + len(text)
     assert loop.count("__syncthreads();") == 1
-    # The fragment loads read the current stage.
-    stage = re.search(r"const int (stage(_\d+)?) = \(k_0 % 2\);", loop).group(1)
-    assert f"(&A_shared[({stage}) * 2560 + " in loop
+    # Slice 1's fragments come from the current stage into copy 1; the next step's from
+    # its stage into copy 0.
+    copies = re.findall(r"const int (stage_?\d*) = ([^;]+);\n +const int copy_?\d* = (\d);",
+                        loop)
+    assert {(stage, copy) for _, stage, copy in copies} == {
+        ("(k_0 % 2)", "1"), ("((k_0 + 1) % 2)", "0")}
 
 
 def test_copies_into_shared_memory_move_16_bytes_at_once():
@@ -79,7 +93,7 @@ def test_narrow_int8_tiles_still_move_16_bytes_and_a_guarded_copy_says_why_not()
 def test_epilogues_run_in_the_gemm_kernel_on_a_staging_tile_per_warp(name):
     kernel = emitted(name, intrinsic=WMMA.get(name))
     # One kernel, after the int8 B operand's transpose.
-    assert [l.tiled for l in kernel.launches] == ([False, True] if "int8" in name else [True])
+    assert [l.tensorized for l in kernel.launches] == ([False, True] if "int8" in name else [True])
     source = kernel.source
     # 2 x 2 warps of 32 x 32 / 4 = 16 x 16 tiles, 20 elements a row (16 + 16 bytes padding).
     stage = "acc_shared" if "requant" in name else "Y_shared"
@@ -94,7 +108,7 @@ def test_packing_stages_become_data_parallel_kernels():
     # The weights' reindexing (the padding is the GEMM's zero-filling copy, the output's
     # transpose back its epilogue).
     kernel = emitted("conv2d_nhwc_int8")
-    assert [l.tiled for l in kernel.launches] == [False, True]
+    assert [l.tensorized for l in kernel.launches] == [False, True]
     assert [l.block for l in kernel.launches].count((256, 1, 1)) == 1
 
 
@@ -115,7 +129,7 @@ def test_a_transposed_reindex_is_read_in_place():
     # dense: Y = X W^T computed as Y^T = W X^T; X^T's reindexing folds into the tiles' copy
     # of X itself, so the GEMM is the one launch.
     kernel = emitted("dense_int8")
-    assert [l.tiled for l in kernel.launches] == [True]
+    assert [l.tensorized for l in kernel.launches] == [True]
     assert kernel.params == ("X", "W", "Y")
 
 

@@ -13,7 +13,8 @@ import ir
 from ir import script as T
 from targets import cuda, host
 from tensorize.engine import auto_tensorize
-from tests.targets.cuda.helpers import TENSORIZED, WMMA_INT8, emitted, random_inputs, sized
+from tests.targets.cuda.helpers import (TENSORIZED, WMMA_INT8, emitted, gemm_source,
+                                        random_inputs, sized)
 from tests.tensorize.engine.suite import suite
 
 # Every suite kernel built and emulated with g++: CI's slow pass (the default run emulates
@@ -48,10 +49,11 @@ def test_threads_in_reverse_order_agree(name):
 
 def _without_barrier(kernel: cuda.CudaKernel, nth: int,
                      barrier: str = "__syncthreads();") -> cuda.CudaKernel:
-    """``kernel`` without its ``nth`` ``barrier``."""
-    parts = kernel.source.split(barrier)
-    source = barrier.join(parts[:nth + 1]) + barrier.join(parts[nth + 1:])
-    return dataclasses.replace(kernel, source=source)
+    """``kernel`` without the ``nth`` ``barrier`` of its GEMM launch."""
+    gemm = gemm_source(kernel)
+    parts = gemm.split(barrier)
+    edited = barrier.join(parts[:nth + 1]) + barrier.join(parts[nth + 1:])
+    return dataclasses.replace(kernel, source=kernel.source.replace(gemm, edited))
 
 
 # The race a missing barrier leaves, as the emulation names it: an element read after
@@ -157,14 +159,16 @@ def test_double_buffered_gemm_is_exact_in_both_thread_orders():
 
 def test_a_missing_barrier_after_the_wait_is_reported():
     kernel, inputs, _ = _pipelined_gemm()
+    # The loop's barrier (the head's, before the loop, is indented less).
     text = "tz_cp_async_wait_group<1>();\n    __syncthreads();"
     assert kernel.source.count(text) == 1
     broken = dataclasses.replace(kernel, source=kernel.source.replace(
         text, "tz_cp_async_wait_group<1>();"))
     _reports(broken, inputs, False,
              READ_AFTER_WRITE.format(buffer="A_shared", reader=WARP, writer=THREAD))
-    _reports(broken, inputs, True,
-             WRITE_AFTER_READ.format(buffer="A_shared", writer=THREAD, reader=WARP))
+    # In reverse order the last warp loads the next stage before the first threads, which
+    # run later, have waited for their copies into it.
+    _reports(broken, inputs, True, IN_FLIGHT)
 
 
 def test_a_missing_wait_is_reported():
@@ -193,15 +197,13 @@ def _wait_at_step_end(kernel: cuda.CudaKernel) -> cuda.CudaKernel:
 
 def test_a_wrong_stage_index_is_reported():
     kernel, inputs, _ = _pipelined_gemm()
-    # The fragment loads read the stage being prefetched instead of the current one.
-    assert kernel.source.count("= (k_0 % 3);") == 2
+    # The fragment loads of the next step read the stage being prefetched instead of its
+    # own: in either thread order, the copies just issued into it are still in flight.
+    assert kernel.source.count("= ((k_0 + 1) % 3);") == 2
     broken = dataclasses.replace(kernel, source=kernel.source.replace(
-        "= (k_0 % 3);", "= ((k_0 + 2) % 3);"))
-    _reports(broken, inputs, False, IN_FLIGHT)
-    # In reverse order the last threads' copies for the next step come after the other
-    # warps' fragment loads of that stage.
-    _reports(broken, inputs, True,
-             WRITE_AFTER_READ.format(buffer="A_shared", writer=THREAD, reader=WARP))
+        "= ((k_0 + 1) % 3);", "= ((k_0 + 2) % 3);"))
+    for reverse in (False, True):
+        _reports(broken, inputs, reverse, IN_FLIGHT)
 
 
 # 64 threads (two warps) on one shared array of 64 ints; BODY is what each thread t does.

@@ -1,19 +1,21 @@
-"""targets.cuda.emulate against deliberately broken kernels: the double-buffered int8 GEMM
-with one bug injected into its emitted source, each caught with its message whether
+"""targets.cuda.emulate against deliberately broken kernels: the multistage int8 GEMM in the
+simple form with one bug injected into its emitted source, each caught with its message whether
 asynchronous copies land at their wait or at their issue; and the bounds checks."""
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
+from functools import cache
 
 import numpy as np
 import pytest
 
+from intrinsics import default_registry
 from targets import cuda, host
 from targets.cuda.emulate import COPY_MODES
 from tensorize.engine import auto_tensorize
-from tests.targets.cuda.helpers import WMMA_INT8, emitted, random_inputs, sized
+from tests.targets.cuda.helpers import WMMA_INT8, emitted, random_inputs, sized, tensorized
 from tests.targets.cuda.test_emulate import THREAD, WARP, WRITE_AFTER_READ, _race_kernel
 from tests.tensorize.engine.suite import suite
 
@@ -29,8 +31,17 @@ A_PREFETCH = "&A[(ax0_9) * 64 + (((k_0 + 2) % 4) * 16)]"
 A_FRAGMENT_LDM = "((v0_o * 16)) * 16 + (0)]), 16);"
 
 
+@cache
+def _simple_form() -> cuda.CudaKernel:
+    return cuda.emit(tensorized("gemm_int8", WMMA_INT8), default_registry(),
+                     double_fragments=False)
+
+
 def _gemm() -> tuple[cuda.CudaKernel, dict[str, np.ndarray]]:
-    return emitted("gemm_int8", intrinsic=WMMA_INT8), random_inputs(suite()["gemm_int8"], seed=6)
+    """The pipelined int8 GEMM in the simple form (each step opens with its wait and
+    barrier, then loads its fragments); test_fragment_buffers injects bugs into the
+    double-buffered one."""
+    return _simple_form(), random_inputs(suite()["gemm_int8"], seed=6)
 
 
 def _edited(kernel: cuda.CudaKernel, *edits: tuple[str, str]) -> cuda.CudaKernel:

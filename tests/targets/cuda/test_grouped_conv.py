@@ -58,7 +58,7 @@ def test_the_group_becomes_a_batch_of_gemms_on_blockidx_z():
     _, result, kernel = _grouped(_shape(1, 64, 64, 4))
     outcome, = result.blocks
     assert outcome.intrinsic is not None and "outer (vn_vo)" in outcome.mapping
-    gemm, = [launch for launch in kernel.launches if launch.tiled]
+    gemm, = [launch for launch in kernel.launches if launch.tensorized]
     assert gemm.grid[2] == 4
     # 16 input channels a group are one 16-byte piece: the im2col is gathered in the copy;
     # the output's transpose is the epilogue (lanes along the group's channels). One launch
@@ -85,7 +85,7 @@ def test_batches_and_narrow_groups_are_exact(shape):
     # A batch of 2 joins the group on blockIdx.z; 4 channels a group pad k and n to the
     # fragment and keep an im2col kernel (4 bytes are no 16-byte piece).
     func, _, kernel = _grouped(shape)
-    gemm, = [launch for launch in kernel.launches if launch.tiled]
+    gemm, = [launch for launch in kernel.launches if launch.tensorized]
     assert gemm.grid[2] == shape.n * shape.groups
     inputs = random_inputs(func, seed=8)
     expected = _numpy_grouped_conv(inputs["X"], inputs["W"], shape.groups)

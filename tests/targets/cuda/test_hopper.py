@@ -16,14 +16,14 @@ import pytest
 
 from intrinsics import default_registry, load_registry
 from intrinsics.registry import BUILTIN_DIR
-from ir import dtypes
+from ir import Buffer, dtypes
 from ir.errors import ScheduleError
 from targets import cuda
 from targets.cuda.compile import (cuobjdump_path, nvcc_path, parse_sass, resource_usage,
                                   sass_opcodes)
 from targets.cuda.emit import TensorMap
 from targets.cuda.emulate import COPY_MODES
-from targets.cuda.hopper import HopperTiling, emit_gemm
+from targets.cuda.hopper import GemmOperands, HopperTiling, emit_gemm
 from targets.cuda.wgmma import ptx_type
 from tensorize.engine import auto_tensorize
 from tensorize.engine.cuda_hopper import HOPPER_ARCH, hopper_gemm, hopper_schedule
@@ -101,8 +101,8 @@ def test_the_warp_schedule_refuses_a_wgmma_intrinsic_named_to_it():
     (outcome,) = done.blocks
     assert outcome.intrinsic is None
     assert outcome.reason.endswith("cuda schedule: wgmma_m64n64k16_f16f16_f32 is issued by a "
-                                   "warpgroup, not a warp: tensorize.engine.cuda_hopper."
-                                   "hopper_gemm builds its GEMM")
+                                   "warpgroup, not a warp: the Hopper schedule takes it for "
+                                   "sm_90a (--arch sm_90a)")
 
 
 def test_a_protocol_parameter_naming_another_helper_is_refused(tmp_path):
@@ -473,3 +473,97 @@ def test_the_documented_sass_table_is_what_the_bench_prints():
     page = DOC.read_text()
     for name in bench.INPUTS:
         assert bench.row(name) in page, name
+
+
+# ---- a kernel's own operands --------------------------------------------------------------
+
+def _operands(m: int, n: int, k: int, a_t: bool, b_t: bool) -> GemmOperands:
+    """int8 operands named X, W, Y, A stored K x M when ``a_t``, B N x K when ``b_t``; W
+    before X in the parameters."""
+    i8, i32 = dtypes.dtype("int8"), dtypes.dtype("int32")
+    return GemmOperands(Buffer("X", (k, m) if a_t else (m, k), i8),
+                        Buffer("W", (n, k) if b_t else (k, n), i8), Buffer("Y", (m, n), i32),
+                        a_t, b_t, ("W", "X", "Y"))
+
+
+def test_an_operand_stored_k_major_is_read_in_place_and_another_packed():
+    registry = default_registry()
+    intrinsic = registry.get("wgmma_m64n64k32_s8s8_s32")
+    dense = emit_gemm(intrinsic, registry, 64, 64, 64, operands=_operands(64, 64, 64, False,
+                                                                          True))
+    # A dense layer's weight is N rows of K already: nothing to pack, the maps read X and W.
+    assert [l.kernel for l in dense.launches] == ["gemm_hopper_gemm"]
+    assert dense.params == ("W", "X", "Y")
+    assert [m.buffer for m in dense.launches[0].tensor_maps] == ["X", "W"]
+    transposed = emit_gemm(intrinsic, registry, 64, 64, 64,
+                           operands=_operands(64, 64, 64, True, False))
+    assert [l.kernel for l in transposed.launches] == ["gemm_hopper_pack_b", "gemm_hopper_pack_a",
+                                                       "gemm_hopper_gemm"]
+    assert [m.buffer for m in transposed.launches[-1].tensor_maps] == ["X_k", "W_t"]
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("c", Buffer("Y", (64, 65), dtypes.dtype("int32")),
+     r"emit_gemm requires Y of 64 x 64 elements \(unit dimensions aside\), got shape \(64, 65\)"),
+    ("b", Buffer("W", (64, 64), dtypes.dtype("int8"), strides=(128, 1)),
+     r"emit_gemm requires W dense in row-major order, got strides \(128, 1\)"),
+    ("params", ("W", "X", "Z"),
+     r"emit_gemm requires the parameters X, W and Y in some order, got W, X, Z"),
+    ("a", Buffer("W_t", (64, 64), dtypes.dtype("int8")),
+     r"emit_gemm requires parameter names other than its intermediates'"),
+])
+def test_operands_that_are_not_the_gemms_are_refused(field, value, message):
+    registry = default_registry()
+    operands = dataclasses.replace(_operands(64, 64, 64, False, False), **{field: value})
+    if field == "a":
+        operands = dataclasses.replace(operands, params=("W_t", "W", "Y"))
+    with pytest.raises(cuda.EmitError, match=message):
+        emit_gemm(registry.get("wgmma_m64n64k32_s8s8_s32"), registry, 64, 64, 64,
+                  operands=operands)
+
+
+@needs_gxx
+@pytest.mark.slow
+@pytest.mark.parametrize("a_t, b_t, m, n, k", [
+    (False, True, 72, 70, 64), (True, False, 65, 64, 40), (True, True, 64, 130, 24),
+    # One row: A's box of 64 rows holds one, the rest zero-filled.
+    (False, True, 1, 200, 256)])
+def test_a_kernels_own_layouts_are_exact_under_the_emulation(a_t, b_t, m, n, k):
+    registry = default_registry()
+    kernel = emit_gemm(registry.get("wgmma_m64n64k32_s8s8_s32"), registry, m, n, k,
+                       operands=_operands(m, n, k, a_t, b_t))
+    rng = np.random.default_rng(4)
+    a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    inputs = {"X": np.ascontiguousarray(a.T) if a_t else a,
+              "W": np.ascontiguousarray(b.T) if b_t else b}
+    for copies in COPY_MODES:
+        actual = cuda.emulate(kernel, inputs, copies=copies)["Y"]
+        np.testing.assert_array_equal(actual, _reference({"A": a, "B": b}))
+
+
+# ---- B transposed through shared tiles ----------------------------------------------------
+
+def test_b_is_transposed_a_tile_at_a_time_with_consecutive_reads_and_writes():
+    kernel = _kernel("float16", 100, 72, 200)
+    pack = kernel.launches[0]
+    # 32 x 32 tiles of B_t (72 rows of 200): 3 x 7 blocks of one warp per tile row of 8.
+    assert (pack.kernel, pack.grid, pack.block) == ("gemm_hopper_pack_b", (3, 7, 1), (32, 8, 1))
+    body = kernel.source[kernel.source.index("void gemm_hopper_pack_b"):
+                         kernel.source.index("void __launch_bounds__(160)")]
+    # Lanes (threadIdx.x) read along B's rows and write along B_t's: both consecutive.
+    for line in ("const long long kk = k0 + y, r = r0 + threadIdx.x;", "src[kk * 72 + r]",
+                 "const long long r = r0 + y, kk = k0 + threadIdx.x;",
+                 "reinterpret_cast<tz_word*>(B_t)[r * 200 + kk] = tz_shared_load(tz_tile, "
+                 "threadIdx.x * 33 + y);", "__syncthreads();"):
+        assert line in body, line
+
+
+@needs_gxx
+@pytest.mark.slow
+def test_a_transpose_without_its_barrier_is_a_race():
+    kernel = _kernel("int8", 64, 64, 64)
+    pack = kernel.source[kernel.source.index("void gemm_hopper_pack_b"):]
+    tile_barrier = pack[:pack.index("__syncthreads();") + len("__syncthreads();")]
+    broken = _edited(kernel, tile_barrier, tile_barrier.replace("__syncthreads();", ""))
+    _caught(broken, _inputs("int8", 64, 64, 64), r"race on shared tz_tile\[", "at_wait")

@@ -34,7 +34,7 @@ def test_a_batch_of_one_is_gathered_too():
     # (transform_block_layout) so the block can be inlined.
     _, kernel = _conv(batch=1, height=8, width=8, in_channels=16, out_channels=16)
     assert {"pad", "pad_reindex"}.isdisjoint(b.name for b in kernel.buffers)
-    assert [l.tiled for l in kernel.launches] == [False, True]
+    assert [l.tensorized for l in kernel.launches] == [False, True]
     assert "scalar copy" not in kernel.source and "_zfill(&pad_reindex_shared" in kernel.source
 
 
@@ -119,7 +119,7 @@ def test_resnet50s_first_3x3_conv_is_one_gemm_launch_and_exact():
     # 1 x 56 x 56 x 64 -> 64: the weights' packing and the GEMM (im2col in its copy's
     # addresses, the padding in its predicate, the output's transpose in its epilogue).
     func, kernel = _conv(batch=1, height=56, width=56, in_channels=64, out_channels=64)
-    assert [l.tiled for l in kernel.launches] == [False, True]
+    assert [l.tensorized for l in kernel.launches] == [False, True]
     inputs = random_inputs(func, seed=5)
     expected = host.run(func, inputs)["conv"]
     for copies in COPY_MODES:

@@ -201,8 +201,9 @@ def test_fragments_are_declared_from_the_yaml_as_per_lane_registers(registry):
     source = cuda.emit(_tensorized("u8s8"), registry).source
     # lane_registers and register_dtype of the loads and the fill: 4 words for A and C, 2
     # for B, packed 8-bit values as unsigned words and the accumulator as int.
-    assert re.search(r"\n +unsigned int A_shared_mma_matrix_a\[\d+\]\[1\]\[4\];", source)
-    assert re.search(r"\n +unsigned int B_\w+_mma_matrix_b\[1\]\[\d+\]\[2\];", source)
+    # A and B are double-buffered across the pipeline's barrier: two copies of each.
+    assert re.search(r"\n +unsigned int A_shared_mma_matrix_a\[2\]\[\d+\]\[1\]\[4\];", source)
+    assert re.search(r"\n +unsigned int B_\w+_mma_matrix_b\[2\]\[1\]\[\d+\]\[2\];", source)
     assert re.search(r"\n +int C_mma_accumulator\[\d+\]\[\d+\]\[4\];", source)
     assert "tz_ptx_ldmatrix_x4" in source
     # A WMMA kernel does not carry the family's helpers.
@@ -273,7 +274,7 @@ def test_ldmatrix_rows_are_free_of_bank_conflicts(key, registry):
     # serves one 8 x 16-byte matrix); the padded pitches put 8 rows on 8 bank groups.
     kernel = cuda.emit(_tensorized(key), registry)
     counts = bank_conflicts(kernel, random_inputs(_gemm(GEMMS[key][0]), seed=7))
-    tiled = counts[next(launch.kernel for launch in kernel.launches if launch.tiled)]
+    tiled = counts[next(launch.kernel for launch in kernel.launches if launch.tensorized)]
     assert tiled["copy"].phases > 0
     assert sum(c.conflicts for c in tiled.values()) == 0
 

@@ -105,11 +105,11 @@ def test_occupancy_fraction_and_arguments(registry):
 def test_resource_usage_of_the_double_buffered_gemm():
     # Three stages of A and B tiles, 2 x 1024 bytes each (16-byte rows need no padding to be
     # free of bank conflicts); no spills on either architecture. The B transpose before it
-    # uses no shared memory.
+    # stages one 64 x 64-byte tile, its rows padded to 80 bytes.
     for arch in ("sm_80", "sm_90"):
         transpose, gemm = sorted(resource_usage(emitted("gemm_int8", intrinsic=WMMA_INT8), arch),
                                  key=lambda r: r.kernel)
-        assert (transpose.kernel, transpose.shared_bytes) == ("gemm_int8_k0", 0)
+        assert (transpose.kernel, transpose.shared_bytes) == ("gemm_int8_k0", 64 * 80)
         assert (gemm.kernel, gemm.arch, gemm.shared_bytes) == ("gemm_int8_k1", arch, 6144)
         assert 0 < gemm.registers <= 255
         assert (gemm.spill_stores, gemm.spill_loads, gemm.stack_frame) == (0, 0, 0)
@@ -164,10 +164,11 @@ def test_parse_sass_counts_the_innermost_loop_holding_an_mma():
 
 @pytest.mark.skipif(cuobjdump_path() is None, reason="cuobjdump (and nvdisasm) not installed")
 def test_sass_mix_of_the_int8_gemm():
-    # 64^3 in 4 k steps over 3 stages, the k loop unrolled 3 times: 2 x 2 fragments of
-    # m16n16k16 per warp, each mma_sync two IMMA.16816, over 3 steps: 24 in the loop.
+    # 64^3 in 4 k steps of one slice over 3 stages: the fragments' copy alternates with the
+    # step, so the k loop is unrolled 6 times, which nvcc does whole: 2 x 2 fragments of
+    # m16n16k16 per warp, each mma_sync two IMMA.16816, over 4 steps: 32 in the kernel.
     transpose, mix = sorted(sass_mix(emitted("gemm_int8", intrinsic=WMMA_INT8), "sm_80"),
                             key=lambda m: m.kernel)
     assert (transpose.kernel, transpose.mma) == ("gemm_int8_k0", 0)
-    assert (mix.kernel, mix.mma, mix.scope) == ("gemm_int8_k1", 24, "k loop")
+    assert (mix.kernel, mix.mma, mix.scope) == ("gemm_int8_k1", 32, "kernel")
     assert mix.other > 0

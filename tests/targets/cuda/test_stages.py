@@ -82,7 +82,7 @@ def test_a_rasterised_grid_computes_every_tile_once(registry):
     func = sized("gemm_int8", m=256, n=384, k=32)
     kernel = cuda.emit(auto_tensorize(func, "cuda", intrinsic=WMMA_INT8, registry=registry).func,
                        registry)
-    (launch,) = [l for l in kernel.launches if l.tiled]
+    (launch,) = [l for l in kernel.launches if l.tensorized]
     assert launch.grid == (3, 2, 1)
     assert "const int tz_block_y = " in kernel.source
     inputs = random_inputs(func, seed=3)
