@@ -89,8 +89,9 @@ def _emitted(case: tuple) -> tuple[cuda.CudaKernel, dict, dict]:
 
 
 @NEEDS_GXX
-@pytest.mark.parametrize("case", [CASES[0], *(pytest.param(c, marks=pytest.mark.slow)
-                                              for c in CASES[1:])])
+# In CI's slow pass: the default run's emulated GEMMs (test_emulate) are double-buffered too.
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
 def test_emulated_kernel_is_exact_in_both_thread_orders_and_copy_modes(case):
     kernel, inputs, expected = _emitted(case)
     # The first MMAs after each barrier read fragments loaded before it.

@@ -52,7 +52,7 @@ def test_the_block_computes_partial_sums_and_a_new_block_adds_them():
     verify(sch.func)
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(m=st.integers(1, 9), n=st.integers(1, 9), depth=st.integers(1, 6),
        parts=st.integers(2, 5), seed=st.integers(0, 2**16))
 def test_int8_gemm_results_are_exact(m, n, depth, parts, seed):
