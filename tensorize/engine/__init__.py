@@ -44,9 +44,9 @@ __all__ = ["ESTIMATES", "MACHINE_KINDS", "RESHAPES", "SCHEDULES", "BlockOutcome"
 # A target's schedule, by the kind of target its descriptions make it
 # (``Registry.target_kind``): ``schedule(sch, match, extents, registry, options)``, where
 # ``extents`` are the padded extents of the block in the intrinsic's shape and ``options``
-# holds ``config`` and ``tiling`` (None unless the caller chose them); it may return a note
-# on a choice it made (cuda: split-K), which the block's mapping then ends with. A kind not
-# listed gets the generic schedule.
+# holds ``config``, ``tiling`` and ``arch`` (None unless the caller chose them); it may
+# return a note on a choice it made (cuda: split-K), which the block's mapping then ends
+# with. A kind not listed gets the generic schedule.
 SCHEDULES: Mapping[str, Callable[..., str | None]] = {
     "cpu": cpu_schedule.schedule,
     "npu": npu_schedule.schedule,
@@ -272,7 +272,7 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry,
         # The cheapest mapping first; when its rewrite is refused, the next ones.
         refusals = []
         for match in matches[:MAPPINGS_TRIED]:
-            outcome = _rewrite(sch, match, target, registry, config, tiling)
+            outcome = _rewrite(sch, match, target, registry, config, tiling, arch)
             if outcome.intrinsic is not None:
                 break
             refusals.append(outcome)
@@ -375,8 +375,8 @@ def _fused(func: PrimFunc, outcomes: list[BlockOutcome]) -> list[BlockOutcome]:
 
 def _rewrite(sch: Schedule, match: Match, target: str, registry: Registry,
              config: MachineConfig | None,
-             tiling: NpuTiling | cpu_schedule.CpuTiling | cpu_schedule.TileChoice | None
-             ) -> BlockOutcome:
+             tiling: NpuTiling | cpu_schedule.CpuTiling | cpu_schedule.TileChoice | None,
+             arch: str | None = None) -> BlockOutcome:
     """Apply one match; on a refusal, restore the schedule and report why."""
     before = sch.snapshot()
     mapping = _mapping([match])
@@ -388,7 +388,7 @@ def _rewrite(sch: Schedule, match: Match, target: str, registry: Registry,
         target_schedule = SCHEDULES.get(registry.target_kind(target))
         if target_schedule is not None:
             note = target_schedule(sch, match, extents, registry,
-                                   {"config": config, "tiling": tiling})
+                                   {"config": config, "tiling": tiling, "arch": arch})
             mapping = f"{mapping}; {note}" if note else mapping
         else:
             schedule_generic(sch, match.block, match.intrinsic)

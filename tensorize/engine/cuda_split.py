@@ -18,7 +18,8 @@ blocks are then one pass after the sum). ``p`` runs over powers of two up to MAX
 least as many k steps as the pipeline has stages; the split is taken only where the model
 gains at least MIN_GAIN over the unsplit GEMM, since the model is an estimate. Kernels are
 compiled for every architecture of the family's ``gpu:`` section, so the choice is made on
-the oldest one (as ``mapping_cycles`` is), the one with the fewest SMs.
+the oldest one (as ``mapping_cycles`` is), the one with the fewest SMs, unless the caller
+compiles for one architecture (``tensorize run --arch``), whose figures are then used.
 
 Integer sums are exact in any order. A float GEMM's parts are summed in float32, as its
 accumulator is, so the result is the same terms rounded at other places.
@@ -72,14 +73,17 @@ class SplitChoice:
 
 def choose_split(extents: tuple[int, int, int], batch: int, intrinsic: Intrinsic,
                  tiling: CudaTiling, registry: Registry, stages: int = STAGES,
-                 launches: int = 1) -> SplitChoice:
+                 launches: int = 1, arch: str | None = None) -> SplitChoice:
     """The number of parts the model prices lowest (module docs) for a GEMM of padded
     ``extents`` (m, n, k), ``batch`` GEMMs in the grid, through ``intrinsic`` with
-    ``tiling`` and ``stages``, a split adding ``launches`` launches."""
+    ``tiling`` and ``stages``, a split adding ``launches`` launches, on ``arch`` (the one
+    architecture compiled for; an architecture-specific one, ``sm_90a``, is its base's)
+    or, by default, the oldest of the family's ``gpu:`` section."""
     shape = tuple(intrinsic.extents)
     elem = max(intrinsic.operands[0].dtype.bits // 8, 1)
     acc = intrinsic.operands[2].dtype.bits // 8
-    arch = min(registry.gpu(intrinsic.target).architectures, key=sm_number)
+    arch = (min(registry.gpu(intrinsic.target).architectures, key=sm_number) if arch is None
+            else arch.removesuffix("a"))
     limits = registry.gpu(intrinsic.target).architecture(arch)
     pipe = tensor_pipe(intrinsic, arch)
     figures = estimate(tiling, stages, shape, elem)
@@ -137,7 +141,8 @@ def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Re
                          for b in tree.block_names(sch.func) if b != match.block)
         epilogue = read_after and output in {b.name for b in sch.func.allocs}
         choice = choose_split(gemm, math.prod(iv.extent for iv in block.iter_vars[:-3]),
-                              intrinsic, tiling, registry, launches=1 + epilogue)
+                              intrinsic, tiling, registry, launches=1 + epilogue,
+                              arch=options.get("arch"))
         if choice.parts > 1:
             split_k(sch, match.block, choice.parts)
             fuse_epilogue_chain(sch, output)

@@ -48,6 +48,19 @@ def test_a_gemm_whose_grid_fills_the_gpu_is_not_split(registry):
     assert choice.parts == 1 and choice.describe().startswith("no split-K")
 
 
+def test_a_run_for_one_architecture_prices_the_split_on_it(registry):
+    chosen = registry.get("wmma_m8n32k16_f16_f32")
+    extents = (8, 4096, 4096)
+    tiling = choose_tiling(extents, tuple(chosen.extents), 2)
+    oldest = choose_split(extents, 1, chosen, tiling, registry)
+    assert oldest.arch == "sm_80"
+    for arch in ("sm_90", "sm_90a"):
+        assert choose_split(extents, 1, chosen, tiling, registry, arch=arch).arch == "sm_90"
+    func = sized("gemm_fp16", m=1, n=4096, k=4096)
+    (outcome,) = auto_tensorize(func, "cuda", registry=registry, arch="sm_90").tensorized
+    assert "(modelled on sm_90:" in outcome.mapping
+
+
 def test_parts_keep_as_many_k_steps_as_the_pipeline_has_stages(registry):
     # 1 x 256 x 192 in 8 x 256 tiles: one block, 6 k steps of 32: at 3 stages, 2 parts at most.
     choice, *_ = _choice(registry, "wmma_m8n32k16_s8_s32", 1, 256, 192)
