@@ -167,8 +167,13 @@ _FUNCTION = re.compile(r"Function : (\S+)")
 
 def parse_sass(text: str) -> tuple[SassMix, ...]:
     """The instruction mix of each function in ``cuobjdump -sass`` output, in order."""
+    return tuple(_mix(name, body) for name, body in _functions(text))
+
+
+def _functions(text: str) -> list[tuple[str, str]]:
+    """Each function of ``cuobjdump -sass`` output: (its name, its text), in order."""
     parts = _FUNCTION.split(text)
-    return tuple(_mix(name, body) for name, body in zip(parts[1::2], parts[2::2]))
+    return list(zip(parts[1::2], parts[2::2]))
 
 
 def _mix(name: str, body: str) -> SassMix:
@@ -201,17 +206,15 @@ def sass_drains(kernel: CudaKernel, arch: str = "sm_80") -> tuple[BarrierDrains,
     """Per ``__global__`` function of ``kernel`` for ``arch``, whether the tensor pipe
     drains at the barriers of its k loop: the first MMA after a ``BAR.SYNC`` waiting for an
     ``LDSM`` issued after it (:func:`.sass.barrier_drains`)."""
-    parts = _FUNCTION.split(_sass(kernel, arch))
-    return tuple(barrier_drains(name, body) for name, body in zip(parts[1::2], parts[2::2]))
+    return tuple(barrier_drains(name, body) for name, body in _functions(_sass(kernel, arch)))
 
 
 def sass_opcodes(kernel: CudaKernel, arch: str = "sm_80") -> dict[str, dict[str, int]]:
     """Per ``__global__`` function of ``kernel`` for ``arch``, how many instructions of
     each opcode its SASS holds (the opcode without its modifiers: ``HGMMA``, ``UBLKCP``),
     NOPs included."""
-    parts = _FUNCTION.split(_sass(kernel, arch))
     counts: dict[str, dict[str, int]] = {}
-    for name, body in zip(parts[1::2], parts[2::2]):
+    for name, body in _functions(_sass(kernel, arch)):
         function = counts.setdefault(name, {})
         for instruction in instructions(body):
             opcode = instruction.opcode.split(".")[0]

@@ -95,9 +95,8 @@ class Launch:
     """One ``__global__`` function and its launch: ``grid`` and ``block`` as (x, y, z);
     ``tiled`` for a kernel with thread-bound loops (the tensorized ones, and a tiled copy
     such as the int8 B transpose); ``tensorized`` for one that calls intrinsics (the
-    GEMM's); ``dynamic_shared``
-    the bytes of dynamic shared memory it needs (0: its shared arrays are static). Above
-    48 KB a launch must first raise the function's
+    GEMM's); ``dynamic_shared`` the bytes of dynamic shared memory it needs (0: its shared
+    arrays are static). Above 48 KB a launch must first raise the function's
     ``cudaFuncAttributeMaxDynamicSharedMemorySize`` to that figure. ``stages``: the
     cp.async stages of its pipelined loop (1 without one). ``tensor_maps``: the TMA tensor
     maps it takes after the buffers."""

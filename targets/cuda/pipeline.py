@@ -96,11 +96,11 @@ class Pipelined:
     its prefetches fill, and the prologue statements after which a copy group is committed
     (``commits``, compared by identity).
 
-    For loops whose fragments are double-buffered (``registers``): ``fragments``, each
+    For loops whose fragments are double-buffered (:attr:`registers`): ``fragments``, each
     doubled fragment buffer with its original; ``waits``, the statements that
     ``cp.async.wait_group`` (of the count given) and a ``__syncthreads()`` open;
     ``deferred``, (anchor, prefetch) pairs: the prefetch and its commit are issued after the
-    anchor rather than where the IR has them; ``unroll``, the step loop's unroll factor."""
+    anchor rather than where the IR has them; ``unroll``, each such loop's unroll factor."""
 
     func: PrimFunc
     loops: frozenset[Var]
@@ -108,11 +108,15 @@ class Pipelined:
     stages: dict[Var, int] = field(default_factory=dict)
     commits: tuple[Stmt, ...] = ()
     prologue: tuple[Stmt, ...] = ()
-    registers: frozenset[Var] = frozenset()
     fragments: dict[Buffer, Buffer] = field(default_factory=dict)
     waits: tuple[tuple[Stmt, int], ...] = ()
     deferred: tuple[tuple[Stmt, Stmt], ...] = ()
     unroll: dict[Var, int] = field(default_factory=dict)
+
+    @property
+    def registers(self) -> frozenset[Var]:
+        """The pipelined loops whose fragments are double-buffered."""
+        return frozenset(self.unroll)
 
     def commits_after(self, stmt: Stmt) -> bool:
         """Whether a copy group is committed after prologue statement ``stmt``."""
@@ -157,7 +161,7 @@ def software_pipeline(func: PrimFunc, stages: int = STAGES,
     block = replace(root, body=body, alloc_buffers=allocs)
     result = PrimFunc(func.name, func.params, replace(func.body, block=block), func.loc)
     return Pipelined(result, frozenset(plan.stages), plan.staged, plan.stages,
-                     tuple(plan.commits), tuple(plan.prologue), frozenset(plan.unroll),
+                     tuple(plan.commits), tuple(plan.prologue),
                      {new: old for old, new in plan.fragments_of.items()}, tuple(plan.waits),
                      tuple(plan.deferred), plan.unroll)
 

@@ -14,9 +14,10 @@ the global traffic) prices each ``p``, plus what the split adds::
 (the partial sums written once and read once, over every SM's share of the bandwidth, and
 the launches the split adds: the sum's, and the epilogue's where the GEMM had one, since
 the epilogue can no longer finish each output tile in the GEMM's launch; its elementwise
-blocks are then one pass after the sum). ``p`` runs over powers of two up to MAX_PARTS that leave every part at
-least as many k steps as the pipeline has stages; the split is taken only where the model
-gains at least MIN_GAIN over the unsplit GEMM, since the model is an estimate. Kernels are
+blocks are then one pass after the sum). ``p`` runs over powers of two up to MAX_PARTS
+that leave every part at least as many k steps as the pipeline has stages; the split is
+taken only where the model gains at least MIN_GAIN over the unsplit GEMM, since the model
+is an estimate. Kernels are
 compiled for every architecture of the family's ``gpu:`` section, so the choice is made on
 the oldest one (as ``mapping_cycles`` is), the one with the fewest SMs, unless the caller
 compiles for one architecture (``tensorize run --arch``), whose figures are then used.
