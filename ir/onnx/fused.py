@@ -51,6 +51,9 @@ class FusedGemm:
     # its kernel's layout for the next one (:mod:`tensorize.model.native`); None: the input
     # is no image.
     rows_nhwc: Callable[[np.ndarray], ImageRows] | None = None
+    # A convolution's input and shape, for a kernel that gathers its rows itself (an
+    # implicit GEMM, :meth:`implicit_layer`); None: the rows are no convolution's.
+    image: ConvImage | None = None
 
     def layer(self, base: Layer, tile: tuple[int, int, int]) -> Layer:
         """``base`` computed by this GEMM with every dimension padded to a multiple of
@@ -86,6 +89,35 @@ class FusedGemm:
                      base.input_shapes + (add.input_shapes[1],), add.output_shape,
                      add.output_dtype, base.macs, base.detail, func, pack, self._unpack(),
                      epilogue=self.host_work)
+
+    def implicit_layer(self, base: Layer, tile: tuple[int, int, int],
+                       add: Layer | None = None) -> Layer | None:
+        """:meth:`layer` (with ``add``, :meth:`joined`) whose kernel gathers the GEMM's rows
+        from the convolution's padded channels-last input itself
+        (:func:`ir.onnx.kernels.conv_rows_requantised`), which a device whose transfers
+        gather does in them; the pack then hands over that input and not the rows. None
+        when the rows are no convolution's."""
+        if self.image is None or (add is not None and (self.output_rows is None
+                                                       or add.qadd is None)):
+            return None
+        mp, kp, np_ = self._padded_sizes(tile)
+        shape, constants = self.image.shape, self._constants(kp, np_)
+        if add is None:
+            func = kernels.conv_rows_requantised(shape, mp, kp, np_, self.requantisation)
+            pack = ImagePack(self, len(base.inputs), None, constants)
+            return Layer(base.name, base.op, base.inputs, base.output, base.input_shapes,
+                         base.output_shape, base.output_dtype, base.macs, base.detail, func,
+                         pack, self._unpack())
+        q = add.qadd
+        params = kernels.qadd_parameters_of(q, np_)
+        params.setflags(write=False)
+        func = kernels.conv_rows_requantised_add(
+            shape, mp, kp, np_, self.requantisation, kernels.ResidualAdd(q.y.scalar_zero_point()))
+        pack = ImagePack(self, len(base.inputs), (mp, np_), {**constants, "AddParams": params})
+        return Layer(f"{base.name} + {add.name}", f"{base.op} + {add.op}",
+                     base.inputs + (add.inputs[1],), add.output,
+                     base.input_shapes + (add.input_shapes[1],), add.output_shape,
+                     add.output_dtype, base.macs, base.detail, func, pack, self._unpack())
 
     def _constants(self, kp: int, np_: int) -> dict[str, np.ndarray]:
         """The weights, bias and scales padded to ``kp`` x ``np_``: the same arrays every
@@ -180,6 +212,34 @@ class ImageRows:
             at = row - start
             np.copyto(dest[at:at + take].reshape(source.shape), source)
             row += take
+
+
+@dataclass(frozen=True, slots=True)
+class ConvImage:
+    """A convolution's input as its kernel reads it: ``padded(arrays)`` gives the padded
+    channels-last int8 tensor from the layer's inputs, of the kernel's ``shape``."""
+
+    shape: kernels.ConvShape
+    padded: Callable[[Arrays], np.ndarray]
+
+
+@dataclass(frozen=True, eq=False)
+class ImagePack:
+    """The pack of an implicit form (:meth:`FusedGemm.implicit_layer`): the convolution's
+    padded input from the layer's first ``inputs`` arrays, the constants, and for a joined
+    form (``skip``, the residual input's padded shape) the residual input as rows."""
+
+    fused: FusedGemm
+    inputs: int
+    skip: tuple[int, int] | None
+    constants: dict[str, np.ndarray]
+
+    def __call__(self, arrays: Arrays) -> dict[str, np.ndarray]:
+        """The kernel's inputs from the layer's input arrays."""
+        packed = {"X": self.fused.image.padded(arrays[:self.inputs]), **self.constants}
+        if self.skip is not None:
+            packed["Skip"] = _padded(self.fused.output_rows(arrays[self.inputs]), self.skip)
+        return packed
 
 
 @dataclass(frozen=True, eq=False)

@@ -337,6 +337,72 @@ def matmul_requantised_add(m: int, k: int, n: int, q: Requantisation,
                                "matmul_requantised_add")
 
 
+def _image_rows(shape: ConvShape, rows: int, depth: int) -> tuple[te.Tensor, te.Tensor]:
+    """The padded channels-last input ``X`` of a convolution (as for :func:`conv2d`) and its
+    GEMM rows as a copy, ``rows x depth``: one row per output pixel, its window in ``(kh,
+    kw, c)`` order, the order of the HWIO weights flattened; zeros past the convolution's
+    rows and depth."""
+    s = shape
+    top, left, bottom, right = s.pads
+    oh, ow = s.out_hw
+    (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
+    m, k, c = s.n * oh * ow, kh * kw * s.c, s.c
+    X = te.placeholder((s.n, s.h + top + bottom, s.w + left + right, c), "int8", "X")
+
+    def window(i: ir.Expr, j: ir.Expr) -> ir.Expr:
+        # Wrapped into range, the loads of the rows and columns past the convolution's stay
+        # inside X (a select evaluates both of its values); they take the select's zero.
+        y, x = (i % m if rows > m else i), (j % k if depth > k else j)
+        value = X[y // (oh * ow), y // ow % oh * sh + x // (kw * c) * dh,
+                  y % ow * sw + x // c % kw * dw, x % c]
+        if (rows, depth) == (m, k):
+            return value
+        inside = i < m if depth == k else (j < k if rows == m else ir.and_(i < m, j < k))
+        return te.if_then_else(inside, value, ir.const(0, "int8"))
+
+    return X, te.compute((rows, depth), window, "im2col")
+
+
+def _int8_gemm(A: te.Tensor, B: te.Tensor) -> te.Tensor:
+    """The int32 sums ``A @ B`` of int8 operands."""
+    r = te.reduce_axis(A.shape[1], "k")
+    return te.compute((A.shape[0], B.shape[1]), lambda i, j: te.sum(
+        ir.cast("int32", A[i, r]) * ir.cast("int32", B[r, j]), axis=r), "matmul")
+
+
+@functools.cache
+def conv_rows_requantised(shape: ConvShape, rows: int, depth: int, cols: int,
+                          q: Requantisation) -> PrimFunc:
+    """:func:`matmul_requantised` (``rows x depth x cols``) of a convolution's GEMM, its
+    rows gathered from the padded input ``X`` by a copy in the kernel (:func:`_image_rows`)
+    rather than by the caller: parameters ``X``, ``B`` (``depth x cols``), ``Bias``,
+    ``Scale`` and the int8 output (``rows x cols``). A device whose transfers gather does
+    that copy in them (an implicit GEMM). Cached like :func:`conv2d`."""
+    X, A = _image_rows(shape, rows, depth)
+    B = te.placeholder((depth, cols), "int8", "B")
+    bias, scale, out = _requantised(_int8_gemm(A, B), q)
+    return te.create_prim_func([X, B, bias, scale, out], "conv_rows_requantised")
+
+
+@functools.cache
+def conv_rows_requantised_add(shape: ConvShape, rows: int, depth: int, cols: int,
+                              q: Requantisation, add: ResidualAdd) -> PrimFunc:
+    """:func:`matmul_requantised_add` with the rows gathered as in
+    :func:`conv_rows_requantised`: parameters ``X``, ``B``, ``Bias``, ``Scale``, ``Skip``,
+    ``AddParams`` and the int8 output."""
+    if not -128 <= q.low <= q.high <= 127:
+        raise ValueError(f"conv_rows_requantised_add requires the layer's output in int8, got "
+                         f"bounds [{q.low}, {q.high}]")
+    X, A = _image_rows(shape, rows, depth)
+    B = te.placeholder((depth, cols), "int8", "B")
+    bias, scale, requantised = _requantise(_int8_gemm(A, B), q)
+    skip = te.placeholder((rows, cols), "int8", "Skip")
+    params = te.placeholder((3, cols), "float32", "AddParams")
+    out = _narrowed(_quantised_add(requantised, skip, params, add))
+    return te.create_prim_func([X, B, bias, scale, skip, params, out],
+                               "conv_rows_requantised_add")
+
+
 @functools.cache
 def requantised(m: int, n: int, q: Requantisation) -> PrimFunc:
     """The epilogue of :func:`matmul_requantised` as a kernel of its own, on an int32 ``X``

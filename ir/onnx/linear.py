@@ -26,7 +26,7 @@ from ir.onnx import kernels
 from ir.onnx.errors import OnnxImportError
 from ir.onnx.channels_last import DepthwiseNhwc
 from ir.onnx.depthwise import DepthwiseGemm
-from ir.onnx.fused import FusedGemm, ImageRows
+from ir.onnx.fused import ConvImage, FusedGemm, ImageRows
 from ir.onnx.graph import Arrays, Layer
 from ir.onnx.kernels import ConvShape
 from ir.onnx.quant import QParams, requantize
@@ -252,9 +252,12 @@ def integer_conv(name: str, op: str, x: str, x_shape: Sequence[int], xq: QParams
         def image_rows(nhwc: np.ndarray) -> ImageRows:
             return ImageRows(_windows(_padded_nhwc(nhwc, shape, x_zp), shape))
 
-        def gathered(arrays: Arrays) -> np.ndarray:
+        def padded(arrays: Arrays) -> np.ndarray:
             nhwc = _activation(arrays[0], "int8").transpose(0, 2, 3, 1)
-            return _im2col(_padded_nhwc(nhwc, shape, x_zp), shape)
+            return _padded_nhwc(nhwc, shape, x_zp)
+
+        def gathered(arrays: Arrays) -> np.ndarray:
+            return _im2col(padded(arrays), shape)
 
         def output(out: np.ndarray) -> np.ndarray:
             nhwc = out.reshape(shape.n, oh, ow, shape.out_channels)
@@ -276,7 +279,7 @@ def integer_conv(name: str, op: str, x: str, x_shape: Sequence[int], xq: QParams
                          out_q.requantisation, output,
                          None if shape.kernel == (1, 1) and shape.strides == (1, 1)
                          else _IM2COL, None if out_q.unsigned else output_rows,
-                         rows_nhwc=image_rows)
+                         rows_nhwc=image_rows, image=ConvImage(shape, padded))
 
     return layer("int8", (layer("uint8", ()),))
 

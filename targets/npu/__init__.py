@@ -33,9 +33,12 @@ from simulator import MachineConfig, Roofline, SimResult, UnitStats, simulate
 from simulator.assembler import disassemble
 from simulator.isa import Instruction
 from targets import host
-from targets.npu.emit import UnsoundSwitch, dram_accesses, emit_stage, written_dram
+from targets.npu.emit import (UnsoundSwitch, dram_accesses, emit_stage, scratch_bytes,
+                              written_dram)
 from targets.npu.machine import load_machine, machine_registry
-from targets.npu.memory import SCOPE_MEMORY, InDram, OnChip, plan_dram, plan_on_chip
+from targets.npu.memory import (SCOPE_MEMORY, InDram, OnChip, element_bytes, plan_dram,
+                                plan_on_chip)
+from targets.npu.remap import Remap, RemapRefused, foldable
 from targets.npu.stages import Stage, host_function, host_twin, split_stages
 
 __all__ = ["CompiledStage", "NpuPlan", "NpuRun", "PlannedStage", "Stage", "StageRun",
@@ -57,6 +60,7 @@ class CompiledStage:
     dram_bytes: int
     single_copy: tuple[str, ...]
     min_dram_bytes: int = 0
+    folded: tuple[str, ...] = ()  # host copies folded into the transfers (.remap)
 
     @property
     def assembly(self) -> str:
@@ -132,31 +136,54 @@ class NpuRun:
 
 
 def compile_stage(stage: Stage, config: MachineConfig, lookup: Lookup,
-                  single_copy: bool = False) -> CompiledStage:
+                  single_copy: bool = False,
+                  remaps: Mapping[Buffer, Remap] | None = None) -> CompiledStage:
     """The program of one NPU stage on the machine ``config``; ``single_copy`` turns double
-    buffering off (every on-chip buffer in one copy)."""
+    buffering off (every on-chip buffer in one copy). ``remaps`` are host copies to fold
+    into its transfers (:mod:`.remap`); one whose rows are not runs is left out, and the
+    result's ``folded`` names those folded."""
+    remaps = dict(remaps or {})
+    while True:
+        try:
+            return _compile(stage, config, lookup, single_copy, remaps)
+        except RemapRefused as refused:
+            del remaps[refused.buffer]
+
+
+def _compile(stage: Stage, config: MachineConfig, lookup: Lookup, single_copy: bool,
+             remaps: Mapping[Buffer, Remap]) -> CompiledStage:
     on_chip_buffers = [b for b in stage.buffers if b.scope in SCOPE_MEMORY]
-    dram_buffers = [b for b in stage.buffers if b.scope not in SCOPE_MEMORY]
+    dram_buffers = [b for b in stage.buffers if b.scope not in SCOPE_MEMORY and b not in remaps]
+    dram_buffers += list(dict.fromkeys(r.to for r in remaps.values()))
     dram, dram_bytes = plan_dram(dram_buffers)
+    scratch = dram_bytes
+    if remaps:
+        dram_bytes += scratch_bytes(config, remaps)
     single: set[Buffer] = set(on_chip_buffers) if single_copy else set()
     while True:
         on_chip = plan_on_chip(on_chip_buffers, config, single=single)
         try:
-            emitted = emit_stage(stage.stmt, lookup, on_chip, dram, config)
+            emitted = emit_stage(stage.stmt, lookup, on_chip, dram, config, remaps=remaps,
+                                 scratch=scratch)
             break
         except UnsoundSwitch as unsound:
             # Alternating copies would read stale rows: keep this buffer in one copy.
             single.add(unsound.buffer)
     return CompiledStage(stage, emitted.instructions, emitted.calls, on_chip, dram, dram_bytes,
                          tuple(sorted(b.name for b in single)),
-                         _tensor_bytes(stage, dram, lookup))
+                         _tensor_bytes(stage, dram, lookup, remaps),
+                         tuple(r.label for r in remaps.values()))
 
 
-def _tensor_bytes(stage: Stage, dram: Mapping[Buffer, InDram], lookup: Lookup) -> int:
+def _tensor_bytes(stage: Stage, dram: Mapping[Buffer, InDram], lookup: Lookup,
+                  remaps: Mapping[Buffer, Remap]) -> int:
     """Bytes of the DRAM tensors the stage's intrinsics read, plus those they write: the
-    least traffic of any schedule of it."""
-    read, written = dram_accesses(stage.stmt, lookup, dram)
-    return sum(dram[b].nbytes for b in read) + sum(dram[b].nbytes for b in written)
+    least traffic of any schedule of it. A folded copy's intermediate counts as itself:
+    its transfers move its rows (an im2col's windows, overlapping in the image, each
+    come in on its own, as the array reads them)."""
+    places = {**dram, **{b: InDram(b, 0, b.size * element_bytes(b)) for b in remaps}}
+    read, written = dram_accesses(stage.stmt, lookup, places)
+    return sum(places[b].nbytes for b in read) + sum(places[b].nbytes for b in written)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,14 +216,30 @@ def plan(func: PrimFunc, config: MachineConfig, *, lookup: Lookup) -> NpuPlan:
     if not isinstance(config, MachineConfig):
         raise TypeError(f"npu.plan requires config, the machine (a MachineConfig; "
                         f"npu.load_machine(path) reads one from a file), got {config!r}")
+    split = split_stages(func, lookup)
+    remaps = foldable(split, func.params)
+    compiled = {n: compile_stage(split[n], config, lookup, remaps=remaps.get(n))
+                for n, stage in enumerate(split) if stage.on_npu}
+    folded = {label for c in compiled.values() for label in c.folded}
     stages = []
-    for stage in split_stages(func, lookup):
+    for n, stage in enumerate(split):
         if stage.on_npu:
-            stages.append(PlannedStage(stage, compiled=compile_stage(stage, config, lookup)))
-        else:
+            stages.append(PlannedStage(stage, compiled=compiled[n]))
+        elif not _folded(stage, n, remaps, compiled):
             sub = host_function(func, stage)
             stages.append(PlannedStage(stage, host=sub, twin=host_twin(sub)))
     return NpuPlan(func, config, tuple(stages))
+
+
+def _folded(stage: Stage, index: int, remaps: Mapping[int, Mapping[Buffer, Remap]],
+            compiled: Mapping[int, CompiledStage]) -> bool:
+    """Whether a host stage is a copy some program's transfers do instead."""
+    for program, found in remaps.items():
+        for remap in found.values():
+            if remap.label == stage.label and remap.label in compiled[program].folded \
+                    and remap.via in stage.buffers:
+                return True
+    return False
 
 
 def execute(planned: NpuPlan, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]

@@ -54,7 +54,8 @@ from simulator.datapath import float_bits
 from simulator.isa import STEP_FIELDS, Instruction, Queue, Store
 from simulator.loops import placed, span, structure
 from targets.npu.coalesce import bank_rows, coalesce, merged
-from targets.npu.memory import InDram, OnChip, element_bytes
+from targets.npu.memory import DRAM_ALIGN, InDram, OnChip, element_bytes
+from targets.npu.remap import Remap, RemapRefused, discarded_bytes, expand, region_rows
 from targets.npu.reroll import Fold, Mark, RerollFailed, reroll
 from targets.npu.tokens import Merge, insert_tokens, stuck
 
@@ -95,7 +96,8 @@ class Emitted:
 
 def emit_stage(stmt: Stmt, lookup, on_chip: Mapping[Buffer, OnChip],
                dram: Mapping[Buffer, InDram], config: MachineConfig,
-               loops: bool = True) -> Emitted:
+               loops: bool = True, remaps: Mapping[Buffer, Remap] | None = None,
+               scratch: int = 0) -> Emitted:
     """The program of one NPU stage (a statement of the tensorized function's root): emitted,
     merged (:mod:`.coalesce`), with dependency tokens (:mod:`.tokens`), folded into loops.
 
@@ -104,14 +106,31 @@ def emit_stage(stmt: Stmt, lookup, on_chip: Mapping[Buffer, OnChip],
     one stands for (its expansion, :func:`simulator.loops.expanded`, is the same). Raises
     UnsoundSwitch for a double-buffered buffer that cannot alternate, and ExecutionError for
     anything the NPU cannot run.
+
+    ``remaps`` are host copies folded into the transfers (:mod:`.remap`): a call naming one
+    of their intermediates is emitted (and merged) as if it lay in DRAM past everything
+    else, then moves the other tensor's rows, placed in ``dram`` (:func:`.remap.expand`);
+    rows the copy does not cover are loaded as zeros from a zeroed row at ``scratch`` and
+    stored past it (:func:`scratch_bytes` in all). RemapRefused names one whose rows are not
+    runs.
     """
+    remaps = remaps or {}
+    ends = [p.base + p.nbytes for p in dram.values()]
+    if remaps:
+        ends.append(scratch + scratch_bytes(config, remaps))
     sizes = {"inp": config.inp.rows, "wgt": config.wgt.rows, "acc": config.acc.rows,
-             "dram": max((p.base + p.nbytes for p in dram.values()), default=0)}
+             "dram": max(ends, default=0)}
+    places = {**dram, **_virtual(remaps, sizes["dram"])}
     walked: set[int] = set()  # loops to walk, not fold: their samples did not reroll
     while True:
-        emitter = _Emitter(lookup, on_chip, dram, stmt, walked, bank_rows(config), loops)
+        emitter = _Emitter(lookup, on_chip, places, stmt, walked, bank_rows(config), loops,
+                           remaps)
         emitter.stmt(stmt, {}, None)
-        items = _tokens(coalesce(emitter.items, config), sizes, config)
+        merged_items = coalesce(emitter.items, config)
+        if remaps:
+            merged_items = expand(merged_items, places, remaps, scratch,
+                                  scratch + _zero_row_bytes(config))
+        items = _tokens(merged_items, sizes, config)
         try:
             program = reroll(items)
         except RerollFailed as failed:
@@ -119,6 +138,33 @@ def emit_stage(stmt: Stmt, lookup, on_chip: Mapping[Buffer, OnChip],
             continue
         _check_tokens_balance(program)
         return Emitted(tuple(program), dict(emitter.calls))
+
+
+def _virtual(remaps: Mapping[Buffer, Remap], start: int) -> dict[Buffer, InDram]:
+    """An address range of its own for each folded copy's intermediate, from ``start``:
+    its transfers are emitted and merged there, then expanded."""
+    places = {}
+    cursor = start
+    for buffer in remaps:
+        nbytes = buffer.size * element_bytes(buffer)
+        places[buffer] = InDram(buffer, cursor, nbytes)
+        cursor += nbytes
+    if cursor >= 1 << 32:
+        raise RemapRefused(next(iter(remaps)), "the folded copies' intermediates pass 4 GiB "
+                                               "of addresses")
+    return places
+
+
+def scratch_bytes(config: MachineConfig, remaps: Mapping[Buffer, Remap]) -> int:
+    """DRAM bytes the transfers of folded copies need past the buffers
+    (:func:`.remap.expand`): a zeroed row for the rows a gather does not cover, then room
+    for those a scatter's stores do not keep."""
+    return _zero_row_bytes(config) + discarded_bytes(remaps)
+
+
+def _zero_row_bytes(config: MachineConfig) -> int:
+    """The widest row any memory holds, at four bytes an element, in whole DRAM lines."""
+    return -(-4 * max(config.array.rows, config.array.cols) // DRAM_ALIGN) * DRAM_ALIGN
 
 
 def _tokens(items: list, sizes: dict[str, int], config: MachineConfig) -> list:
@@ -161,6 +207,8 @@ class _Facts:
     chip: list[Expr] = field(default_factory=list)
     dram: list[tuple[Buffer, Expr]] = field(default_factory=list)
     inner: dict[Var, Interval] = field(default_factory=dict)
+    local: dict[Var, Interval] = field(default_factory=dict)  # a folded copy's rows, columns
+    gathered: list[Expr] = field(default_factory=list)  # its offsets, and where it has them
     supported: bool = True
 
 
@@ -175,8 +223,9 @@ class _Plan:
 class _Emitter:
     def __init__(self, lookup, on_chip: Mapping[Buffer, OnChip],
                  dram: Mapping[Buffer, InDram], stage: Stmt, walked: set[int],
-                 banks: dict[str, int], loops: bool) -> None:
+                 banks: dict[str, int], loops: bool, remaps: Mapping[Buffer, Remap]) -> None:
         self.lookup = lookup
+        self.remaps = remaps
         self.banks = banks
         self.loops = loops
         self.on_chip = on_chip
@@ -278,7 +327,7 @@ class _Emitter:
         facts = _Facts()
         _collect(loop.body, self.subst, facts, self)
         n, v = loop.extent, loop.var
-        whole = {**self.ranges, **facts.inner, v: Interval(0, n - 1)}
+        whole = {**self.ranges, **facts.inner, **facts.local, v: Interval(0, n - 1)}
         collapse = (facts.supported and not facts.inner and n > 1
                     and all(_decided(c, whole, v) for c in facts.controls)
                     and all(_affine(e, whole, v) for e in facts.chip)
@@ -292,7 +341,9 @@ class _Emitter:
                 and all(_decided(e, middle, v) for e in facts.chip)
                 and all(_affine(e, middle, v) and (b not in self.hazards
                                                    or _decided(e, middle, v))
-                        for b, e in facts.dram))
+                        for b, e in facts.dram)
+                and all(_decided(e, middle, v) if e.dtype.is_bool else _affine(e, middle, v)
+                        for e in facts.gathered))
         plan = self.plans[id(loop)] = _Plan(collapse, fold)
         return plan
 
@@ -565,6 +616,9 @@ def _collect(stmt: Stmt, subst: dict[Var, Expr], facts: _Facts, emitter: _Emitte
         for arg in stmt.args:
             if not isinstance(arg, BufferRegion):
                 continue
+            remap = emitter.remaps.get(arg.buffer)
+            if remap is not None:
+                _remap_facts(arg, remap, subst, facts)
             offset = substitute(_flat_offset(arg), subst)
             if arg.buffer in emitter.on_chip:
                 facts.chip.append(offset)
@@ -572,6 +626,25 @@ def _collect(stmt: Stmt, subst: dict[Var, Expr], facts: _Facts, emitter: _Emitte
                 facts.dram.append((arg.buffer, offset))
     else:
         facts.supported = False
+
+
+def _remap_facts(region: BufferRegion, remap: Remap, subst: dict[Var, Expr],
+                 facts: _Facts) -> None:
+    """A folded copy's transfer as facts for folding: the offset in the other tensor of
+    each of its elements (a row and a column variable over the region's extents), and
+    whether each has one. Its runs repeat with a loop only where both are affine in, or
+    free of, its variable; merging needs neither (it happens before the runs are
+    found)."""
+    rows, cols = region_rows([_extent(r.extent) for r in region.ranges])
+    row, col = Var("_row"), Var("_col")
+    facts.local[row] = Interval(0, rows - 1)
+    facts.local[col] = Interval(0, cols - 1)
+    starts = [substitute(r.start, subst) for r in region.ranges]
+    starts[-1] = starts[-1] + col
+    if len(starts) > 1:
+        starts[-2] = starts[-2] + row
+    facts.gathered.append(remap.offset_expr(starts))
+    facts.gathered.extend(start < limit for start, limit in zip(starts, remap.covered))
 
 
 def _inside(realize: BlockRealize, subst: dict[Var, Expr]) -> dict[Var, Expr]:
@@ -583,27 +656,33 @@ def _inside(realize: BlockRealize, subst: dict[Var, Expr]) -> dict[Var, Expr]:
 def _hazard_buffers(stage: Stmt, emitter: _Emitter) -> set[Buffer]:
     """The DRAM buffers the stage both reads and writes: a loop moving through one of them
     may order its loads after earlier stores, so it is never folded."""
-    read, written = dram_accesses(stage, emitter.lookup, emitter.dram)
+    read, written = dram_accesses(stage, emitter.lookup, emitter.dram, emitter.remaps)
     return read & written
 
 
 def dram_accesses(stage: Stmt, lookup: Callable[[str], Intrinsic],
-                  dram: Mapping[Buffer, object]) -> tuple[set[Buffer], set[Buffer]]:
+                  dram: Mapping[Buffer, object], remaps: Mapping[Buffer, Remap] | None = None
+                  ) -> tuple[set[Buffer], set[Buffer]]:
     """The DRAM buffers (keys of ``dram``) that the stage's intrinsic calls read, and those
-    they write. An accumulator operand is both, unless its intrinsic resets it first."""
+    they write (a folded copy's intermediate counting as its other tensor, ``remaps``). An
+    accumulator operand is both, unless its intrinsic resets it first."""
     read: set[Buffer] = set()
     written: set[Buffer] = set()
+    remaps = remaps or {}
 
     def visit(node) -> None:
         if not isinstance(node, IntrinsicCall):
             return
         intrinsic = lookup(node.intrinsic)
         for operand, arg in zip(intrinsic.operands, node.args):
-            if isinstance(arg, BufferRegion) and arg.buffer in dram:
+            if not isinstance(arg, BufferRegion):
+                continue
+            buffer = remaps[arg.buffer].to if arg.buffer in remaps else arg.buffer
+            if buffer in dram:
                 if _reads(operand, intrinsic):
-                    read.add(arg.buffer)
+                    read.add(buffer)
                 if _writes(operand, intrinsic):
-                    written.add(arg.buffer)
+                    written.add(buffer)
 
     post_order_visit(stage, visit)
     return read, written

@@ -45,7 +45,8 @@ from typing import Any
 
 from intrinsics import Intrinsic, Operand, Registry, runnable
 from intrinsics.runnable import GemmAxes
-from ir import Buffer, BufferLoad, BufferStore, IterKind, ScheduleError, Var
+from ir import Buffer, BufferLoad, BufferStore, IntImm, IterKind, ScheduleError, Select, Var
+from ir.evaluate import evaluate
 from ir.visitor import post_order_visit
 from simulator import MachineConfig
 from tensorize.engine import npu_cycles
@@ -165,13 +166,19 @@ def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     tm = _tile(tiling.rows, ti, m)
     tn = _tile(tiling.cols, tj, n)
     kb = _tile(tiling.depth, tk, k)
+    a, b, c = _operand_buffers(sch, block_name, intrinsic, axes)
     mo, mt, mi = sch.split(lm, [None, tm // ti, ti])
     no, nt, ni = sch.split(ln, [None, tn // tj, tj])
     ko, kt, ki = sch.split(lk, [None, kb // tk, tk])
+    steps = k // kb
+    period = _gather_period(sch, a.name, steps, kb)
+    reduction = [ko]
+    if 1 < period < steps:
+        reduction = list(sch.split(ko, [None, period]))
+        ko = reduction[-1]
     outer, inner = (no, mo) if tiling.order == "nm" else (mo, no)
-    sch.reorder(outer, inner, ko, kt, nt, mt, mi, ni, ki)
+    sch.reorder(outer, inner, *reduction, kt, nt, mt, mi, ni, ki)
 
-    a, b, c = _operand_buffers(sch, block_name, intrinsic, axes)
     names = [o.name for o in _gemm_operands(intrinsic, axes)]
     # Scope values, not names: a vendor family's scopes are in this registry alone.
     scope = {o.name: registry.scope(o.scope) for o in intrinsic.operands}
@@ -196,7 +203,7 @@ def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
                                                   tj, registry, config)
 
     if isinstance(zero, tuple):
-        _tensorize_fill(sch, block, ko, zero)
+        _tensorize_fill(sch, block, reduction[0], zero)
         sch.tensorize(mi, intrinsic)
     else:
         _tensorize_gemm(sch, mi, block_name, intrinsic, zero)
@@ -208,6 +215,36 @@ def schedule_npu(sch: Schedule, block_name: str, intrinsic: Intrinsic, registry:
     if not store_done:
         dtype = sch.get(store_stage).block.writes[0].buffer.dtype
         _tensorize_copy(sch, store_stage, stores, registry, dtype)
+
+
+def _gather_period(sch: Schedule, a: str, steps: int, depth: int) -> int:
+    """How many consecutive ``depth``-deep steps of the reduction read columns of ``a``
+    that its producer copies from evenly spaced elements of one tensor (a convolution's
+    im2col: the channels of one window position), the most that divides ``steps``; all of
+    them when ``a`` is no copy's. A device whose loads gather those columns themselves
+    then finds each step's address affine in a loop of that many (the reduction is split
+    there), so the loop folds into a loop instruction."""
+    writers = [sch.get(sch.get_block(name)).block for name in tree.block_names(sch.func)]
+    writers = [w for w in writers if any(r.buffer.name == a for r in w.writes)]
+    if len(writers) != 1 or a not in {buffer.name for buffer in sch.func.allocs}:
+        return steps
+    store = writers[0].body
+    load = store.value.true_value if isinstance(store, BufferStore) and \
+        isinstance(store.value, Select) else getattr(store, "value", None)
+    if not isinstance(store, BufferStore) or not isinstance(load, BufferLoad) or \
+            len(store.indices) != 2 or not all(isinstance(i, Var) for i in store.indices):
+        return steps
+    row, column = store.indices
+    flat = sum((index * stride for index, stride in zip(load.indices,
+                                                       load.buffer.effective_strides)),
+               IntImm(0))
+    offsets = [evaluate(flat, {row: 0, column: step * depth}) for step in range(steps)]
+    for period in range(steps, 1, -1):
+        if steps % period == 0 and all(
+                len({b - a for a, b in zip(block, block[1:])}) <= 1
+                for block in (offsets[s:s + period] for s in range(0, steps, period))):
+            return period
+    return 1
 
 
 def _tile(size: int, unit: int, extent: int) -> int:

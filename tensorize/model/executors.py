@@ -30,6 +30,7 @@ import numpy as np
 from ir import BlockRealize, ExecutionError, IterKind
 from intrinsics import runnable
 from ir.onnx import Graph, Layer
+from ir.onnx.fused import FusedGemm
 from ir.onnx.residual import residual_joins
 from tensorize.model.check import hardware_check
 from tensorize.model.timeline import LayerTimeline, layer_timeline
@@ -125,11 +126,16 @@ class Executor:
         layers: list[Layer | None] = list(graph.layers)
         for join in residual_joins(graph):
             base, add = graph.layers[join.layer], graph.layers[join.add]
-            joined = base.fused.joined(base, add, tile)
+            joined = self._joined_form(base, add, tile, runs)
             if runs(joined):
                 layers[join.layer], layers[join.add] = joined, None
                 self._joined.add(id(joined))
         return replace(graph, layers=tuple(layer for layer in layers if layer is not None))
+
+    def _joined_form(self, base: Layer, add: Layer, tile: tuple[int, int, int],
+                     runs: Callable[[Layer], bool]) -> Layer:
+        """``base`` with ``add`` joined after it, in the form this target runs."""
+        return base.fused.joined(base, add, tile)
 
     def run(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
         """Run ``layer`` on its input ``arrays``."""
@@ -252,6 +258,7 @@ class NpuExecutor(Executor):
         self.config = ctx.machine
         self._plans: dict[int, tuple[Any, Any, Any]] = {}
         self._fused_layers: dict[int, tuple[Layer, Layer]] = {}
+        self._implicit_layers: dict[int, tuple[Layer, Layer | None]] = {}
         self._tile = self._gemm_tile()
 
     def prepare(self, graph: Graph) -> Graph:
@@ -319,8 +326,26 @@ class NpuExecutor(Executor):
         if isinstance(self._tile, str):
             return self._tile
         tile = self._tile
+        implicit = _cached_form(self._implicit_layers, layer,
+                                lambda base: base.fused.implicit_layer(base, tile)
+                                if isinstance(base.fused, FusedGemm) else None)
+        if implicit is not None:
+            device = self._on_device(implicit)
+            if not isinstance(device, str):
+                return device
         return self._on_device(_cached_form(self._fused_layers, layer,
                                             lambda base: base.fused.layer(base, tile)))
+
+    def _joined_form(self, base: Layer, add: Layer, tile: tuple[int, int, int],
+                     runs: Callable[[Layer], bool]) -> Layer:
+        """The implicit GEMM's joined form (:meth:`ir.onnx.fused.FusedGemm.implicit_layer`:
+        the convolution's rows gathered by the program's loads) where it runs whole on the
+        device, else the joined form on gathered rows."""
+        if isinstance(base.fused, FusedGemm):
+            implicit = base.fused.implicit_layer(base, tile, add)
+            if implicit is not None and runs(implicit):
+                return implicit
+        return super()._joined_form(base, add, tile, runs)
 
     def _on_device(self, form: Layer) -> tuple[Layer, Any, Any] | str:
         """``form`` (a layer's device form) tensorized with every block on the NPU:
@@ -407,6 +432,9 @@ class NpuExecutor(Executor):
         output, measure = self._simulate(layer, planned, arrays)
         host_stages = measure.host_stages
         notes = [f"host stages: {', '.join(host_stages)}"] if host_stages else []
+        if measure.folded:
+            notes.append(f"copies done by the program's loads and stores: "
+                         f"{', '.join(measure.folded)}")
         if note:
             notes.append(note)
         return self._record(layer, output, outcome.intrinsic, calls, [measure], notes, start)

@@ -58,6 +58,12 @@ class NpuMeasure:
         return [s.label for s in self.run.stages if not s.on_npu]
 
     @property
+    def folded(self) -> list[str]:
+        """The host copies the programs' loads and stores do instead (an im2col, a
+        weight's reshape, an unpadding: ``targets.npu.remap``), by label."""
+        return [label for s in self.run.stages if s.compiled for label in s.compiled.folded]
+
+    @property
     def utilisation(self) -> float:
         """MACs over the array's peak for the simulated cycles (0 with no cycle)."""
         peak = self.cycles * self.config.array.rows * self.config.array.cols
@@ -82,6 +88,7 @@ class NpuMeasure:
             "dataflow": config.array.dataflow, "clock_mhz": config.clock_mhz,
             "cycles": self.cycles, "mac_utilisation": round(self.utilisation, 4),
             "macs": self.macs, "programs": len(self.sims), "host_stages": self.host_stages,
+            "folded_copies": self.folded,
             "instructions": sum(len(s.compiled.program) for s in run.stages if s.compiled),
             "units": {u.name: {"busy": u.busy, "stall": u.stall, "idle": u.idle,
                                "instructions": u.instructions} for u in run.units.values()},
@@ -156,7 +163,7 @@ def run_npu(ctx: RunContext, result: Tensorized, inputs: dict[str, np.ndarray],
     config = _machine(ctx)
     if measure is None:
         measure = measure_npu(ctx, result, inputs)
-    run, on_host = measure.run, measure.host_stages
+    run, on_host, folded = measure.run, measure.host_stages, measure.folded
     # Useful MACs are the kernel's own (the tensorize step's figure); the array's executed
     # MACs include the padded rows and columns of its tiles.
     useful = report.data.get("macs", {}).get("useful")
@@ -167,7 +174,9 @@ def run_npu(ctx: RunContext, result: Tensorized, inputs: dict[str, np.ndarray],
                 f"({measure.cycles / config.clock_mhz:.1f} us simulated at "
                 f"{config.clock_mhz:g} MHz), MAC utilisation {utilisation}"
                 f"{100 * measure.utilisation:.1f}% executed, {len(measure.sims)} NPU "
-                f"program(s)" + (f"; on the host: {', '.join(on_host)}" if on_host else ""))
+                f"program(s)" + (f"; on the host: {', '.join(on_host)}" if on_host else "")
+                + (f"; copies done by its loads and stores: {', '.join(folded)}"
+                   if folded else ""))
     if measure.sims:
         gbps = gigabytes_per_second(measure.bytes_per_cycle, config)
         report.step("units", True, "busy/stall cycles: " + ", ".join(

@@ -169,9 +169,13 @@ def test_npu_runs_each_layer_epilogue_on_the_vector_unit(npu_fused_and_not):
              if r["op"].startswith(("QDQ Conv", "QDQ Gemm"))}
     assert all(r["placement"] == "tensorized" and r["check"] == "exact"
                for r in run.records if r["name"] in fused)
-    # The residual add joins the convolution producing its first operand.
+    # The residual add joins the convolution producing its first operand, whose windows
+    # the program's loads gather from the image (an implicit GEMM: no im2col on the host).
+    joined = fused.pop("conv2 + add2")
     assert "bias, requantisation and the residual add on the vector unit, in the program" \
-        in fused.pop("conv2 + add2")
+        in joined
+    assert "copies done by the program's loads and stores: im2col" in joined
+    assert "im2col) in the pack" not in joined
     assert len(fused) == 2
     for note in fused.values():
         assert "bias and requantisation on the vector unit, in the program" in note
