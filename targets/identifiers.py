@@ -81,6 +81,8 @@ _MACROS = {
     "CUDARTAPI", "WCONTINUED", "WEXITED", "WNOHANG", "WNOWAIT", "WSTOPPED", "WUNTRACED",
     "errno", "stdin", "stdout", "stderr", "math_errhandling", "L_ctermid", "L_cuserid",
     "L_tmpnam", "P_tmpdir", "linux", "unix", "i386",
+    # <memory> and <algorithm> (the emulation's clusters) bring in <sched.h> and <wchar.h>.
+    "CSIGNAL", "WEOF", "sched_priority",
 }
 # Words plain names must not be: keywords, CUDA's names and the headers' macros.
 RESERVED = frozenset(_KEYWORDS | _CUDA | _MACROS)

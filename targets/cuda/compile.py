@@ -209,15 +209,16 @@ def sass_drains(kernel: CudaKernel, arch: str = "sm_80") -> tuple[BarrierDrains,
     return tuple(barrier_drains(name, body) for name, body in _functions(_sass(kernel, arch)))
 
 
-def sass_opcodes(kernel: CudaKernel, arch: str = "sm_80") -> dict[str, dict[str, int]]:
+def sass_opcodes(kernel: CudaKernel, arch: str = "sm_80", modifiers: bool = False
+                 ) -> dict[str, dict[str, int]]:
     """Per ``__global__`` function of ``kernel`` for ``arch``, how many instructions of
-    each opcode its SASS holds (the opcode without its modifiers: ``HGMMA``, ``UBLKCP``),
-    NOPs included."""
+    each opcode its SASS holds (the opcode without its modifiers: ``HGMMA``, ``UBLKCP``;
+    with ``modifiers``, as written: ``UTMALDG.2D.MULTICAST``), NOPs included."""
     counts: dict[str, dict[str, int]] = {}
     for name, body in _functions(_sass(kernel, arch)):
         function = counts.setdefault(name, {})
         for instruction in instructions(body):
-            opcode = instruction.opcode.split(".")[0]
+            opcode = instruction.opcode if modifiers else instruction.opcode.split(".")[0]
             function[opcode] = function.get(opcode, 0) + 1
     return counts
 

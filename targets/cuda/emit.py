@@ -99,7 +99,8 @@ class Launch:
     arrays are static). Above 48 KB a launch must first raise the function's
     ``cudaFuncAttributeMaxDynamicSharedMemorySize`` to that figure. ``stages``: the
     cp.async stages of its pipelined loop (1 without one). ``tensor_maps``: the TMA tensor
-    maps it takes after the buffers."""
+    maps it takes after the buffers. ``cluster``: the blocks of a thread-block cluster,
+    along x (the kernel's ``__cluster_dims__``; 1: no cluster)."""
 
     kernel: str
     grid: tuple[int, int, int]
@@ -109,6 +110,7 @@ class Launch:
     stages: int = 1
     tensor_maps: tuple[TensorMap, ...] = ()
     tensorized: bool = False
+    cluster: int = 1
 
 
 @dataclass(frozen=True, slots=True)

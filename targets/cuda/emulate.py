@@ -86,7 +86,7 @@ def _launcher(kernel: CudaKernel) -> str:
             block = "tz_dim3{%d, %d, %d}" % launch.block
             maps = _encode_maps(out, kernel, launch)
             out.line(f"return tz::launch([&] {{ {launch.kernel}({casts}{maps}); }}, "
-                     f"{grid}, {block}, reverse, at_issue);")
+                     f"{grid}, {block}, reverse, at_issue, {launch.cluster});")
     return out.text() + "\n"
 
 

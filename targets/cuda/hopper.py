@@ -15,20 +15,28 @@ Two launches, and up to two more:
    (threads 0-127) and a producer warp (128-159, lane 0 issuing). Each of the ``stages``
    shared stages has a full mbarrier (one arrival and the stage's bytes: the producer's
    ``arrive.expect_tx`` and its TMA tensor copies) and an empty one (one arrival per
-   consumer thread). A stage holds, per operand, one box (rows x 16 bytes of k, from the
-   operand's 2-d tensor map) per core-matrix column: the boxes land one after another, so
-   the no-swizzle descriptors read them with a leading byte offset of rows x 16 (between
-   the two core matrices along k) and a stride byte offset of 128 (between 8-row groups).
-   The producer refills a stage once its empty phase completes; the consumers wait on its
-   full phase, issue the stage's wgmmas, commit them, wait for the previous stage's group
-   (``wait_group 1``) and release that stage. The accumulators go to C (or its padded
-   copy) through the YAML's store.
+   consumer thread). A stage holds, per operand, its rows of the stage's bytes of k as
+   boxes of rows x the swizzle span (:func:`choose_loads`: the widest mode of the YAML's
+   descriptor loads whose span divides the stage, so 128 bytes of k are one box per operand
+   with the 128-byte swizzle), landed one after another from the operand's 2-d tensor map
+   with the mode's swizzle; the stages start at a multiple of the pattern's repeat. The
+   descriptors name each k step's 32 bytes within a box row (without swizzle: two boxes of
+   16 bytes, the leading byte offset apart); each is built once and advanced by the step's
+   offset. The producer refills a stage once its empty phase completes; the consumers wait
+   on its full phase, issue the stage's wgmmas, commit them, wait for the previous stage's
+   group (``wait_group 1``) and release that stage. The accumulators go to C (or its padded
+   copy) through the YAML's store. In thread-block clusters (``HopperTiling.cluster``,
+   neighbours along N sharing A's tile) the first block's copy of A is multicast into
+   every block, each block's full mbarrier expecting A's bytes and its own B's, and each
+   consumer releases a stage on every block's empty mbarrier (the first block's next copy
+   of A overwrites it in all); cluster barriers follow the set-up and end the kernel.
 3. ``unpad`` (only when M or N is not a multiple of the tile): C from its padded copy.
 
 Each launch is an ``extern "C"`` function, so that ptxas, cuobjdump and a GPU's module
 name it as the launch does. Every instruction of the protocol is named by the compute
 intrinsic's parameters and checked against :data:`.wgmma.PROTOCOL`; the fill, descriptor,
-multiply and store are the YAML's templates. The tensor maps travel as
+multiply and store are the YAML's templates, and the swizzle modes the descriptor loads'
+parameters (the backend names none). The tensor maps travel as
 :class:`.emit.TensorMap` records of the launch: the emulation encodes them with its own
 encoder (``emulation/wgmma.h``).
 """
@@ -46,7 +54,7 @@ from targets.cuda.ptx import MMA_PRELUDE
 from targets.cuda.wgmma import PROTOCOL, wgmma_prelude
 from targets.cuda.writer import CppWriter
 
-__all__ = ["GemmOperands", "HopperTiling", "emit_gemm"]
+__all__ = ["GemmOperands", "HopperTiling", "Swizzle", "choose_loads", "emit_gemm", "swizzle_of"]
 
 WARPGROUP = 128
 # The consumer warpgroup and the producer warp.
@@ -60,25 +68,35 @@ TILE_M = 64
 # Bytes of k one wgmma reads (16 f16 or 32 8-bit values: two core matrices of 8 rows of
 # 16 bytes, the leading byte offset of the YAML's descriptor templates apart).
 STEP_BYTES = 32
-# Bytes of k in one core matrix row: the inner extent of every tensor-map box.
+# Bytes of k in one core matrix row: the narrowest box row (no swizzle).
 CORE_BYTES = 16
+# The alignment of the dynamic shared array itself.
+SHARED_ALIGNMENT = 128
 MAX_GRID = 65535
+# The blocks of a portable thread-block cluster, at most.
+MAX_CLUSTER = 8
 
 
 @dataclass(frozen=True, slots=True)
 class HopperTiling:
     """How the GEMM is cut: ``steps`` wgmma k steps per pipeline stage (at most the GEMM's),
     ``stages`` stages in shared memory (at least 2: the producer fills one while the
-    warpgroup reads another; at most the GEMM's stages, but never under 2)."""
+    warpgroup reads another; at most the GEMM's stages, but never under 2), ``cluster``
+    blocks of a thread-block cluster along N (1: none), which share their tile of A: the
+    first block's tensor copy of it is multicast to all."""
 
     steps: int = 4
     stages: int = 4
+    cluster: int = 1
 
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise EmitError(f"HopperTiling requires steps >= 1, got {self.steps}")
         if self.stages < 2:
             raise EmitError(f"HopperTiling requires stages >= 2, got {self.stages}")
+        if not 1 <= self.cluster <= MAX_CLUSTER:
+            raise EmitError(f"HopperTiling requires a cluster of 1 to {MAX_CLUSTER} blocks, "
+                            f"got {self.cluster}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,29 +133,85 @@ class GemmOperands:
 
 
 @dataclass(frozen=True, slots=True)
+class Swizzle:
+    """A shared-memory swizzle mode, as a descriptor load intrinsic's parameters give it
+    (``intrinsics/cuda_wgmma.yaml``): ``bytes`` of k in a row of a box (its span; 16 without
+    swizzle), ``repeat`` the bytes after which its pattern repeats (the alignment of a box),
+    ``tensor_map`` its number in a tensor map."""
+
+    bytes: int
+    repeat: int
+    tensor_map: int
+
+
+SWIZZLE_PARAMS = ("swizzle_bytes", "swizzle_repeat", "tensor_map_swizzle")
+
+
+def swizzle_of(load: Intrinsic) -> Swizzle:
+    """The swizzle mode of a descriptor load intrinsic; EmitError naming its YAML line and
+    the parameter when one is missing or not a positive power of two (a span of 16 bytes or
+    more, a repeat of 8 spans)."""
+    where = f"intrinsic {load.name} ({load.loc.file}:{load.loc.line})"
+    values = []
+    for param in SWIZZLE_PARAMS:
+        value = load.params.get(param)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise EmitError(f"{where}: parameter '{param}' requires a non-negative integer, "
+                            f"got {value!r}")
+        values.append(value)
+    span, repeat, tensor_map = values
+    if span < CORE_BYTES or span & (span - 1) or repeat != 8 * span:
+        raise EmitError(f"{where}: parameters 'swizzle_bytes' and 'swizzle_repeat' require a "
+                        f"power of two of 16 or more and 8 times it, got {span} and {repeat}")
+    return Swizzle(span, repeat, tensor_map)
+
+
+def choose_loads(intrinsic: Intrinsic, registry: Registry, steps: int
+                 ) -> tuple[Intrinsic, Intrinsic, Swizzle]:
+    """A's and B's descriptor loads of ``intrinsic`` for stages of ``steps`` wgmma k steps,
+    and their swizzle mode: of the modes the YAML offers both operands, the widest whose span
+    divides a stage's bytes of k (so a stage is whole boxes). EmitError when none does."""
+    stage = steps * STEP_BYTES
+    offered = []
+    for operand in ("A", "B"):
+        loads = [registry.get(name) for name in intrinsic.loads[operand]]
+        offered.append({swizzle_of(load).bytes: load for load in loads})
+    fitting = [span for span in offered[0] if span in offered[1] and stage % span == 0]
+    if not fitting:
+        raise EmitError(f"intrinsic {intrinsic.name}: requires descriptor loads of A and B "
+                        f"with a common swizzle span dividing a stage's {stage} bytes of k, "
+                        f"got spans {sorted(offered[0])} and {sorted(offered[1])}")
+    span = max(fitting)
+    load_a, load_b = offered[0][span], offered[1][span]
+    return load_a, load_b, swizzle_of(load_a)
+
+
+@dataclass(frozen=True, slots=True)
 class _Layout:
     """One operand's tile in a stage: ``rows`` (64 for A, n for B) of ``steps`` wgmma k steps,
-    each step two boxes of rows x 16 bytes (one core-matrix column each), ``k_stages`` stages
-    along k."""
+    landed as boxes of rows x ``span`` bytes of k (the swizzle's), one after another;
+    ``k_stages`` stages along k."""
 
     rows: int
     steps: int
     k_stages: int
+    span: int
 
     @property
     def box_bytes(self) -> int:
-        """Bytes of one box: one column of core matrices (the descriptors' leading offset)."""
-        return self.rows * CORE_BYTES
+        """Bytes of one box (without swizzle: one column of core matrices, the descriptors'
+        leading offset)."""
+        return self.rows * self.span
 
     @property
-    def step_bytes(self) -> int:
-        """Bytes of one wgmma k step of one tile."""
-        return self.rows * STEP_BYTES
+    def boxes(self) -> int:
+        """Boxes of one stage."""
+        return self.steps * STEP_BYTES // self.span
 
     @property
     def stage_bytes(self) -> int:
         """Bytes of one stage of one tile."""
-        return self.steps * self.step_bytes
+        return self.boxes * self.box_bytes
 
 
 def _protocol(intrinsic: Intrinsic) -> dict[str, str]:
@@ -186,14 +260,17 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
     operands.check(m, n, k)
     elem = in_dtype.numpy.itemsize
     k_step = a_op.buffer.shape[1]
-    m_tiles, n_tiles = -(-m // TILE_M), -(-n // tile_n)
+    m_tiles = -(-m // TILE_M)
+    # Whole clusters along N: a block past N's tiles reads zeros and writes the padding.
+    n_tiles = -(-n // (tile_n * tiling.cluster)) * tiling.cluster
     k_steps = -(-k // k_step)
     steps = min(tiling.steps, k_steps)
     k_stages = -(-k_steps // steps)
     stages = min(tiling.stages, max(k_stages, 2))
-    layout_a = _Layout(TILE_M, steps, k_stages)
-    layout_b = _Layout(tile_n, steps, k_stages)
-    padded = m % TILE_M != 0 or n % tile_n != 0
+    load_a, load_b, swizzle = choose_loads(intrinsic, registry, steps)
+    layout_a = _Layout(TILE_M, steps, k_stages, swizzle.bytes)
+    layout_b = _Layout(tile_n, steps, k_stages, swizzle.bytes)
+    padded = m % TILE_M != 0 or n != n_tiles * tile_n
     # A tensor map's row stride is a multiple of 16 bytes: rows of k padded to that.
     k_row = -(-k * elem // CORE_BYTES) * CORE_BYTES // elem
     a, b, c = operands.a, operands.b, operands.c
@@ -221,18 +298,18 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
         if packed is not source:
             launches.append(_pack(out, f"{name}_pack_{operand}", signature, source, packed,
                                   transposed, k))
-    box = CORE_BYTES // elem
-    maps = (TensorMap(a_rows.name, (k, m), k_row * elem, (box, TILE_M)),
-            TensorMap(b_rows.name, (k, n), k_row * elem, (box, tile_n)))
-    staged = _Stages(stages, layout_a, layout_b, box)
+    box = swizzle.bytes // elem
+    maps = (TensorMap(a_rows.name, (k, m), k_row * elem, (box, TILE_M), swizzle.tensor_map),
+            TensorMap(b_rows.name, (k, n), k_row * elem, (box, tile_n), swizzle.tensor_map))
+    staged = _Stages(stages, layout_a, layout_b, box, swizzle.repeat, tiling.cluster)
     kernel = f"{name}_gemm"
     gemm_signature = signature + "".join(
         f", const __grid_constant__ CUtensorMap tz_map_{x}" for x in ("a", "b"))
-    _gemm(out, kernel, gemm_signature, intrinsic, registry, protocol, staged,
-          c_pad if padded else c, c_pad.shape[1] if padded else n)
+    _gemm(out, kernel, gemm_signature, _Calls(intrinsic, load_a, load_b, registry, protocol),
+          staged, c_pad if padded else c, c_pad.shape[1] if padded else n)
     launches.append(Launch(kernel, (n_tiles, m_tiles, 1), (BLOCK_THREADS, 1, 1), tiled=True,
                            dynamic_shared=staged.shared, stages=stages, tensor_maps=maps,
-                           tensorized=True))
+                           tensorized=True, cluster=tiling.cluster))
     if padded:
         _unpad(out, f"{name}_unpad", signature, c, c_pad, m, n)
         launches.append(Launch(f"{name}_unpad", (-(-m * n // PACK_THREADS), 1, 1),
@@ -306,13 +383,18 @@ def _transpose(out: CppWriter, kernel: str, signature: str, source: Buffer, pack
 @dataclass(frozen=True, slots=True)
 class _Stages:
     """The shared stages of one GEMM: ``count`` of them, each A's then B's tile of one k
-    stage, then the full and the empty mbarrier of each. ``box``: the elements of k in one
-    box (16 bytes)."""
+    stage, then the full and the empty mbarrier of each, from ``tz_tiles``: the dynamic
+    shared memory's first multiple of ``repeat`` bytes (the swizzle pattern's; boxes land
+    at multiples of it). ``box``: the elements of k in one box. ``cluster``: the blocks
+    whose A stages the first block's copies fill (multicast), each releasing a stage to
+    every block's producer."""
 
     count: int
     a: _Layout
     b: _Layout
     box: int
+    repeat: int
+    cluster: int
 
     @property
     def bytes(self) -> int:
@@ -321,83 +403,127 @@ class _Stages:
 
     @property
     def shared(self) -> int:
-        """The block's shared memory: the stages and two 8-byte mbarriers each."""
-        return self.count * (self.bytes + 16)
+        """The block's shared memory: the stages and two 8-byte mbarriers each, after at most
+        ``repeat`` - 128 bytes skipped to align them (the array itself is 128-byte aligned)."""
+        return self.count * (self.bytes + 16) + self.repeat - SHARED_ALIGNMENT
+
+    def base(self, operand: str) -> str:
+        """The shared address of ``operand``'s (``a`` or ``b``) tile in stage 0 (a C++
+        expression)."""
+        return "tz_tiles" if operand == "a" else f"tz_tiles + {self.a.stage_bytes}"
 
     def start(self, operand: str, stage: str) -> str:
-        """The shared address of ``operand``'s (``a`` or ``b``) tiles in stage ``stage`` (a
-        C++ expression)."""
-        offset = "" if operand == "a" else f" + {self.a.stage_bytes}"
-        return f"tz_smem + {stage} * {self.bytes}{offset}"
+        """The shared address of ``operand``'s tile in stage ``stage``."""
+        return f"{self.base(operand)} + {stage} * {self.bytes}"
 
-    def tile(self, operand: str, stage: str, step: str) -> str:
-        """The shared address of ``operand``'s tile of k step ``step`` in stage ``stage``."""
+    def offset(self, operand: str, stage: str, step: str) -> str:
+        """The bytes from ``operand``'s :meth:`base` to its tile of k step ``step`` in stage
+        ``stage``: the stage, the step's box, and its 32 bytes within a row of the box where
+        a box holds several steps."""
         layout = self.a if operand == "a" else self.b
-        return f"{self.start(operand, stage)} + {step} * {layout.step_bytes}"
+        per_box = layout.span // STEP_BYTES
+        if per_box <= 1:
+            step_bytes = STEP_BYTES * layout.box_bytes // layout.span
+            return f"{stage} * {self.bytes} + {step} * {step_bytes}"
+        return (f"{stage} * {self.bytes} + {step} / {per_box} * {layout.box_bytes} + "
+                f"{step} % {per_box} * {STEP_BYTES}")
 
 
-def _gemm(out: CppWriter, kernel: str, signature: str, intrinsic: Intrinsic,
-          registry: Registry, protocol: dict[str, str], stages: _Stages,
+@dataclass(frozen=True, slots=True)
+class _Calls:
+    """What the kernel calls, from the YAML: the wgmma ``compute`` intrinsic, A's and B's
+    descriptor ``load_a``, ``load_b`` (of one swizzle mode), the ``registry`` holding its
+    store and fill, and the ``protocol``'s helpers."""
+
+    compute: Intrinsic
+    load_a: Intrinsic
+    load_b: Intrinsic
+    registry: Registry
+    protocol: dict[str, str]
+
+
+def _gemm(out: CppWriter, kernel: str, signature: str, calls: _Calls, stages: _Stages,
           result: Buffer, ld: int) -> None:
     """The warp-specialised kernel (module docstring): its shared memory and mbarriers,
     then the producer's and the consumers' loops; the tiles go to ``result``, rows ``ld``
     elements apart."""
-    out.line(f'extern "C" __global__ void __launch_bounds__({BLOCK_THREADS}) {kernel}('
+    protocol = calls.protocol
+    dims = f" __cluster_dims__({stages.cluster}, 1, 1)" if stages.cluster > 1 else ""
+    out.line(f'extern "C" __global__ void __launch_bounds__({BLOCK_THREADS}){dims} {kernel}('
              f"{signature})")
+    # In a cluster the set-up ends at the cluster's barrier: no block multicasts into
+    # another, or arrives on its mbarriers, before that block has initialised them.
+    sync = f"{protocol['cluster_sync']}();" if stages.cluster > 1 else "__syncthreads();"
     with out.block(""):
-        out.line(f"TZ_DYNAMIC_SHARED(tz_smem, {stages.shared});")
+        out.line(f"TZ_CTA_SHARED(tz_smem, {stages.shared});")
         out.line(f'tz_shared_declare(tz_smem, {stages.shared}, "tz_smem");')
+        out.line(f"unsigned char* tz_tiles = tz_smem + (0u - tz_shared_address(tz_smem)) % "
+                 f"{stages.repeat};")
         barriers = stages.count * stages.bytes
         out.line(f"unsigned long long* tz_full = reinterpret_cast<unsigned long long*>("
-                 f"tz_smem + {barriers});")
+                 f"tz_tiles + {barriers});")
         out.line(f"unsigned long long* tz_empty = tz_full + {stages.count};")
         with out.block("if (threadIdx.x == 0)"):
             with out.block(f"for (int s = 0; s < {stages.count}; ++s)"):
                 out.line(f"{protocol['barrier_init']}(&tz_full[s], 1);")
-                out.line(f"{protocol['barrier_init']}(&tz_empty[s], {WARPGROUP});")
-        out.line("__syncthreads();")
+                out.line(f"{protocol['barrier_init']}(&tz_empty[s], "
+                         f"{WARPGROUP * stages.cluster});")
+        out.line(sync)
         with out.block(f"if (threadIdx.x == {WARPGROUP})"):
             _producer(out, protocol, stages)
         with out.block(f"if (threadIdx.x < {WARPGROUP})"):
-            _consumers(out, intrinsic, registry, protocol, stages, result, ld)
+            _consumers(out, calls, stages, result, ld)
+        if stages.cluster > 1:
+            # No block leaves while another may still arrive on its mbarriers.
+            out.line(sync)
 
 
 def _producer(out: CppWriter, protocol: dict[str, str], stages: _Stages) -> None:
     """The producer's loop: each k stage waits until the consumers have released the
     stage it refills (its empty mbarrier; from the second round of stages on), then
     expects the stage's bytes on its full mbarrier and issues, per operand, one tensor copy
-    per core-matrix column of the stage (two a k step), each box after the last."""
+    per box of the stage, each box after the last; in a cluster, A's by the first block
+    alone, multicast to every block (whose full mbarriers each expect A's bytes too)."""
     n = stages.count
-    columns = 2 * stages.a.steps
+    boxes = stages.a.boxes
+    if stages.cluster > 1:
+        out.line(f"const unsigned tz_rank = {protocol['cluster_rank']}();")
     with out.block(f"for (int kt = 0; kt < {stages.a.k_stages}; ++kt)"):
         out.line(f"const int stage = kt % {n};")
         out.line(f"if (kt >= {n}) while (!{protocol['try_wait']}(&tz_empty[stage], "
                  f"(kt / {n} - 1) % 2)) {{}}")
         out.line(f"{protocol['expect_tx']}(&tz_full[stage], {stages.bytes});")
         out.line("#pragma unroll")
-        with out.block(f"for (int col = 0; col < {columns}; ++col)"):
-            out.line(f"const int k0 = (kt * {columns} + col) * {stages.box};")
+        with out.block(f"for (int col = 0; col < {boxes}; ++col)"):
+            out.line(f"const int k0 = (kt * {boxes} + col) * {stages.box};")
             for operand, layout, row in (("a", stages.a, "blockIdx.y"),
                                          ("b", stages.b, "blockIdx.x")):
-                out.line(f"{protocol['copy']}({stages.start(operand, 'stage')} + col * "
-                         f"{layout.box_bytes}, &tz_map_{operand}, k0, {row} * {layout.rows}, "
-                         "&tz_full[stage]);")
+                args = (f"{stages.start(operand, 'stage')} + col * {layout.box_bytes}, "
+                        f"&tz_map_{operand}, k0, {row} * {layout.rows}, &tz_full[stage]")
+                if operand == "a" and stages.cluster > 1:
+                    mask = (1 << stages.cluster) - 1
+                    out.line(f"if (tz_rank == 0) {protocol['multicast']}({args}, {mask});")
+                else:
+                    out.line(f"{protocol['copy']}({args});")
 
 
-def _consumers(out: CppWriter, intrinsic: Intrinsic, registry: Registry,
-               protocol: dict[str, str], stages: _Stages, result: Buffer, ld: int) -> None:
+def _consumers(out: CppWriter, calls: _Calls, stages: _Stages, result: Buffer,
+               ld: int) -> None:
     """The consumer warpgroup's loop: each k stage waits for its full mbarrier's phase,
     issues the stage's wgmmas, commits them, waits for the previous stage's group and
     releases that stage (one arrival per thread on its empty mbarrier); then the store."""
-    load_a = registry.get(intrinsic.loads["A"][0])
-    load_b = registry.get(intrinsic.loads["B"][0])
-    fill = registry.get(intrinsic.fill["C"][0])
-    store = registry.get(intrinsic.stores["C"][0])
+    protocol = calls.protocol
+    fill = calls.registry.get(calls.compute.fill["C"][0])
+    store = calls.registry.get(calls.compute.stores["C"][0])
     acc = ctype(result.dtype)
     n = stages.count
     out.line(f"{acc} tz_acc[{int(fill.params['lane_registers'])}];")
     out.line(fill.render("cuda", {"dst": "tz_acc"}))
-    out.line("unsigned tz_desc_a[2], tz_desc_b[2];")
+    # Each operand's descriptor is built once, at its stage-0 tile, and advanced to each
+    # step's tile: an addition of a constant once the loops are unrolled.
+    out.line("unsigned tz_base_a[2], tz_base_b[2], tz_desc_a[2], tz_desc_b[2];")
+    out.line(calls.load_a.render("cuda", {"dst": "tz_base_a", "src": stages.base("a")}))
+    out.line(calls.load_b.render("cuda", {"dst": "tz_base_b", "src": stages.base("b")}))
     # Unrolled by the stages, so each copy of the body has its stage as a constant.
     out.line(f"#pragma unroll {n}")
     with out.block(f"for (int kt = 0; kt < {stages.a.k_stages}; ++kt)"):
@@ -406,16 +532,21 @@ def _consumers(out: CppWriter, intrinsic: Intrinsic, registry: Registry,
         out.line(f"{protocol['fence']}();")
         out.line("#pragma unroll")
         with out.block(f"for (int s = 0; s < {stages.a.steps}; ++s)"):
-            out.line(load_a.render("cuda", {"dst": "tz_desc_a",
-                                            "src": stages.tile("a", "stage", "s")}))
-            out.line(load_b.render("cuda", {"dst": "tz_desc_b",
-                                            "src": stages.tile("b", "stage", "s")}))
-            out.line(intrinsic.render("cuda", {"C": "tz_acc", "A": "tz_desc_a",
-                                               "B": "tz_desc_b"}))
+            for operand in ("a", "b"):
+                out.line(f"{protocol['advance']}(tz_desc_{operand}, tz_base_{operand}, "
+                         f"{stages.offset(operand, 'stage', 's')});")
+            out.line(calls.compute.render("cuda", {"C": "tz_acc", "A": "tz_desc_a",
+                                                   "B": "tz_desc_b"}))
         out.line(f"{protocol['commit']}();")
-        # The previous stage's group has read its tiles: this thread releases that stage.
+        # The previous stage's group has read its tiles: this thread releases that stage (to
+        # every block's producer in a cluster: the first one's copies fill it here too).
         out.line(f"{protocol['wait']}<1>();")
-        out.line(f"if (kt > 0) {protocol['arrive']}(&tz_empty[(kt + {n - 1}) % {n}]);")
+        previous = f"&tz_empty[(kt + {n - 1}) % {n}]"
+        if stages.cluster > 1:
+            out.line(f"if (kt > 0) for (unsigned r = 0; r < {stages.cluster}; ++r) "
+                     f"{protocol['remote_arrive']}({previous}, r);")
+        else:
+            out.line(f"if (kt > 0) {protocol['arrive']}({previous});")
     out.line(f"{protocol['wait']}<0>();")
     out.line(f"{acc}* tz_c = {result.name} + blockIdx.y * {TILE_M * ld}LL + blockIdx.x * "
              f"{stages.b.rows};")

@@ -4,7 +4,8 @@ mbarriers that feed it. Each wraps one inline PTX instruction (or builds one ope
 YAML names a helper and never holds PTX text.
 
 Two layers, as in :mod:`.ptx`. The **instructions** (``tz_wgmma_m64n*`` and the fence, commit
-and wait around them; ``tz_mbarrier_*``, ``tz_tensor_copy_2d``) are inline PTX on the GPU;
+and wait around them; ``tz_mbarrier_*``, ``tz_tensor_copy_2d`` and its multicast to a
+thread-block cluster, the cluster's rank and barrier) are inline PTX on the GPU;
 the host emulation (``emulation/wgmma.h``) defines its own, which model the asynchrony (a
 tensor copy is in flight until its mbarrier phase completes, a wgmma reads its tiles until
 its group is waited for) and encode a tensor map in a layout of their own, not the
@@ -32,6 +33,7 @@ __all__ = ["PROTOCOL", "ptx_type", "wgmma_prelude"]
 # kernel's calls come from the YAML; a name this module does not define is refused).
 PROTOCOL = {
     "fence": "tz_wgmma_fence",
+    "advance": "tz_wgmma_desc_advance",
     "commit": "tz_wgmma_commit_group",
     "wait": "tz_wgmma_wait_group",
     "barrier_init": "tz_mbarrier_init",
@@ -39,6 +41,10 @@ PROTOCOL = {
     "arrive": "tz_mbarrier_arrive",
     "copy": "tz_tensor_copy_2d",
     "try_wait": "tz_mbarrier_try_wait",
+    "cluster_rank": "tz_cluster_rank",
+    "cluster_sync": "tz_cluster_sync",
+    "remote_arrive": "tz_mbarrier_arrive_cluster",
+    "multicast": "tz_tensor_copy_2d_multicast",
 }
 
 _PTX_TYPES = {"float16": "f16", "bfloat16": "bf16", "int8": "s8", "float8_e4m3": "e4m3",
@@ -93,6 +99,40 @@ __device__ inline void tz_tensor_copy_2d(void* dst, const CUtensorMap* map, int 
                :: "r"(tz_shared_address(dst)), "l"(reinterpret_cast<unsigned long long>(map)),
                   "r"(x), "r"(y), "r"(tz_shared_address(bar)) : "memory");
 }
+// The same with .multicast::cluster: the box lands at `dst`'s offset in the shared memory of
+// each block of the cluster whose bit `mask` sets, counted against the mbarrier at `bar`'s
+// offset there.
+__device__ inline void tz_tensor_copy_2d_multicast(void* dst, const CUtensorMap* map, int x,
+                                                   int y, unsigned long long* bar,
+                                                   unsigned short mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;"
+               :: "r"(tz_shared_address(dst)), "l"(reinterpret_cast<unsigned long long>(map)),
+                  "r"(x), "r"(y), "r"(tz_shared_address(bar)), "h"(mask) : "memory");
+}
+// This block's rank in its cluster.
+__device__ inline unsigned tz_cluster_rank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+// Every thread of the cluster arrives and waits for the others: the blocks' mbarriers are
+// initialised for the cluster after it, and no block leaves while another may still reach
+// its shared memory.
+__device__ inline void tz_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\\n"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// One arrival on the mbarrier at `bar`'s offset in the cluster's block `rank`.
+__device__ inline void tz_mbarrier_arrive_cluster(unsigned long long* bar, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote) : "r"(tz_shared_address(bar)), "r"(rank));
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];"
+               :: "r"(remote) : "memory");
+}
+// Each block's dynamic shared memory (the emulation gives each block of a cluster its own).
+#define TZ_CTA_SHARED(name, bytes) extern __shared__ __align__(128) unsigned char name[]
 #endif
 // The descriptor of a tile at `tile` (shared memory): see targets/cuda/wgmma.py.
 __device__ inline void tz_wgmma_desc(unsigned* d, const void* tile, unsigned leading,
@@ -103,6 +143,13 @@ __device__ inline void tz_wgmma_desc(unsigned* d, const void* tile, unsigned lea
   desc |= static_cast<unsigned long long>(swizzle & 3u) << 62;
   d[0] = static_cast<unsigned>(desc);
   d[1] = static_cast<unsigned>(desc >> 32);
+}
+// The descriptor `base` with its start address `bytes` further (a multiple of 16): the
+// address field is the low 14 bits of address >> 4, and shared addresses stay below 256 KiB,
+// so the addition never carries out of it.
+__device__ inline void tz_wgmma_desc_advance(unsigned* d, const unsigned* base, unsigned bytes) {
+  d[0] = base[0] + (bytes >> 4);
+  d[1] = base[1];
 }
 """
 

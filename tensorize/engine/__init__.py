@@ -199,8 +199,9 @@ def target_features(target: str, *, registry: Registry) -> str | None:
 def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry,
                    intrinsic: str | None = None, config: MachineConfig | None = None,
                    tiling: NpuTiling | cpu_schedule.CpuTiling | cpu_schedule.TileChoice
-                   | cuda_schedule.CudaTiling | None = None, features: str | None = None,
-                   arch: str | None = None) -> Tensorized:
+                   | cuda_schedule.CudaTiling | cuda_split.SplitPlan | None = None,
+                   features: str | None = None, arch: str | None = None,
+                   cluster: int = 1) -> Tensorized:
     """Tensorize every block of ``func`` that an intrinsic of ``target`` can compute.
 
     ``registry`` holds the descriptions (the run context's, made at the edge:
@@ -214,21 +215,27 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry,
     :data:`MACHINE_KINDS`), ``config`` is the machine, made at the edge and required
     (TypeError without it), and ``tiling`` overrides the chosen tile; for a CPU target,
     ``tiling`` is a register tile or a choice of one per block (``cpu_schedule.TileChoice``);
-    for cuda, the block, warp and k tiles (``cuda_schedule.CudaTiling``). ``arch`` (cuda
-    only) is the architecture to schedule for: on ``sm_90a`` a kernel that is one GEMM
-    block takes the Hopper schedule (:func:`.cuda_hopper.hopper_view`: wgmma fed by TMA)
-    unless ``tiling`` is given; otherwise, and for any other architecture, the families of
-    the ``gpu:`` section's architectures as without it, the result's ``hopper`` holding the
-    reason.
+    for cuda, the block, warp and k tiles (``cuda_schedule.CudaTiling``; its split then
+    chosen for it alone), or a whole plan with its split (``cuda_split.SplitPlan``, run as
+    it is). ``arch`` (cuda only) is the architecture to schedule for: on ``sm_90a`` a
+    kernel that is one GEMM block takes the Hopper schedule
+    (:func:`.cuda_hopper.hopper_view`: wgmma fed by TMA) unless ``tiling`` is given;
+    otherwise, and for any other architecture, the families of the ``gpu:`` section's
+    architectures as without it, the result's ``hopper`` holding the reason. ``cluster``
+    (sm_90a only): the Hopper GEMM's thread-block clusters, that many blocks along N
+    sharing A's tile by a multicast tensor copy (1: none).
     """
     start = time.perf_counter()
     kind = registry.target_kind(target)
     if arch is not None and kind != "cuda":
         raise TypeError(f"auto_tensorize(arch=...) applies to a target of kind cuda, got "
                         f"target {target} of kind {kind}")
+    if cluster != 1 and arch != cuda_hopper.HOPPER_ARCH:
+        raise TypeError(f"auto_tensorize(cluster=...) applies to arch "
+                        f"{cuda_hopper.HOPPER_ARCH}, got arch {arch}")
     hopper = None
     if arch == cuda_hopper.HOPPER_ARCH and tiling is None:
-        hopper = _hopper(func, registry, intrinsic)
+        hopper = _hopper(func, registry, intrinsic, cluster)
         if hopper.gemm is not None:
             gemm = hopper.gemm
             sch = Schedule(func, registry)
@@ -289,11 +296,13 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry,
                       time.perf_counter() - start, hopper)
 
 
-def _hopper(func: PrimFunc, registry: Registry, intrinsic: str | None
+def _hopper(func: PrimFunc, registry: Registry, intrinsic: str | None, cluster: int
             ) -> cuda_hopper.HopperChoice:
-    """The Hopper schedule's view of ``func``, or its refusal as the reason."""
+    """The Hopper schedule's view of ``func`` (in clusters of ``cluster`` blocks), or its
+    refusal as the reason."""
     try:
-        return cuda_hopper.HopperChoice(cuda_hopper.hopper_view(func, registry, intrinsic))
+        return cuda_hopper.HopperChoice(cuda_hopper.hopper_view(func, registry, intrinsic,
+                                                                cluster))
     except ScheduleError as err:
         return cuda_hopper.HopperChoice(None, str(err))
 

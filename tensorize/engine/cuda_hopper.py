@@ -13,7 +13,9 @@ Choices, in order:
 - ``steps``: 4 wgmma k steps a stage (128 bytes of k: 64 f16 or 128 8-bit values), fewer
   when K is shorter;
 - ``stages``: 4, fewer when K has fewer stages (never under 2) or when the stages would not
-  fit the architecture's ``max_shared_per_block`` (the ``gpu:`` section).
+  fit the architecture's ``max_shared_per_block`` (the ``gpu:`` section);
+- thread-block clusters: the caller's option (``cluster``, 1 by default: none), blocks
+  along N sharing A's tile by a multicast tensor copy.
 
 :func:`hopper_view` is how ``auto_tensorize(..., arch="sm_90a")`` finds such a GEMM in a
 kernel: a lone block that a wgmma intrinsic matches with one block iterator per intrinsic
@@ -37,7 +39,8 @@ from ir.dtypes import DType
 from ir.errors import ScheduleError
 from targets.cuda.emit import CudaKernel
 from targets.cuda.errors import EmitError
-from targets.cuda.hopper import STEP_BYTES, TILE_M, GemmOperands, HopperTiling, emit_gemm
+from targets.cuda.hopper import (SHARED_ALIGNMENT, STEP_BYTES, TILE_M, GemmOperands,
+                                 HopperTiling, choose_loads, emit_gemm)
 from tensorize.engine.gemm_view import to_intrinsic_shape
 from tensorize.engine.generic_schedule import schedule_generic
 from tensorize.match import Match, match_block
@@ -73,10 +76,12 @@ class HopperGemm:
     def describe(self) -> str:
         """One line: the block, its extents, the tile and the pipeline."""
         width = _width(self.intrinsic)
+        cluster = (f"; clusters of {self.tiling.cluster} blocks along N, A's tile multicast "
+                   "to each" if self.tiling.cluster > 1 else "")
         return (f"block {self.block}: {self.m} x {self.n} x {self.k} on {TILE_M} x {width} "
                 f"tiles, "
                 f"{self.tiling.steps} wgmma k steps x {self.tiling.stages} stages, one "
-                f"consumer warpgroup and one TMA producer warp per block")
+                f"consumer warpgroup and one TMA producer warp per block{cluster}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,35 +98,44 @@ def _candidates(registry: Registry, in_dtype: DType) -> list[Intrinsic]:
             if i.feature == HOPPER_ARCH and i.operands[0].buffer.dtype == in_dtype]
 
 
-def hopper_schedule(m: int, n: int, k: int, in_dtype: DType,
-                    registry: Registry) -> tuple[Intrinsic, HopperTiling]:
+def hopper_schedule(m: int, n: int, k: int, in_dtype: DType, registry: Registry,
+                    cluster: int = 1) -> tuple[Intrinsic, HopperTiling]:
     """The wgmma intrinsic and tiling for an ``m x n x k`` GEMM of ``in_dtype`` inputs (the
-    module docstring's choices). Raises ScheduleError naming the input type when the
-    registry has no wgmma intrinsic for it, or the shared memory needed when even 2 stages
-    do not fit."""
+    module docstring's choices), in thread-block clusters of ``cluster`` blocks along N.
+    Raises ScheduleError naming the input type when the registry has no wgmma intrinsic
+    for it, or the shared memory needed when even 2 stages do not fit."""
     candidates = _candidates(registry, in_dtype)
     if not candidates:
         raise ScheduleError("hopper_schedule", f"requires a wgmma intrinsic (feature "
                             f"{HOPPER_ARCH}) for {in_dtype} inputs, got none in the registry")
     intrinsic = min(candidates, key=lambda i: (-(-n // _width(i)) * _width(i), -_width(i)))
-    return intrinsic, _tiling(intrinsic, k, registry)
+    return intrinsic, _tiling(intrinsic, k, registry, cluster)
 
 
-def _tiling(intrinsic: Intrinsic, k: int, registry: Registry) -> HopperTiling:
-    """The steps and stages of ``intrinsic``'s GEMM over ``k`` (the module docstring)."""
+def _tiling(intrinsic: Intrinsic, k: int, registry: Registry, cluster: int) -> HopperTiling:
+    """The steps and stages of ``intrinsic``'s GEMM over ``k`` (the module docstring), in
+    clusters of ``cluster`` blocks; ScheduleError for a cluster the backend refuses."""
     k_step = intrinsic.operands[0].buffer.shape[1]
     k_steps = -(-k // k_step)
     steps = min(STEPS, k_steps)
     k_stages = -(-k_steps // steps)
     stage_bytes = (TILE_M + _width(intrinsic)) * steps * STEP_BYTES
+    try:
+        swizzle = choose_loads(intrinsic, registry, steps)[2]
+    except EmitError as err:
+        raise ScheduleError("hopper_schedule", err.message) from None
     limit = registry.gpu("cuda").architectures[LIMITS_ARCH].max_shared_per_block
-    # Each stage also holds its two 8-byte mbarriers (full and empty).
-    fitting = limit // (stage_bytes + 16)
+    # Each stage also holds its two 8-byte mbarriers (full and empty); the stages start at a
+    # multiple of the swizzle pattern's repeat, up to repeat - 128 bytes into the array.
+    fitting = (limit - swizzle.repeat + SHARED_ALIGNMENT) // (stage_bytes + 16)
     if fitting < MIN_STAGES:
         raise ScheduleError("hopper_schedule", f"requires {MIN_STAGES} stages of "
                             f"{stage_bytes} bytes within {limit} bytes of shared memory")
     stages = max(MIN_STAGES, min(STAGES, k_stages, fitting))
-    return HopperTiling(steps=steps, stages=stages)
+    try:
+        return HopperTiling(steps=steps, stages=stages, cluster=cluster)
+    except EmitError as err:
+        raise ScheduleError("hopper_schedule", err.message) from None
 
 
 def _width(intrinsic: Intrinsic) -> int:
@@ -129,11 +143,11 @@ def _width(intrinsic: Intrinsic) -> int:
 
 
 def hopper_gemm(m: int, n: int, k: int, in_dtype: DType, registry: Registry,
-                name: str = "gemm_hopper") -> CudaKernel:
+                name: str = "gemm_hopper", cluster: int = 1) -> CudaKernel:
     """The ``m x n x k`` GEMM (A row-major m x k, B row-major k x n, C m x n in the
     intrinsic's accumulator type) as CUDA C++ for sm_90a, scheduled by
-    :func:`hopper_schedule`."""
-    intrinsic, tiling = hopper_schedule(m, n, k, in_dtype, registry)
+    :func:`hopper_schedule` (in clusters of ``cluster`` blocks)."""
+    intrinsic, tiling = hopper_schedule(m, n, k, in_dtype, registry, cluster)
     return emit_gemm(intrinsic, registry, m, n, k, tiling, name)
 
 
@@ -149,12 +163,12 @@ def _check(cond: bool, reason: str) -> None:
         raise ScheduleError(_WHO, reason)
 
 
-def hopper_view(func: PrimFunc, registry: Registry, intrinsic: str | None = None
-                ) -> HopperGemm:
+def hopper_view(func: PrimFunc, registry: Registry, intrinsic: str | None = None,
+                cluster: int = 1) -> HopperGemm:
     """The GEMM of ``func`` as the Hopper schedule takes it (the module docstring says
     which), through the wgmma intrinsic the schedule's choices pick, or through
-    ``intrinsic`` (a name) when given. Raises ScheduleError with the reason when the
-    kernel is not such a GEMM."""
+    ``intrinsic`` (a name) when given, in thread-block clusters of ``cluster`` blocks.
+    Raises ScheduleError with the reason when the kernel is not such a GEMM."""
     blocks = tree.block_names(func)
     _check(len(blocks) == 1, f"requires one GEMM block and nothing else, got {len(blocks)} "
                              f"blocks ({', '.join(blocks)}): an epilogue or a second stage is "
@@ -186,9 +200,9 @@ def hopper_view(func: PrimFunc, registry: Registry, intrinsic: str | None = None
     m, n, k = (extents[views[0][0].iter_map[iv.var.name][0]]
                for iv in views[0][0].intrinsic.iter_vars)
     if intrinsic is None:
-        chosen, tiling = hopper_schedule(m, n, k, in_dtype, registry)
+        chosen, tiling = hopper_schedule(m, n, k, in_dtype, registry, cluster)
     else:
-        chosen, tiling = candidates[0], _tiling(candidates[0], k, registry)
+        chosen, tiling = candidates[0], _tiling(candidates[0], k, registry, cluster)
     match, operands = next(((mt, ops) for mt, ops in views if mt.intrinsic is chosen),
                            (None, None))
     _check(match is not None and operands is not None,

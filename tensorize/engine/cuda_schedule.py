@@ -489,9 +489,10 @@ def _transpose_back(sch: Schedule, buffer: str):
 def fuse_epilogue_chain(sch: Schedule, c: str):
     """The elementwise blocks after the GEMM (bias, activation, requantisation, cast), as
     one block reading the GEMM's result ``c``: each but the last is inlined into the next.
-    None when no such block follows, or ``c`` is a parameter (its values must reach the
-    caller, so it cannot become a staging tile)."""
-    if c not in {b.name for b in sch.func.allocs}:
+    None when no such block follows, ``c`` is a parameter (its values must reach the
+    caller, so it cannot become a staging tile) or more than one block writes ``c`` (the
+    stream-K hybrid's two launches: the epilogue must wait for both)."""
+    if c not in {b.name for b in sch.func.allocs} or _sole_writer(sch, c) is None:
         return None
     epilogue = _elementwise_reader(sch, c) or _transpose_back(sch, c)
     if epilogue is None:

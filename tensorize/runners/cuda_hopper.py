@@ -49,14 +49,17 @@ def run_hopper(ctx: RunContext, gemm: HopperGemm, name: str,
     ``name``, the kernel function's), and skip its GPU run with the reason, each step in
     ``report``; returns the emulation's outputs (``reference`` where it could not run)."""
     kernel = hopper_kernel(gemm, ctx.registry, name)
-    launches = "; ".join(f"{l.kernel} grid {l.grid} block {l.block}" for l in kernel.launches)
+    launches = "; ".join(f"{l.kernel} grid {l.grid} block {l.block}"
+                         + (f" cluster ({l.cluster}, 1, 1)" if l.cluster > 1 else "")
+                         for l in kernel.launches)
     report.step("emit", True, f"CUDA C++ for {HOPPER_ARCH}, {len(kernel.source.splitlines())} "
                               f"lines, {len(kernel.launches)} kernel(s): {launches}")
     report.data["cuda"] = {"arch": HOPPER_ARCH,
                            "launches": [{"kernel": l.kernel, "grid": list(l.grid),
                                          "block": list(l.block), "stages": l.stages,
                                          "dynamic_shared": l.dynamic_shared,
-                                         "tensor_maps": len(l.tensor_maps)}
+                                         "tensor_maps": len(l.tensor_maps),
+                                         "cluster": l.cluster}
                                         for l in kernel.launches],
                            "params": list(kernel.params)}
     if emit_code:

@@ -82,6 +82,7 @@ class Schedule:
     inline_update = _as_method(p.inline_update)
     pad_einsum = _as_method(p.pad_einsum)
     parallel = _as_method(p.parallel)
+    partition = _as_method(p.partition)
     reindex = _as_method(p.reindex)
     reorder = _as_method(p.reorder)
     reverse_compute_at = _as_method(p.reverse_compute_at)

@@ -53,8 +53,18 @@
 //
 // Polling. A thread polling an mbarrier phase that has not completed, or arriving on one
 // (wgmma.h), steps aside (AT_POLL) and runs again in the next round; a round in which every
-// thread that ran only polled again, with nothing else done, is a deadlock, reported as such. Headers with per-block or per-thread state of
-// their own (wgmma.h) register hooks for a block's start and end and a thread's end.
+// thread that ran only polled again, with nothing else done, is a deadlock, reported as such
+// (after the hooks of other headers had their say: wgmma.h names a barrier whose transaction
+// bytes can never arrive). Headers with per-block or per-thread state of their own (wgmma.h)
+// register hooks for a block's start and end and a thread's end.
+//
+// Clusters. A launch with thread-block clusters (of `cluster` blocks along x) runs the blocks
+// of each cluster together: their threads are scheduled as one group (a thread's slot is its
+// block's rank times the block's threads plus its index), blockIdx is the running thread's
+// own, and __syncthreads() waits for every thread of the cluster (a cluster barrier; a
+// kernel whose blocks synchronise differently is not emulated). Shared memory a cluster's
+// blocks reach one another's of is the per-block dynamic memory wgmma.h gives out; a static
+// __shared__ array, one copy here, is refused in a cluster launch.
 #pragma once
 #include <cstdarg>
 #include <cstdint>
@@ -99,6 +109,7 @@ struct Thread {
   size_t collectives;
   size_t exchanges;  // warp-collective exchanges passed (mma.sync, ldmatrix)
   unsigned barriers, accesses;  // barriers passed; shared accesses since the last one
+  unsigned cta;                 // its block's rank in the cluster (0 without clusters)
   char* stack;
   std::vector<AsyncCopy> issued;                 // cp.async copies not yet committed
   std::vector<std::vector<AsyncCopy>> groups;    // committed groups not yet waited for
@@ -129,6 +140,10 @@ inline bool copies_at_issue = false;
 inline std::vector<void (*)(unsigned)> block_start_hooks;
 inline std::vector<void (*)()> block_end_hooks;
 inline std::vector<void (*)()> thread_end_hooks;
+// Hooks that may explain a deadlock by a failure of their own (fail()) before it is reported.
+inline std::vector<void (*)()> deadlock_hooks;
+// The blocks of a cluster and the threads of a block, of the running launch.
+inline unsigned cluster_size = 1, block_threads = 0;
 // Set by a poll that found its phase incomplete (wgmma.h): a thread that steps aside to poll
 // again having done nothing else made no progress.
 inline bool idle_poll = false;
@@ -184,10 +199,12 @@ inline unsigned block_epoch = 0;
 inline std::vector<unsigned> warp_epochs;
 
 inline unsigned linear_id(const tz_dim3& i);
+// The running thread's slot in its cluster (its index in the block without clusters).
+inline unsigned thread_slot();
 
 inline Access now(bool collective) {
-  unsigned id = linear_id(current->index), warp = id / 32;
-  long agent = collective ? long(block_dim.x * block_dim.y * block_dim.z + warp) : long(id);
+  unsigned id = thread_slot(), warp = id / 32;
+  long agent = collective ? long(block_threads * cluster_size + warp) : long(id);
   return Access{agent, warp, block_epoch, warp_epochs[warp]};
 }
 
@@ -198,13 +215,14 @@ inline bool ordered(const Access& before, const Access& after) {
 
 // "thread (x, y, z)" or "the wmma operation of warp w".
 inline const char* describe(const Access& a, char* text, size_t size) {
-  long count = long(block_dim.x * block_dim.y * block_dim.z);
+  long count = long(block_threads * cluster_size);
   if (a.agent >= count) {
     snprintf(text, size, "the wmma operation of warp %ld", a.agent - count);
   } else {
-    unsigned id = unsigned(a.agent);
-    snprintf(text, size, "thread (%u, %u, %u)", id % block_dim.x,
-             (id / block_dim.x) % block_dim.y, id / (block_dim.x * block_dim.y));
+    unsigned id = unsigned(a.agent) % block_threads, rank = unsigned(a.agent) / block_threads;
+    int n = snprintf(text, size, "thread (%u, %u, %u)", id % block_dim.x,
+                     (id / block_dim.x) % block_dim.y, id / (block_dim.x * block_dim.y));
+    if (cluster_size > 1) snprintf(text + n, size - n, " of the cluster's block %u", rank);
   }
   return text;
 }
@@ -327,7 +345,7 @@ inline void record_bank(BankKind kind, const void* pointer, size_t bytes, size_t
                         size_t pitch = 0) {
   if (!trace_banks || block_index.x || block_index.y || block_index.z) return;
   if (!shared_array(pointer)) return;
-  unsigned id = linear_id(current->index);
+  unsigned id = thread_slot();
   unsigned rank = current->accesses++;
   if (kind == FRAGMENT_LOAD && id % 32) return;
   bank_records.push_back({uint64_t(kind), id / 32, current->barriers, rank, id % 32,
@@ -353,6 +371,10 @@ inline unsigned linear_id(const tz_dim3& i) {
   return i.x + block_dim.x * (i.y + block_dim.y * i.z);
 }
 
+inline unsigned thread_slot() {
+  return current->cta * block_threads + linear_id(current->index);
+}
+
 // One warp-collective operation of the current lane: checked against the warp's log.
 inline void collective(const char* kind, const void* pointer, unsigned ldm, size_t elem,
                        const void* fragment) {
@@ -364,7 +386,7 @@ inline void collective(const char* kind, const void* pointer, unsigned ldm, size
                      reinterpret_cast<uintptr_t>(current->stack);
   Collective entry{reinterpret_cast<uintptr_t>(kind), reinterpret_cast<uintptr_t>(pointer),
                    ldm, offset};
-  auto& log = warp_logs[linear_id(current->index) / 32];
+  auto& log = warp_logs[thread_slot() / 32];
   size_t n = current->collectives++;
   if (n == log.size()) {
     log.push_back(entry);
@@ -390,20 +412,28 @@ inline void entry() {
   current->state = DONE;
 }
 
-// Runs one launch; returns 0, or 1 with error_text set.
+// Runs one launch, its blocks in clusters of `cluster` along x; returns 0, or 1 with
+// error_text set.
 inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block, int reverse,
-                  int at_issue) {
+                  int at_issue, unsigned cluster = 1) {
   copies_at_issue = at_issue;
   grid_dim = grid;
   block_dim = block;
   kernel_body = &body;
   error_text[0] = race_text[0] = uninitialised_text[0] = 0;
-  unsigned count = block.x * block.y * block.z;
+  block_threads = block.x * block.y * block.z;
+  cluster_size = cluster;
+  if (cluster > 1 && (grid.x % cluster || block_threads % 32)) {
+    fail("a cluster of %u blocks along x requires gridDim.x a multiple of it and whole warps "
+         "per block, got gridDim.x %u and %u threads per block", cluster, grid.x, block_threads);
+    return 1;
+  }
+  unsigned count = block_threads * cluster;
   std::vector<Thread> threads(count);
   std::vector<std::vector<char>> stacks(count, std::vector<char>(STACK_BYTES));
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
+      for (unsigned bx = 0; bx < grid.x; bx += cluster) {
         block_index = {bx, by, bz};
         warp_logs.assign((count + 31) / 32, {});
         reset_shared((count + 31) / 32);
@@ -411,7 +441,9 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
         for (auto hook : block_start_hooks) hook(count);
         for (unsigned t = 0; t < count; ++t) {
           Thread& th = threads[t];
-          th.index = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+          unsigned local = t % block_threads;
+          th.cta = t / block_threads;
+          th.index = {local % block.x, (local / block.x) % block.y, local / (block.x * block.y)};
           th.state = RUNNING;
           th.collectives = 0;
           th.exchanges = 0;
@@ -433,11 +465,13 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
             if (polling) th.state = RUNNING;
             if (th.state != RUNNING) continue;
             current = &th;
+            block_index = {bx + th.cta, by, bz};
             idle_poll = false;
             swapcontext(&scheduler, &th.context);
             progressed = progressed || !polling || th.state != AT_POLL || !idle_poll;
           }
           current = nullptr;
+          block_index = {bx, by, bz};
           unsigned done = 0, at_block = 0, at_exchange = 0, at_poll = 0;
           bool released = false;
           for (unsigned w = 0; w * 32 < count; ++w) {
@@ -477,6 +511,8 @@ inline int launch(const std::function<void()>& body, tz_dim3 grid, tz_dim3 block
             return 1;
           }
           if (at_poll) {
+            for (auto hook : deadlock_hooks) hook();
+            if (error_text[0]) return 1;
             fail("deadlock: %u of %u threads poll an mbarrier phase that never completes, "
                  "%u wait at __syncthreads(), %u finished", at_poll, count, at_block, done);
             return 1;
@@ -513,6 +549,9 @@ inline void note_declared(const char* base) {
 // A shared array of the kernel, by name, for the reports.
 template <class T, size_t N> inline void tz_shared_declare(T (&array)[N], const char* name) {
   const char* base = reinterpret_cast<const char*>(array);
+  if (tz::cluster_size > 1)
+    tz::fail("shared %s: a static __shared__ array in a cluster launch (one copy here, one per "
+             "block on a GPU)", name);
   tz::note_declared(base);
   if (tz::shared_array(base)) return;
   tz::shared_arrays.push_back({base, sizeof array, sizeof(T), name,
@@ -768,11 +807,11 @@ inline void mma_sync(fragment<accumulator, M, N, K, TC>& d,
 
 // ---- mma.sync and ldmatrix: per-lane registers, exchanged through the warp's mailbox ---------
 namespace tz {
-inline unsigned lane_id() { return linear_id(current->index) % 32; }
+inline unsigned lane_id() { return thread_slot() % 32; }
 
 // This lane's mailbox for its next exchange.
 inline Mailbox& mailbox() {
-  return mailboxes[2 * (linear_id(current->index) / 32) + current->exchanges % 2];
+  return mailboxes[2 * (thread_slot() / 32) + current->exchanges % 2];
 }
 
 // Waits until every lane of the warp has posted to the mailbox.

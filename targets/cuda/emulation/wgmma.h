@@ -4,7 +4,8 @@
 // complete. Included by mma.h, whose thread model it extends.
 //
 // Shared addresses. A descriptor holds an 18-bit shared-memory address. Here the shared
-// window starts at the lowest shared array the running kernel declared, and an address is
+// window is the running thread's block's TZ_CTA_SHARED buffer (below, Clusters) where it has
+// one, else it starts at the lowest shared array the running kernel declared; an address is
 // the offset from it (a kernel whose shared arrays lie further apart than the window is
 // reported).
 //
@@ -22,7 +23,9 @@
 //
 // wgmma. The 128 threads of a warpgroup each issue the instruction; each computes its own
 // accumulator registers (the PTX ISA's layout, targets/cuda/wgmma.py) from the tiles its
-// descriptors name, in k order (integers exactly, wrapping in 32 bits; floats in float).
+// descriptors name, in k order (integers exactly, wrapping in 32 bits; floats in float),
+// through the descriptor's swizzle mode as the copies apply theirs (below); bytes read
+// through one mode that a copy landed with another are reported as a swizzle mismatch.
 // The tiles' bytes are being read from the issue until the thread's wgmma.wait_group
 // retires the group holding it.
 //
@@ -32,9 +35,23 @@
 // element size, the swizzle mode) in a layout of its own (TensorMapFields), which only its
 // copy reads. The copy follows the PTX ISA's description ("Tensor Copy", "Bounding Box"): the
 // box of box[0] x box[1] elements at coordinates (x, y) lands row-major and densely in
-// shared memory (no swizzle: box row r at r * box[0] elements), elements outside the
-// tensor's extents are zero-filled, and the full box's bytes count against the mbarrier's
-// transactions. A copy completing more bytes than the phase expects is reported.
+// shared memory (box row r at r * box[0] elements), then swizzled by the map's mode: the
+// 16-byte chunk index within a span of 32, 64 or 128 bytes XORed with the index of its
+// 128-byte line (both from the shared address, so a swizzled box must start at a multiple
+// of the pattern's repeat, 8 spans). Elements outside the tensor's extents are zero-filled,
+// and the full box's bytes count against the mbarrier's transactions. A copy completing
+// more bytes than the phase expects is reported.
+//
+// Clusters (mma.h runs a cluster's blocks together). Each block of a cluster has its own
+// dynamic shared memory (TZ_CTA_SHARED: one 1024-byte aligned buffer per block rank, reused by
+// every launch as a static array is), and its shared addresses are offsets into it. A
+// multicast tensor copy lands its box at the same offset in every block its mask names, each
+// counted against the mbarrier at the same offset there; a remote arrival (mapa, then
+// mbarrier.arrive.shared::cluster) arrives on the mbarrier at an offset in another block.
+// A block's transaction bytes may arrive before its own arrive.expect_tx announces them (a
+// multicast from another block): only a copy into the issuing block is checked against the
+// bytes announced. A deadlock whose phase awaits bytes no copy in flight will bring, or has
+// received more than announced, is reported as such, naming the mbarrier and its block.
 //
 // Races, reported by name: a wgmma reading bytes a bulk copy has in flight (a consumer
 // reading a stage before its mbarrier phase completes); a bulk copy into bytes a thread's
@@ -42,9 +59,12 @@
 // flight into one byte. A thread ending with wgmma groups it never waited for, and a block
 // ending with bulk copies in flight, are reported too.
 #pragma once
+#include <algorithm>
 #include <map>
+#include <memory>
 
 #define __grid_constant__
+#define __cluster_dims__(x, y, z)
 
 // 128 bytes as the driver's, but only 8-byte aligned: a 64-byte aligned argument would
 // realign each emulated thread's frame by its stack's own offset, and the warp-collective
@@ -85,11 +105,12 @@ struct ByteRange {
   bool overlaps(const char* p, size_t n) const { return p < begin + bytes && begin < p + n; }
 };
 
-// A bulk copy that has landed: its bytes, and the phase of its mbarrier it completed in.
+// A bulk copy that has landed: its bytes, the phase of its mbarrier it completed in, and the
+// swizzle span it landed with (16: none).
 struct Landed {
   ByteRange range;
   unsigned long long* bar;
-  unsigned phase, issuer;
+  unsigned phase, issuer, span;
 };
 
 // One thread's wgmma reads: issued since its last commit, and committed groups in order.
@@ -105,11 +126,64 @@ inline std::vector<WgmmaReads> wgmma_reads;
 // Per thread and mbarrier, the phases it has seen complete (by a successful try_wait).
 inline std::vector<std::map<const void*, unsigned>> phases_seen;
 
+// The 18-bit shared window: one block's shared memory.
+const size_t CTA_SHARED_BYTES = 256 * 1024;
+const size_t CTA_SHARED_ALIGNMENT = 1024;
+inline std::vector<std::unique_ptr<char[]>> cta_storage;
+// Per block rank, its buffer (aligned within cta_storage), and whether a block of the running
+// cluster has taken it (its window).
+inline std::vector<char*> cta_buffers;
+inline std::vector<const char*> cta_windows;
+
+// The dynamic shared memory of the running thread's block (TZ_CTA_SHARED).
+inline unsigned char* cta_shared(size_t bytes) {
+  unsigned rank = current->cta;
+  if (bytes > CTA_SHARED_BYTES)
+    fail("dynamic shared memory of %zu bytes: more than the %zu of a block's shared window",
+         bytes, CTA_SHARED_BYTES);
+  while (cta_buffers.size() <= rank) {
+    cta_storage.emplace_back(new char[CTA_SHARED_BYTES + CTA_SHARED_ALIGNMENT]);
+    char* raw = cta_storage.back().get();
+    cta_buffers.push_back(raw + (CTA_SHARED_ALIGNMENT - reinterpret_cast<uintptr_t>(raw) %
+                                 CTA_SHARED_ALIGNMENT) % CTA_SHARED_ALIGNMENT);
+  }
+  if (cta_windows.size() <= rank) cta_windows.resize(rank + 1, nullptr);
+  if (!cta_windows[rank]) {
+    // The buffer's first use in this cluster: the arrays an earlier kernel declared in it
+    // (of other sizes) are forgotten, so that this kernel's declarations take their place.
+    const char* begin = cta_buffers[rank];
+    shared_arrays.erase(std::remove_if(shared_arrays.begin(), shared_arrays.end(),
+                                       [&](const SharedArray& array) {
+                                         return array.base >= begin &&
+                                                array.base < begin + CTA_SHARED_BYTES;
+                                       }),
+                        shared_arrays.end());
+    cta_windows[rank] = begin;
+  }
+  return reinterpret_cast<unsigned char*>(cta_buffers[rank]);
+}
+
 inline const char* shared_window() {
+  if (current && current->cta < cta_windows.size() && cta_windows[current->cta])
+    return cta_windows[current->cta];
   const char* low = nullptr;
   for (const char* base : declared_bases)
     if (!low || base < low) low = base;
   return low;
+}
+
+// The rank of the block whose shared window holds `p` (the running thread's when none does).
+inline unsigned block_of(const void* p) {
+  const char* q = static_cast<const char*>(p);
+  for (unsigned rank = 0; rank < cta_windows.size(); ++rank)
+    if (cta_windows[rank] && q >= cta_windows[rank] && q < cta_windows[rank] + CTA_SHARED_BYTES)
+      return rank;
+  return current ? current->cta : 0;
+}
+
+inline const char* window_of(const void* p) {
+  unsigned rank = block_of(p);
+  return rank < cta_windows.size() && cta_windows[rank] ? cta_windows[rank] : shared_window();
 }
 
 inline void describe_shared(const void* p, char* text, size_t size) {
@@ -118,8 +192,10 @@ inline void describe_shared(const void* p, char* text, size_t size) {
     snprintf(text, size, "%p", p);
     return;
   }
-  snprintf(text, size, "%s[%zu]", array->name,
-           size_t(static_cast<const char*>(p) - array->base) / array->element);
+  int n = snprintf(text, size, "%s[%zu]", array->name,
+                   size_t(static_cast<const char*>(p) - array->base) / array->element);
+  if (cluster_size > 1)
+    snprintf(text + n, size - n, " of the cluster's block %u", block_of(p));
 }
 
 inline Mbarrier* mbarrier(unsigned long long* bar, const char* what) {
@@ -136,12 +212,29 @@ inline void complete_phase_if_done(Mbarrier& b) {
   }
 }
 
-// The box of `map` at (x, y) into `dst`, row-major, zero outside the tensor's extents.
+// Swizzle spans (bytes of a row of the pattern; 16: none) by a tensor map's mode
+// (CU_TENSOR_MAP_SWIZZLE_*) and by a descriptor's (bits 62-63): they number them differently.
+inline unsigned map_span(unsigned mode) { return 16u << mode; }
+inline unsigned descriptor_span(unsigned mode) { return mode == 0 ? 16u : 256u >> mode; }
+
+// Where the byte at `p` lies under the swizzle of `span` bytes: its 16-byte chunk index
+// within the span XORed with the index of its 128-byte line (both from the shared address,
+// as the hardware computes them; Swizzle<log2(span / 16), 4, 3> in CUTLASS's terms).
+inline char* swizzled(const char* p, unsigned span) {
+  const char* window = window_of(p);
+  size_t a = size_t(p - window);
+  a ^= ((a >> 7) & (span / 16 - 1)) << 4;
+  return const_cast<char*>(window) + a;
+}
+
+// The box of `map` at (x, y) into `dst`, row-major under the map's swizzle, zero outside the
+// tensor's extents.
 inline void gather_box(char* dst, const TensorMapFields& map, long long x, long long y) {
+  unsigned span = map_span(map.swizzle);
   for (unsigned r = 0; r < map.box[1]; ++r)
     for (unsigned e = 0; e < map.box[0]; ++e) {
       long long gx = x + e, gy = y + r;
-      char* to = dst + (size_t(r) * map.box[0] + e) * map.element;
+      char* to = swizzled(dst + (size_t(r) * map.box[0] + e) * map.element, span);
       bool inside = gx >= 0 && gy >= 0 && gx < (long long)map.dims[0] &&
                     gy < (long long)map.dims[1];
       if (inside) std::memcpy(to, map.address + gy * map.stride + gx * map.element, map.element);
@@ -152,7 +245,8 @@ inline void gather_box(char* dst, const TensorMapFields& map, long long x, long 
 inline void land_bulk(const BulkCopy& copy) {
   gather_box(copy.dst, *copy.map, copy.x, copy.y);
   Mbarrier& b = mbarriers[copy.bar];
-  landed.push_back({{copy.dst, copy.bytes}, copy.bar, b.phase, copy.issuer});
+  landed.push_back({{copy.dst, copy.bytes}, copy.bar, b.phase, copy.issuer,
+                    map_span(copy.map->swizzle)});
   b.tx -= static_cast<long long>(copy.bytes);
   complete_phase_if_done(b);
 }
@@ -173,6 +267,7 @@ inline void hopper_block_start(unsigned threads) {
   landed.clear();
   wgmma_reads.assign(threads, WgmmaReads{});
   phases_seen.assign(threads, {});
+  cta_windows.clear();
 }
 
 // (A race already reported explains copies left in flight.)
@@ -195,7 +290,7 @@ inline const bool hopper_hooks = [] {
   return true;
 }();
 
-inline unsigned thread_id() { return linear_id(current->index); }
+inline unsigned thread_id() { return thread_slot(); }
 
 // A scheduling point: the thread runs again in the scheduler's next round.
 inline void step_aside() {
@@ -203,9 +298,25 @@ inline void step_aside() {
   swapcontext(&current->context, &scheduler);
 }
 
-inline void describe_thread(unsigned id, char* text, size_t size) {
-  snprintf(text, size, "thread (%u, %u, %u)", id % block_dim.x, (id / block_dim.x) % block_dim.y,
-           id / (block_dim.x * block_dim.y));
+inline void describe_thread(unsigned slot, char* text, size_t size) {
+  unsigned id = slot % block_threads;
+  int n = snprintf(text, size, "thread (%u, %u, %u)", id % block_dim.x,
+                   (id / block_dim.x) % block_dim.y, id / (block_dim.x * block_dim.y));
+  if (cluster_size > 1)
+    snprintf(text + n, size - n, " of the cluster's block %u", slot / block_threads);
+}
+
+// A descriptor's swizzle is not the one its bytes landed with: the wgmma would read
+// another element than the one the copy put there.
+inline void swizzle_mismatch(const char* at, unsigned span, unsigned landed_span,
+                             unsigned issuer) {
+  char where[96], who[64], whom[64];
+  describe_shared(at, where, sizeof where);
+  describe_thread(thread_id(), who, sizeof who);
+  describe_thread(issuer, whom, sizeof whom);
+  fail("swizzle mismatch on shared %s: the wgmma of %s reads it through a descriptor of the "
+       "%u-byte swizzle span, but the tensor copy that %s issued landed it with a %u-byte span "
+       "(16: no swizzle)", where, who, span, whom, landed_span);
 }
 
 inline void early_read(const char* at, const char* how, unsigned issuer) {
@@ -218,9 +329,10 @@ inline void early_read(const char* at, const char* how, unsigned issuer) {
        "(a bulk copy that %s issued into it %s)", where, who, whom, how);
 }
 
-// A wgmma's read of `bytes` at `p`: inside shared memory, no bulk copy in flight into it,
-// and the phase the last copy into it completed seen by this thread.
-inline void wgmma_read(const char* p, size_t bytes) {
+// A wgmma's read of `bytes` at `p` through a descriptor of swizzle span `span`: inside shared
+// memory, no bulk copy in flight into it, the phase the last copy into it completed seen by
+// this thread, and that copy landed with the same swizzle.
+inline void wgmma_read(const char* p, size_t bytes, unsigned span) {
   if (!shared_array(p)) {
     fail("wgmma: a descriptor names %p, outside every shared array", static_cast<const void*>(p));
     return;
@@ -237,38 +349,49 @@ inline void wgmma_read(const char* p, size_t bytes) {
     if (phases_seen[thread_id()][at->bar] <= at->phase)
       early_read(std::max<const char*>(p, at->range.begin),
                  "completes a phase this thread has not waited for", at->issuer);
+    else if (at->span != span)
+      swizzle_mismatch(std::max<const char*>(p, at->range.begin), span, at->span, at->issuer);
     break;
   }
   wgmma_reads[thread_id()].open.push_back({p, bytes});
 }
 
-// Element (row, kbyte) of a K-major tile of 8 x 16-byte core matrices (no swizzle).
-inline const char* core_element(const char* start, unsigned leading, unsigned stride,
-                                int row, int kbyte) {
-  return start + (row / 8) * stride + (kbyte / 16) * leading + (row % 8) * 16 + kbyte % 16;
-}
-
 struct Descriptor {
   const char* start;
-  unsigned leading, stride, swizzle;
+  unsigned leading, stride, span;
 };
 
 inline Descriptor decode(const unsigned* d) {
   unsigned long long desc = d[0] | static_cast<unsigned long long>(d[1]) << 32;
   return Descriptor{shared_window() + ((desc & 0x3FFFu) << 4),
                     unsigned((desc >> 16 & 0x3FFFu) << 4), unsigned((desc >> 32 & 0x3FFFu) << 4),
-                    unsigned(desc >> 62)};
+                    descriptor_span(unsigned(desc >> 62))};
 }
 
-// The rows x 32-byte K-major tile a descriptor names, recorded as read; false on a failure.
+// Element (row, kbyte) of a K-major tile (kbyte < 32: one wgmma step). Without swizzle, 8 x
+// 16-byte core matrices: rows 16 bytes apart, the two along k `leading` apart, 8-row groups
+// `stride` apart. Swizzled, rows a span apart with k along the row from the start address,
+// 8-row groups `stride` apart, and the swizzle applied to the address.
+inline const char* tile_element(const Descriptor& d, int row, int kbyte) {
+  if (d.span == 16)
+    return d.start + (row / 8) * d.stride + (kbyte / 16) * d.leading + (row % 8) * 16 +
+           kbyte % 16;
+  return swizzled(d.start + (row / 8) * d.stride + (row % 8) * d.span + kbyte, d.span);
+}
+
+// The rows x 32-byte K-major tile a descriptor names, recorded as read (per 8-row group: its
+// two core matrices, or swizzled the group's 8 rows of the span, which hold the step's
+// bytes); false on a failure.
 inline bool read_tile(const Descriptor& d, int rows) {
-  if (d.swizzle != 0) {
-    fail("wgmma: swizzle mode %u is not emulated (only 0, no swizzle)", d.swizzle);
-    return false;
+  for (int group = 0; group < rows / 8; ++group) {
+    if (d.span == 16) {
+      for (int core = 0; core < 2; ++core)
+        wgmma_read(tile_element(d, group * 8, core * 16), 128, d.span);
+      continue;
+    }
+    const char* row_start = d.start - size_t(d.start - shared_window()) % d.span;
+    wgmma_read(row_start + group * d.stride, 8 * d.span, d.span);
   }
-  for (int group = 0; group < rows / 8; ++group)
-    for (int core = 0; core < 2; ++core)
-      wgmma_read(core_element(d.start, d.leading, d.stride, group * 8, core * 16), 128);
   return !error_text[0];
 }
 
@@ -280,7 +403,7 @@ inline void wgmma(TC* acc, const unsigned* a, const unsigned* b, const char* kin
   collective(kind, nullptr, 0, 1, acc);
   Descriptor da = decode(a), db = decode(b);
   if (!read_tile(da, 64) || !read_tile(db, N)) return;
-  unsigned t = thread_id() % 128, w = t / 32, l = t % 32;
+  unsigned t = linear_id(current->index) % 128, w = t / 32, l = t % 32;
   using Wide = typename std::conditional<std::is_integral<TC>::value, long long, float>::type;
   for (int r = 0; r < N / 2; ++r) {
     int row = int(16 * w + l / 4 + 8 * (r / 2 % 2)), col = 8 * (r / 4) + int(2 * (l % 4)) + r % 2;
@@ -288,10 +411,8 @@ inline void wgmma(TC* acc, const unsigned* a, const unsigned* b, const char* kin
     for (int k = 0; k < K; ++k) {
       TA x;
       TB y;
-      std::memcpy(&x, core_element(da.start, da.leading, da.stride, row, k * sizeof(TA)),
-                  sizeof x);
-      std::memcpy(&y, core_element(db.start, db.leading, db.stride, col, k * sizeof(TB)),
-                  sizeof y);
+      std::memcpy(&x, tile_element(da, row, k * sizeof(TA)), sizeof x);
+      std::memcpy(&y, tile_element(db, col, k * sizeof(TB)), sizeof y);
       sum += static_cast<Wide>(static_cast<float>(x)) * static_cast<Wide>(static_cast<float>(y));
     }
     acc[r] = std::is_integral<TC>::value ? static_cast<TC>(static_cast<uint32_t>(sum))
@@ -418,8 +539,8 @@ inline void map_fail(const char* format, ...) {
 
 // The emulation's cuTensorMapEncodeTiled for a 2-d tensor, run on the host before the
 // launch: its fields, checked as the driver checks them (16-byte aligned address and row
-// stride, box extents 1 to 256, a box row a multiple of 16 bytes without interleave); a
-// failure is reported.
+// stride, box extents 1 to 256, a box row a multiple of 16 bytes without interleave and at
+// most the swizzle's span with one); a failure is reported.
 inline void tz_tensor_map_encode_tiled(CUtensorMap* map, unsigned element, const void* address,
                                        unsigned long long dim0, unsigned long long dim1,
                                        unsigned long long stride, unsigned box0, unsigned box1,
@@ -431,34 +552,139 @@ inline void tz_tensor_map_encode_tiled(CUtensorMap* map, unsigned element, const
   if (box0 < 1 || box0 > 256 || box1 < 1 || box1 > 256 || box0 * element % 16)
     tz::map_fail("tensor map: box %u x %u of %u-byte elements: extents must be 1 to 256 and a "
              "box row a multiple of 16 bytes", box0, box1, element);
-  if (swizzle != 0) tz::map_fail("tensor map: swizzle mode %u is not emulated (only 0)", swizzle);
+  if (swizzle > 3)
+    tz::map_fail("tensor map: swizzle mode %u is none of 0 (none), 1, 2, 3 (32, 64, 128 bytes)",
+                 swizzle);
+  else if (swizzle && box0 * element > tz::map_span(swizzle))
+    tz::map_fail("tensor map: a box row of %u bytes exceeds the %u-byte span of swizzle mode %u",
+                 box0 * element, tz::map_span(swizzle), swizzle);
   tz::TensorMapFields fields{tz::TENSOR_MAP_MAGIC, static_cast<const char*>(address),
                              {dim0, dim1}, stride, {box0, box1}, element, swizzle};
   std::memcpy(map, &fields, sizeof fields);
 }
 
+namespace tz {
+// The encoded fields of `map`, or nullptr after reporting a map never encoded.
+inline const TensorMapFields* encoded(const CUtensorMap* map) {
+  const TensorMapFields* fields = reinterpret_cast<const TensorMapFields*>(map);
+  if (fields->magic == TENSOR_MAP_MAGIC) return fields;
+  fail("cp.async.bulk.tensor at %p: the tensor map was never encoded",
+       static_cast<const void*>(map));
+  return nullptr;
+}
+
+// The issuing block's destination `dst` checked: shared, aligned, the box in bounds.
+inline bool check_destination(void* dst, const TensorMapFields& fields, size_t bytes) {
+  if (reinterpret_cast<uintptr_t>(dst) % 128)
+    fail("cp.async.bulk.tensor to %p: the shared destination must be 128-byte aligned", dst);
+  // The pattern is computed from the address bits: a box starts where it starts.
+  unsigned repeat = 8 * map_span(fields.swizzle);
+  if (fields.swizzle && shared_array(dst) && tz_shared_address(dst) % repeat)
+    fail("cp.async.bulk.tensor to %p: a box of swizzle mode %u must land at a multiple of "
+         "%u bytes (its pattern's repeat), got shared address %u", dst, fields.swizzle,
+         repeat, tz_shared_address(dst));
+  if (!shared_array(dst)) fail("cp.async.bulk.tensor to %p: not in shared memory", dst);
+  check_bounds(dst, bytes, "written");
+  return !error_text[0];
+}
+
+// The box of `fields` at (x, y), `bytes` of it, into `d` counted against `bar` (of some block
+// of the cluster); checked against the phase's announced bytes when `announced` (a copy
+// into the issuing block), then landed or put in flight.
+inline void issue_copy(char* d, const TensorMapFields* fields, long long x, long long y,
+                       unsigned long long* bar, size_t bytes, bool announced) {
+  Mbarrier* b = mbarrier(bar, "cp.async.bulk.tensor");
+  if (!b || error_text[0]) return;
+  if (announced) check_announced(*b, bar, bytes);
+  check_bulk_target(d, bytes);
+  BulkCopy copy{d, bytes, bar, thread_id(), fields, x, y};
+  if (copies_at_issue) land_bulk(copy);
+  else bulk_in_flight.push_back(copy);
+}
+
+// The address at `p`'s offset in the shared window of the cluster's block `rank` (mapa), or
+// nullptr after reporting a rank outside the cluster or a block without shared memory yet.
+inline char* in_block(const void* p, unsigned rank, const char* what) {
+  if (rank >= cluster_size) {
+    fail("%s: block rank %u outside the cluster of %u", what, rank, cluster_size);
+    return nullptr;
+  }
+  if (rank >= cta_windows.size() || !cta_windows[rank]) {
+    fail("%s: the cluster's block %u has no shared memory yet (a cluster barrier missing "
+         "after the blocks' set-up)", what, rank);
+    return nullptr;
+  }
+  return const_cast<char*>(cta_windows[rank]) + (static_cast<const char*>(p) - shared_window());
+}
+
+// A deadlock explained: a phase whose arrivals are all in and whose transaction bytes no copy
+// in flight will settle.
+inline void explain_stuck_barriers() {
+  for (auto& [address, b] : mbarriers) {
+    if (b.pending != 0 || b.tx == 0) continue;
+    bool coming = false;
+    for (auto& copy : bulk_in_flight) coming = coming || copy.bar == address;
+    if (coming) continue;
+    char where[128];
+    describe_shared(address, where, sizeof where);
+    if (b.tx > 0)
+      fail("deadlock on mbarrier %s: its phase awaits %lld transaction bytes that no tensor "
+           "copy in flight will bring (a multicast mask missing the block, or an "
+           "arrive.expect_tx announcing more than its copies)", where, b.tx);
+    else
+      fail("deadlock on mbarrier %s: its phase received %lld transaction bytes more than its "
+           "arrive.expect_tx announced (a count short of the copies, a multicast among them)",
+           where, -b.tx);
+    return;
+  }
+}
+
+inline const bool cluster_hooks = [] {
+  deadlock_hooks.push_back(explain_stuck_barriers);
+  return true;
+}();
+}  // namespace tz
+
+#define TZ_CTA_SHARED(name, bytes) unsigned char* name = tz::cta_shared(bytes)
+
+inline unsigned tz_cluster_rank() { return tz::current->cta; }
+// barrier.cluster.arrive and wait: here __syncthreads(), which waits for the whole cluster.
+inline void tz_cluster_sync() { __syncthreads(); }
+
+// One arrival on the mbarrier at `bar`'s offset in the cluster's block `rank`.
+inline void tz_mbarrier_arrive_cluster(unsigned long long* bar, unsigned rank) {
+  char* remote = tz::in_block(bar, rank, "mbarrier.arrive.shared::cluster");
+  if (remote) tz_mbarrier_arrive(reinterpret_cast<unsigned long long*>(remote));
+}
+
 // cp.async.bulk.tensor.2d: the box of `map` at (x, y) into `dst`, counted against `bar`.
 inline void tz_tensor_copy_2d(void* dst, const CUtensorMap* map, int x, int y,
                               unsigned long long* bar) {
-  const tz::TensorMapFields* fields = reinterpret_cast<const tz::TensorMapFields*>(map);
-  if (fields->magic != tz::TENSOR_MAP_MAGIC) {
-    tz::fail("cp.async.bulk.tensor at %p: the tensor map was never encoded",
-             static_cast<const void*>(map));
-    return;
-  }
-  char* d = static_cast<char*>(dst);
+  const tz::TensorMapFields* fields = tz::encoded(map);
+  if (!fields) return;
   size_t bytes = size_t(fields->box[0]) * fields->box[1] * fields->element;
-  if (reinterpret_cast<uintptr_t>(dst) % 128)
-    tz::fail("cp.async.bulk.tensor to %p: the shared destination must be 128-byte aligned", dst);
-  if (!tz::shared_array(dst)) tz::fail("cp.async.bulk.tensor to %p: not in shared memory", dst);
-  tz::check_bounds(dst, bytes, "written");
-  tz::Mbarrier* b = tz::mbarrier(bar, "cp.async.bulk.tensor");
-  if (!b || tz::error_text[0]) return;
-  tz::check_announced(*b, bar, bytes);
-  tz::check_bulk_target(d, bytes);
-  tz::BulkCopy copy{d, bytes, bar, tz::thread_id(), fields, x, y};
-  if (tz::copies_at_issue) tz::land_bulk(copy);
-  else tz::bulk_in_flight.push_back(copy);
+  if (tz::check_destination(dst, *fields, bytes))
+    tz::issue_copy(static_cast<char*>(dst), fields, x, y, bar, bytes, true);
+}
+
+// The same with .multicast::cluster: the box lands at `dst`'s offset in each block of the
+// cluster whose bit `mask` sets, counted against the mbarrier at `bar`'s offset there.
+inline void tz_tensor_copy_2d_multicast(void* dst, const CUtensorMap* map, int x, int y,
+                                        unsigned long long* bar, unsigned short mask) {
+  const tz::TensorMapFields* fields = tz::encoded(map);
+  if (!fields) return;
+  size_t bytes = size_t(fields->box[0]) * fields->box[1] * fields->element;
+  if (!mask) tz::fail("cp.async.bulk.tensor.multicast::cluster: an empty mask");
+  if (!tz::check_destination(dst, *fields, bytes)) return;
+  for (unsigned rank = 0; rank < 16; ++rank) {
+    if (!(mask >> rank & 1u)) continue;
+    const char* what = "cp.async.bulk.tensor.multicast::cluster";
+    char* d = tz::in_block(dst, rank, what);
+    char* b = tz::in_block(bar, rank, what);
+    if (!d || !b) return;
+    tz::issue_copy(d, fields, x, y, reinterpret_cast<unsigned long long*>(b), bytes,
+                   rank == tz_cluster_rank());
+  }
 }
 
 #define TZ_WGMMA(N, K, T, TYPE, ACC, ACC_TYPE)                                              \

@@ -21,6 +21,7 @@ from tensorize.schedule.primitives.layout import (reindex, transform_block_layou
 from tensorize.schedule.primitives.loop_kinds import bind, parallel, unroll, vectorize
 from tensorize.schedule.primitives.loops import fuse, reorder, split
 from tensorize.schedule.primitives.padding import pad_einsum
+from tensorize.schedule.primitives.partition import partition
 from tensorize.schedule.primitives.reduction import decompose_reduction
 from tensorize.schedule.primitives.shift import shift_operand
 from tensorize.schedule.primitives.split_reduction import split_reduction
@@ -29,6 +30,7 @@ from tensorize.schedule.primitives.tensorize_call import tensorize
 PRIMITIVES: dict[str, Callable[..., Any]] = {f.__name__: f for f in (
     bind, blockize, cache_read, cache_write, compact_buffer, compute_at, compute_inline,
     decompose_reduction, diagonalize, fold_init, fuse, inline_update, pad_einsum, parallel,
+    partition,
     reindex, reorder,
     reverse_compute_at, shift_operand, split, split_reduction, tensorize, transform_block_layout,
     transform_layout, unroll, vectorize, write_in_place)}

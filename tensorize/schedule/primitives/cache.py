@@ -3,7 +3,10 @@
 ``cache_read`` copies what one block reads into a new buffer just before the block's loop
 nest and makes the block read the copy; ``cache_write`` makes a block write a new buffer and
 copies it back just after. The copy buffer has the original's shape (``compact_buffer``
-shrinks it later) and lives in the root block's ``alloc_buffers``.
+shrinks it later) and lives in the root block's ``alloc_buffers``; where the block accesses
+a box at constant offsets short of the whole buffer (one half of a ``partition``: rows
+``i + 32`` of A), the copy has the box's shape and the block indexes it from 0, so the
+copy's loops run its whole iteration domain (``compute_at`` requires that).
 
 The copy goes around the outermost statement holding the block that no other block writes
 (for a read) or touches (for a write) the buffer in: at root level, beside the block's whole
@@ -16,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from intrinsics import Registry, Scope
-from ir import (Block, BlockRealize, Buffer, BufferRegion, BufferStore, IntImm, IterVar, PrimFunc,
-                Stmt, Var, replace_buffers)
+from ir import (Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, Expr, IntImm,
+                IntrinsicCall, IterVar, Mutator, PrimFunc, Stmt, Var, replace_buffers)
+from ir.arith import simplify
 from tensorize.schedule import tree
 from tensorize.schedule.check import arg_check, check, fail
 from tensorize.schedule.coverage import box_of, clipped_box, region_in_loops, relax, writes_exactly
@@ -83,40 +87,102 @@ def _outermost_free(site: Site, busy: Callable[[Site], bool], siblings: list[Sit
     return site.realize
 
 
-def _copy_block(name: str, source: Buffer, dest: Buffer) -> Block:
-    """A block copying ``source`` to ``dest`` elementwise, one iterator per dimension."""
-    iterators = tuple(IterVar(Var(f"v{d}"), extent) for d, extent in enumerate(source.shape))
-    indices = tuple(iv.var for iv in iterators)
-    store = BufferStore(dest, source[indices], indices)
+def _copy_block(name: str, source: Buffer, dest: Buffer,
+                box: list[tuple[int, int]] | None = None, from_cache: bool = False) -> Block:
+    """A block copying ``source`` to ``dest`` elementwise, one iterator per dimension: over
+    the whole buffer, or over ``box`` ((start, extent) per dimension, :func:`_fixed_box`),
+    which the cache (``dest``, or ``source`` when ``from_cache``) holds alone, from 0; the
+    other buffer is indexed at start + iterator."""
+    dims = box or [(0, extent) for extent in source.shape]
+    iterators = tuple(IterVar(Var(f"v{d}"), extent) for d, (_, extent) in enumerate(dims))
+    own = tuple(iv.var for iv in iterators)
+    placed = tuple(v + start if start else v for v, (start, _) in zip(own, dims))
+    read, written = (own, placed) if from_cache else (placed, own)
+    store = BufferStore(dest, source[read], written)
     return with_regions(Block(name, iterators, (), (), store))
 
 
-def _copy_nest(site: Site, place: Stmt, region: BufferRegion, block: Block) -> Stmt:
-    """Loops around ``block`` over ``region`` (in loop variables outside ``place``)."""
+def _fixed_box(region: BufferRegion, block: Block) -> list[tuple[int, int]] | None:
+    """The region as (start, extent) per dimension when every start is a constant and it is
+    short of the whole buffer (the rows of a ``partition``ed block), and ``block`` can be
+    re-indexed (it calls no opaque intrinsic): the cache then holds the region alone, so
+    a copy over it runs its whole iteration domain, as ``compute_at`` requires. None
+    otherwise: the cache has the buffer's shape."""
+    box = [(start, min(extent, dim)) for (start, extent), dim in
+           zip(box_of(region), region.buffer.shape)]
+    fixed = [(start.value, extent) for start, extent in box if isinstance(start, IntImm)]
+    if len(fixed) != len(box) or _opaque(block):
+        return None
+    whole = all(extent == dim for (_, extent), dim in zip(fixed, region.buffer.shape))
+    return None if whole else fixed
+
+
+def _opaque(block: Block) -> bool:
+    """Whether ``block`` calls an intrinsic (its regions are declared, not inferred)."""
+    parts = (block.body,) if block.init is None else (block.init, block.body)
+    return any(isinstance(node, IntrinsicCall) for part in parts
+               for node, _ in tree.walk_under(part))
+
+
+def _copy_nest(site: Site, place: Stmt, region: BufferRegion, block: Block,
+               fixed: bool = False) -> Stmt:
+    """Loops around ``block`` over ``region`` (in loop variables outside ``place``); from 0
+    where the block's iterators are the region's own (``fixed``)."""
     starts, extents = [], []
     for (start, extent), dim in zip(box_of(region), region.buffer.shape):
         if extent >= dim:
             start, extent = IntImm(0), dim
-        starts.append(start)
+        starts.append(IntImm(0) if fixed else start)
         extents.append(extent)
     inside = {id(loop) for loop in loops_below(site, place)}
     outside = [loop for loop in site.loops if id(loop) not in inside]
     return build_nest(block, starts, extents, {**scope_ranges(site), **loop_ranges(outside)})
 
 
-def _cache_buffer(func: PrimFunc, buffer: Buffer, scope: str) -> Buffer:
+def _cache_buffer(func: PrimFunc, buffer: Buffer, scope: str,
+                  box: list[tuple[int, int]] | None = None) -> Buffer:
+    """The cache of ``buffer`` in ``scope``: of its shape, or of ``box``'s extents."""
     base = f"{buffer.name}_{scope.replace('.', '_')}"
-    return buffer.with_(name=unique_name(base, buffer_names(func)), scope=scope, strides=None)
+    shape = buffer.shape if box is None else tuple(extent for _, extent in box)
+    return buffer.with_(name=unique_name(base, buffer_names(func)), scope=scope, strides=None,
+                        shape=shape)
 
 
 def _block_name(func: PrimFunc, buffer: Buffer) -> str:
     return unique_name(buffer.name, tree.block_names(func))
 
 
-def _rewritten(site: Site, old: Buffer, new: Buffer) -> BlockRealize:
+def _rewritten(site: Site, old: Buffer, new: Buffer,
+               box: list[tuple[int, int]] | None = None) -> BlockRealize:
+    """The block's realize accessing ``new`` for ``old``: at the same indices, or at each
+    index less its dimension's start in ``box``."""
     realize = site.realize
-    return BlockRealize(realize.bindings, replace_buffers(realize.block, {old: new}),
-                        realize.predicate, realize.loc)
+    block = replace_buffers(realize.block, {old: new}) if box is None else with_regions(
+        _Shift(old, new, tuple(start for start, _ in box)).visit(realize.block))
+    return BlockRealize(realize.bindings, block, realize.predicate, realize.loc)
+
+
+class _Shift(Mutator):
+    """Every load and store of ``old`` becomes one of ``new`` at its indices less
+    ``starts``."""
+
+    def __init__(self, old: Buffer, new: Buffer, starts: tuple[int, ...]) -> None:
+        self.old, self.new, self.starts = old, new, starts
+
+    def shifted(self, indices: tuple[Expr, ...]) -> tuple[Expr, ...]:
+        """``indices`` less the starts."""
+        return tuple(simplify(i - s) if s else i for i, s in zip(indices, self.starts))
+
+    def visit_BufferLoad(self, load: BufferLoad) -> Expr:
+        if load.buffer is not self.old:
+            return self.generic_visit(load)
+        return BufferLoad(self.new, self.shifted(self.visit(load.indices)), load.loc)
+
+    def visit_BufferStore(self, store: BufferStore) -> Stmt:
+        if store.buffer is not self.old:
+            return self.generic_visit(store)
+        return BufferStore(self.new, self.visit(store.value),
+                           self.shifted(self.visit(store.indices)), store.loc)
 
 
 def _placed(place: Stmt, site: Site, realize: BlockRealize) -> Stmt:
@@ -179,10 +245,11 @@ def cache_read(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str | S
     siblings = sibling_sites(func, site.scope)
     place = _outermost_free(site, lambda s: source in s.writes(), siblings)
     read = relax(region_in_loops(site.realize, region), loops_below(site, place))
-    cache = _cache_buffer(func, source, scope)
-    copy = _copy_block(_block_name(func, cache), source, cache)
-    nest = _copy_nest(site, place, read, copy)
-    placed = _placed(place, site, _rewritten(site, source, cache))
+    box = _fixed_box(read, site.block)
+    cache = _cache_buffer(func, source, scope, box)
+    copy = _copy_block(_block_name(func, cache), source, cache, box)
+    nest = _copy_nest(site, place, read, copy, box is not None)
+    placed = _placed(place, site, _rewritten(site, source, cache, box))
     return splice_func(func, {id(place): (nest, placed)}, (cache,)), BlockRV(copy.name)
 
 
@@ -238,9 +305,10 @@ def cache_write(func: PrimFunc, block: BlockRV, buffer: str | int, scope: str | 
           f"block {site.name!r} does not write every element of {dest.name} it covers in "
           "each iteration of the loops outside the copy-back (or the check cannot tell); "
           "copying back would store values it never wrote", site.realize)
-    cache = _cache_buffer(func, dest, scope)
-    copy = _copy_block(_block_name(func, cache), cache, dest)
-    nest = _copy_nest(site, place, written, copy)
-    placed = _placed(place, site, _rewritten(site, dest, cache))
+    box = _fixed_box(written, site.block)
+    cache = _cache_buffer(func, dest, scope, box)
+    copy = _copy_block(_block_name(func, cache), cache, dest, box, from_cache=True)
+    nest = _copy_nest(site, place, written, copy, box is not None)
+    placed = _placed(place, site, _rewritten(site, dest, cache, box))
     return splice_func(func, {id(place): (placed, nest)}, (cache,)), BlockRV(copy.name)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from ir import (Block, BlockRealize, Buffer, BufferLoad, BufferStore, Expr, For, IntImm,
                 IterKind, IterVar, PrimFunc, Var, const, substitute)
+from ir.arith import linearize
 from ir.expr import BinOp
 from ir.visitor import post_order_visit
 from tensorize.schedule import tree
@@ -43,11 +44,13 @@ def split_reduction(func: PrimFunc, block: BlockRV, loop: LoopRV, parts: int
     in a perfect loop nest binding each iterator to one loop in order, with no predicate;
     ``loop`` is one of those loops and binds a reduce iterator whose extent ``parts``
     divides; the body is ``O[idx] = O[idx] + v`` with ``v`` not reading ``O`` and ``idx``
-    the block's spatial iterators, each once; the init, if any, is one store to ``O[idx]``.
+    the block's spatial iterators, each once, each plus at most a constant (``O[i + 3]``,
+    the rest of a :func:`partition`); the init, if any, is one store to ``O[idx]``.
 
     The block keeps its name and writes a new root buffer ``<O>_part`` of shape ``(parts,
-    extents of idx)``, with a new first (spatial) iterator, the part, and the split
-    iterator's extent divided by ``parts``; its init zeroes the partial sums. A block
+    extents of idx)``, indexed by the iterators without their constants, with a new first
+    (spatial) iterator, the part, and the split iterator's extent divided by ``parts``; its
+    init zeroes the partial sums. A block
     ``<name>_sum`` right after its nest writes ``O``: the block's init, if it had one, then
     the parts added in order. Returns the new function and the handle of the sum block.
 
@@ -92,19 +95,16 @@ def split_reduction(func: PrimFunc, block: BlockRV, loop: LoopRV, parts: int
     split = _split_iterator(func, site, loop, parts)
     store, term = _accumulation(site)
     spatial = [iv for iv in site.block.iter_vars if iv.kind is IterKind.SPATIAL]
-    check(len(store.indices) == len(spatial)
-          and {id(i) for i in store.indices} == {id(iv.var) for iv in spatial}, _PRIMITIVE,
-          f"block {site.name!r} requires its output indexed by its spatial iterators, each "
-          f"once; got {store.buffer.name}[{', '.join(map(str, store.indices))}]", site.realize)
+    indexed = _output_iterators(site, store, spatial)
     extents = {iv.var: iv.extent for iv in spatial}
     partial = Buffer(unique_name(f"{store.buffer.name}_part", buffer_names(func)),
-                     (parts, *(extents[i] for i in store.indices)), store.buffer.dtype)
+                     (parts, *(extents[v] for v in indexed)), store.buffer.dtype)
 
     depth = split.extent // parts
     part_var = Var(f"{split.var.name}_s")
     part_loop = Var(f"{site.loops[site.block.iter_vars.index(split)].var.name}_s")
     slice_of = {split.var: part_var * depth + split.var}
-    part_index = (part_var, *store.indices)
+    part_index = (part_var, *indexed)
     load = BufferLoad(partial, part_index)
     body = BufferStore(partial, BinOp("add", load, substitute(term, slice_of)), part_index,
                        store.loc)
@@ -122,7 +122,7 @@ def split_reduction(func: PrimFunc, block: BlockRV, loop: LoopRV, parts: int
     stmt = For(part_loop, parts, stmt)
 
     summed = _sum_block(unique_name(f"{site.name}_sum", tree.block_names(func)), store,
-                        site.block.init, partial, [extents[i] for i in store.indices])
+                        site.block.init, partial, indexed, extents)
     nest = build_nest(summed, [IntImm(0)] * len(summed.iter_vars),
                       [iv.extent for iv in summed.iter_vars], {})
     new = splice_func(func, {id(site.loops[0]): (stmt, nest)}, (partial,))
@@ -169,15 +169,32 @@ def _accumulation(site: Site) -> tuple[BufferStore, Expr]:
     return store, term
 
 
+def _output_iterators(site: Site, store: BufferStore, spatial: list[IterVar]) -> list[Var]:
+    """The spatial iterator of each index of ``store``, which must be that iterator plus at
+    most a constant (the rest of a ``partition``: ``O[i + 3]``), each iterator once."""
+    forms = [linearize(index) for index in store.indices]
+    found = [atom for f in forms if len(f.terms) == 1
+             for atom, coeff in f.terms if coeff == 1 and isinstance(atom, Var)]
+    used = [id(v) for v in found]
+    check(len(found) == len(forms) and len(set(used)) == len(used)
+          and set(used) == {id(iv.var) for iv in spatial}, _PRIMITIVE,
+          f"block {site.name!r} requires its output indexed by its spatial iterators, each "
+          f"once and each plus at most a constant; got "
+          f"{store.buffer.name}[{', '.join(map(str, store.indices))}]", site.realize)
+    return found
+
+
 def _sum_block(name: str, store: BufferStore, init: BufferStore | None, partial: Buffer,
-               extents: list[int]) -> Block:
-    """``O[idx] = init; O[idx] += P[s, idx]`` over fresh iterators: the output's indices,
-    then the part (reduce)."""
-    iters = [IterVar(Var(f"v{d}"), extent) for d, extent in enumerate(extents)]
-    part = IterVar(Var(f"v{len(extents)}"), partial.shape[0], IterKind.REDUCE)
-    fresh = {old: iv.var for old, iv in zip(store.indices, iters)}
-    index = tuple(iv.var for iv in iters)
+               indexed: list[Var], extents: dict[Var, int]) -> Block:
+    """``O[idx] = init; O[idx] += P[s, i...]`` over fresh iterators ``i``, one for each
+    iterator of the output's indices (``indexed``; ``idx`` is the indices in them), then the
+    part (reduce)."""
+    iters = [IterVar(Var(f"v{d}"), extents[var]) for d, var in enumerate(indexed)]
+    part = IterVar(Var(f"v{len(indexed)}"), partial.shape[0], IterKind.REDUCE)
+    fresh = {var: iv.var for var, iv in zip(indexed, iters)}
+    index = tuple(substitute(i, fresh) for i in store.indices)
     total = BufferStore(store.buffer, BinOp("add", BufferLoad(store.buffer, index),
-                                            BufferLoad(partial, (part.var, *index))), index)
+                                            BufferLoad(partial, (part.var, *fresh.values()))),
+                        index)
     first = None if init is None else substitute(init, fresh)
     return with_regions(Block(name, (*iters, part), (), (), total, first))

@@ -181,9 +181,10 @@ def test_the_kernel_calls_the_yaml_templates_in_its_pipeline():
     gemm = kernel.launches[1]
     # One consumer warpgroup and one producer warp per 64 x 128 tile.
     assert gemm.block == (160, 1, 1) and gemm.grid == (1, 2, 1)
-    # Boxes of 16 bytes of k by the tile's rows, zero-filled past 100 x 200 and 72 x 200.
-    assert gemm.tensor_maps == (TensorMap("A", (200, 100), 400, (8, 64)),
-                                TensorMap("B_t", (200, 72), 400, (8, 128)))
+    # A stage's 128 bytes of k are one box per operand, by the tile's rows, landed with the
+    # 128-byte swizzle (the map's mode 3); zero-filled past 100 x 200 and 72 x 200.
+    assert gemm.tensor_maps == (TensorMap("A", (200, 100), 400, (64, 64), 3),
+                                TensorMap("B_t", (200, 72), 400, (64, 128), 3))
     body = kernel.source[kernel.source.index("void __launch_bounds__(160) gemm_hopper_gemm"):]
     producer = body[body.index("if (threadIdx.x == 128)"):body.index("if (threadIdx.x < 128)")]
     consumers = body[body.index("if (threadIdx.x < 128)"):]
@@ -192,13 +193,21 @@ def test_the_kernel_calls_the_yaml_templates_in_its_pipeline():
     # A stage of A (64 x 64 halves) and of B (128 x 64) per transaction count: 24576 bytes.
     for call in ("tz_mbarrier_try_wait(&tz_empty[stage], ",
                  "tz_mbarrier_arrive_expect_tx(&tz_full[stage], 24576);",
-                 "tz_tensor_copy_2d(tz_smem + stage * 24576 + col * 1024, &tz_map_a, k0, "
+                 "for (int col = 0; col < 1; ++col)",
+                 "tz_tensor_copy_2d(tz_tiles + stage * 24576 + col * 8192, &tz_map_a, k0, "
                  "blockIdx.y * 64, &tz_full[stage]);",
-                 "tz_tensor_copy_2d(tz_smem + stage * 24576 + 8192 + col * 2048, &tz_map_b, k0, "
-                 "blockIdx.x * 128, &tz_full[stage]);"):
+                 "tz_tensor_copy_2d(tz_tiles + 8192 + stage * 24576 + col * 16384, &tz_map_b, "
+                 "k0, blockIdx.x * 128, &tz_full[stage]);"):
         assert call in producer and call not in consumers, call
+    # The descriptors (128-byte swizzle: mode 1, 8-row groups 1024 bytes apart) built once
+    # and advanced to each step's 32 bytes of the box's rows.
     for call in ("tz_wgmma_fill_m64n128(tz_acc);", "tz_mbarrier_try_wait(&tz_full[stage], ",
-                 "tz_wgmma_desc(tz_desc_a, ", ", 1024, 128, 0);", ", 2048, 128, 0);",
+                 "tz_wgmma_desc(tz_base_a, tz_tiles, 16, 1024, 1);",
+                 "tz_wgmma_desc(tz_base_b, tz_tiles + 8192, 16, 1024, 1);",
+                 "tz_wgmma_desc_advance(tz_desc_a, tz_base_a, stage * 24576 + s / 4 * 8192 + "
+                 "s % 4 * 32);",
+                 "tz_wgmma_desc_advance(tz_desc_b, tz_base_b, stage * 24576 + s / 4 * 16384 + "
+                 "s % 4 * 32);",
                  "tz_wgmma_m64n128k16_f16_f16_f32(tz_acc, tz_desc_a, tz_desc_b);",
                  "tz_wgmma_wait_group<1>();", "tz_mbarrier_arrive(&tz_empty[",
                  "tz_wgmma_store_m64n128(tz_c, tz_acc, 128);"):
@@ -221,18 +230,17 @@ def test_gemm_is_exact_under_the_emulation(dtype, m, n, k):
 
 @needs_gxx
 @pytest.mark.slow
-def test_a_wrong_leading_byte_offset_in_the_yaml_gives_wrong_numbers(tmp_path):
-    # A's descriptors told the two core matrices along k are 2048 bytes apart (they are
-    # 1024, one box): every read stays in the stage, so only the numbers show it.
+def test_a_wrong_stride_byte_offset_in_the_yaml_gives_wrong_numbers(tmp_path):
+    # A's 128-byte swizzled descriptors told its 8-row groups are 512 bytes apart (they are
+    # 1024, 8 rows of 128 bytes): every read stays in A's box, so only the numbers show it.
     text = (BUILTIN_DIR / "cuda_wgmma.yaml").read_text()
-    right = 'cuda: "tz_wgmma_desc({dst}, {src}, 1024, 128, 0);"'
-    assert text.count(right) == 1
+    right = 'cuda: "tz_wgmma_desc({dst}, {src}, 16, 1024, {descriptor_swizzle});"'
+    assert text.count(right) == 2  # A's entry, then B's
     (tmp_path / "cuda_wgmma.yaml").write_text(text.replace(
-        right, 'cuda: "tz_wgmma_desc({dst}, {src}, 2048, 128, 0);"'))
+        right, 'cuda: "tz_wgmma_desc({dst}, {src}, 16, 512, {descriptor_swizzle});"', 1))
     registry = load_registry([BUILTIN_DIR / "cuda.yaml", tmp_path / "cuda_wgmma.yaml"])
     kernel = hopper_gemm(128, 64, 256, dtypes.float16, registry)
-    assert "tz_wgmma_desc(tz_desc_a, tz_smem + stage * 16384 + s * 2048, 2048, 128, 0);" in (
-        kernel.source)
+    assert "tz_wgmma_desc(tz_base_a, tz_tiles, 16, 512, 1);" in kernel.source
     inputs = _inputs("float16", 128, 64, 256)
     actual = cuda.emulate(kernel, inputs)["C"]
     assert not np.array_equal(actual, _reference(inputs))
@@ -262,7 +270,8 @@ DEADLOCK = r"deadlock: \d+ of 160 threads poll an mbarrier phase that never comp
 
 @pytest.fixture(scope="module")
 def gemm() -> tuple[cuda.CudaKernel, dict[str, np.ndarray]]:
-    """A 64 x 64 x 128 f16 GEMM of 8 k stages through 2 shared stages."""
+    """A 64 x 64 x 128 f16 GEMM of 8 k stages through 2 shared stages (one k step a stage:
+    one box of 64 rows x 32 bytes per operand, the 32-byte swizzle)."""
     kernel = emit_gemm(default_registry().get("wgmma_m64n64k16_f16f16_f32"), default_registry(),
                        64, 64, 128, HopperTiling(steps=1, stages=2))
     return kernel, _inputs("float16", 64, 64, 128, seed=5)
@@ -329,22 +338,22 @@ def test_a_producer_that_never_waits_for_the_release_is_reported(gemm, copies, p
 @pytest.mark.slow
 @pytest.mark.parametrize("copies", COPY_MODES)
 def test_a_transaction_count_short_of_the_boxes_is_reported_at_the_copy(gemm, copies):
-    # 16 bytes short: the stage's last box (1024 bytes) finds 1008 announced.
+    # 16 bytes short: the stage's last box (B's, 2048 bytes) finds 2032 announced.
     kernel, inputs = gemm
     broken = _edited(kernel, "tz_mbarrier_arrive_expect_tx(&tz_full[stage], 4096);",
                      "tz_mbarrier_arrive_expect_tx(&tz_full[stage], 4080);")
-    _caught(broken, inputs, UNANNOUNCED.format(bytes=1024, left=1008), copies)
+    _caught(broken, inputs, UNANNOUNCED.format(bytes=2048, left=2032), copies)
 
 
 @needs_gxx
 @pytest.mark.slow
 @pytest.mark.parametrize("copies, pattern", [
-    ("at_wait", r"race on shared tz_smem\[1024\]: two bulk copies in flight into it"),
-    ("at_issue", UNANNOUNCED.format(bytes=2048, left=1024))])
+    ("at_wait", r"race on shared tz_smem\[2048\]: two bulk copies in flight into it"),
+    ("at_issue", UNANNOUNCED.format(bytes=2048, left=0))])
 def test_a_box_larger_than_its_stage_slot_is_reported(gemm, copies, pattern):
-    # A's map told boxes of 128 rows, twice its slot of 64: the stage's second box of A lands
-    # on the first while it is in flight; landed at issue, it (2048 bytes) finds 1024
-    # announced, A's first box and B's having taken the rest.
+    # A's map told boxes of 128 rows, twice its slot of 64: its box (4096 bytes) runs over
+    # B's, in flight into the same bytes; landed at issue, it takes the whole stage's count
+    # and B's box (2048 bytes) finds none announced.
     kernel, inputs = gemm
     gemm_launch = kernel.launches[1]
     a_map, b_map = gemm_launch.tensor_maps
@@ -383,7 +392,8 @@ def test_a_gpu_run_refuses_tensor_maps_it_cannot_encode():
     ("stride", 136, r"tensor map: the global address 0x[0-9a-f]+ and the row stride 136 must "
                     r"be multiples of 16 bytes"),
     ("box", (8, 257), r"tensor map: box 8 x 257 of 2-byte elements: extents must be 1 to 256"),
-    ("swizzle", 3, r"tensor map: swizzle mode 3 is not emulated \(only 0\)")])
+    ("swizzle", 4, r"tensor map: swizzle mode 4 is none of 0 \(none\), 1, 2, 3 \(32, 64, 128 "
+                   r"bytes\)")])
 def test_a_tensor_map_the_driver_would_refuse_is_reported(gemm, field, value, message):
     kernel, inputs = gemm
     gemm_launch = kernel.launches[1]
@@ -398,8 +408,8 @@ def test_a_tensor_map_the_driver_would_refuse_is_reported(gemm, field, value, me
 @pytest.mark.slow
 def test_a_tensor_copy_through_a_map_never_encoded_is_reported(gemm):
     kernel, inputs = gemm
-    broken = _edited(kernel, "const int k0 = (kt * 2 + col) * 8;",
-                     "const int k0 = (kt * 2 + col) * 8;\n        const CUtensorMap tz_blank{};")
+    broken = _edited(kernel, "const int k0 = (kt * 1 + col) * 16;",
+                     "const int k0 = (kt * 1 + col) * 16;\n        const CUtensorMap tz_blank{};")
     broken = _edited(broken, "&tz_map_a, k0", "&tz_blank, k0")
     _caught(broken, inputs, r"cp.async.bulk.tensor at 0x[0-9a-f]+: the tensor map was never "
                             r"encoded", "at_issue")
@@ -409,7 +419,7 @@ def test_a_tensor_copy_through_a_map_never_encoded_is_reported(gemm):
 @pytest.mark.slow
 def test_a_tensor_copy_to_a_misaligned_stage_is_reported(gemm):
     kernel, inputs = gemm
-    broken = _edited(kernel, "col * 1024, &tz_map_a", "col * 1024 + 16, &tz_map_a")
+    broken = _edited(kernel, "col * 2048, &tz_map_a", "col * 2048 + 16, &tz_map_a")
     _caught(broken, inputs, r"cp.async.bulk.tensor to 0x[0-9a-f]+: the shared destination "
                             r"must be 128-byte aligned", "at_issue")
 
@@ -471,8 +481,8 @@ def test_the_documented_sass_table_is_what_the_bench_prints():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     page = DOC.read_text()
-    for name in bench.INPUTS:
-        assert bench.row(name) in page, name
+    for name, cluster in bench.ROWS:
+        assert bench.row(name, cluster) in page, (name, cluster)
 
 
 # ---- a kernel's own operands --------------------------------------------------------------

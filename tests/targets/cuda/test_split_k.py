@@ -6,14 +6,16 @@ reference executor."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from targets import cuda, host
 from tensorize.engine import auto_tensorize
-from tensorize.engine.cuda_schedule import choose_tiling
-from tensorize.engine.cuda_split import MAX_PARTS, choose_split
+from tensorize.engine.cuda_schedule import choose_tiling, estimate
+from tensorize.engine.cuda_split import (MAX_PARTS, MIN_GAIN, SplitPlan, choose_grid, choose_split,
+                                         split_tilings)
 from tests.targets.cuda.helpers import random_inputs, sized
 
 needs_compiler = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
@@ -65,6 +67,84 @@ def test_parts_keep_as_many_k_steps_as_the_pipeline_has_stages(registry):
     # 1 x 256 x 192 in 8 x 256 tiles: one block, 6 k steps of 32: at 3 stages, 2 parts at most.
     choice, *_ = _choice(registry, "wmma_m8n32k16_s8_s32", 1, 256, 192)
     assert set(choice.cycles) <= {1, 2}
+
+
+def test_a_tiling_worse_unsplit_can_win_split(registry):
+    # int8 1 x 4096 x 4096: unsplit, 8 x 128 blocks model fewest cycles; 8 x 64 blocks
+    # model more (twice the blocks, each with fewer MMAs to hide latency) but in 8 parts
+    # fill the SMs better than any split of the wider blocks.
+    intrinsic = registry.get("wmma_m8n32k16_s8_s32")
+    shape = tuple(intrinsic.extents)
+    extents = (8, 4096, 4096)
+    default = choose_tiling(extents, shape, 1)
+    grid = choose_grid(extents, 1, intrinsic, registry, default)
+    chosen = grid.chosen.plan
+    assert chosen.parts > 1 and chosen.tiling != default
+    alone = choose_grid(extents, 1, intrinsic, registry, default, tilings=[chosen.tiling])
+    assert alone.best["unsplit"].cycles > grid.best["unsplit"].cycles
+    assert grid.best["unsplit"].plan.tiling != chosen.tiling
+    assert grid.chosen.cycles <= (1 - MIN_GAIN) * grid.best["unsplit"].cycles
+    bm, bn, _ = chosen.tiling.block_tile(*shape)
+    assert grid.describe().startswith(f"split-K in {chosen.parts} parts, block {bm}x{bn} "
+                                      "(modelled on sm_80:")
+
+
+def test_the_note_names_an_unsplit_tiling_the_model_prices_lower(registry):
+    # 2048 x 3584 x 4096 int8: the hybrid models 18% under the default 128 x 256 tiling and
+    # is taken; 128 x 128 blocks unsplit model 1% more than it, and the note says so
+    # (retiling alone is the tiling search's to choose).
+    intrinsic = registry.get("mma_m16n8k32_s8s8_s32")
+    extents = (2048, 3584, 4096)
+    default = choose_tiling(extents, tuple(intrinsic.extents), 1)
+    grid = choose_grid(extents, 1, intrinsic, registry, default, hybrid_launches=2)
+    assert grid.chosen.mode == "stream-K"
+    assert grid.chosen.cycles <= (1 - MIN_GAIN) * grid.default.cycles
+    unsplit = grid.best["unsplit"]
+    assert unsplit.plan != SplitPlan(default) and unsplit.cycles < grid.default.cycles
+    assert grid.describe().endswith(f"; best unsplit {unsplit.cycles:,.0f}, unsplit, block "
+                                    "128x128)")
+
+
+def test_another_tiling_comes_with_a_split_only_where_the_split_is_the_gain(registry):
+    # fp16 256^3: 64 x 128 blocks in 2 parts model 29% under the default 128 x 256 blocks
+    # unsplit, but the same blocks unsplit model half that again: the gain is the
+    # retiling's (the tiling search's to take), and the default tiling alone gains nothing
+    # split, so the GEMM runs as before, unsplit (its float sums in k order).
+    intrinsic = registry.get("wmma_m16n16k16_f16_f32")
+    extents = (256, 256, 256)
+    default = choose_tiling(extents, tuple(intrinsic.extents), 2)
+    grid = choose_grid(extents, 1, intrinsic, registry, default)
+    assert grid.best["split-K"].cycles <= (1 - MIN_GAIN) * grid.default.cycles
+    assert grid.best["unsplit"].cycles < grid.best["split-K"].cycles
+    assert grid.chosen.plan == SplitPlan(default)
+
+
+def test_a_tiling_whose_figures_spill_is_refused_split_or_not(registry):
+    intrinsic = registry.get("wmma_m8n32k16_s8_s32")
+    shape = tuple(intrinsic.extents)
+    extents = (8, 4096, 4096)
+    default = choose_tiling(extents, shape, 1)
+    first = choose_grid(extents, 1, intrinsic, registry, default).chosen.plan.tiling
+
+    def measured(tiling):
+        figures = estimate(tiling, 3, shape, 1)
+        return replace(figures, spills=64) if tiling == first else figures
+
+    grid = choose_grid(extents, 1, intrinsic, registry, default, figures=measured)
+    assert grid.chosen.plan.tiling != first
+    spilling = choose_grid(extents, 1, intrinsic, registry, default, tilings=[first],
+                           figures=measured)
+    assert all(t.cycles == float("inf") for t in spilling.best.values())
+
+
+def test_a_narrow_input_is_priced_only_with_warp_tiles_that_do_not_spill(registry):
+    intrinsic = registry.get("mma_m16n8k64_s4s4_s32")
+    shape = tuple(intrinsic.extents)
+    tilings = split_tilings((256, 256, 4096), intrinsic, choose_tiling(
+        (256, 256, 4096), shape, 0, narrow=True))
+    assert len(tilings) > 1
+    assert all(t.fragments[0] * shape[0] <= 64 and t.fragments[1] * shape[1] <= 32
+               for t in tilings)
 
 
 @needs_compiler

@@ -155,10 +155,11 @@ def test_the_emitted_code_says_how_to_encode_each_tensor_map(tmp_path):
     text = out.read_text()
     # X (64 x 256) and W (128 x 256, a dense layer's N rows of K) are both read in place.
     assert text.startswith("// launch in order, arguments (X, W, Y):\n"
-                           "//   dense_fp16_gemm<<<dim3(1, 1, 1), dim3(160, 1, 1), 98368>>>")
-    for operand, buffer, dims, box in (("a", "X", (256, 64), (8, 64)),
-                                       ("b", "W", (256, 128), (8, 128))):
+                           "//   dense_fp16_gemm<<<dim3(1, 1, 1), dim3(160, 1, 1), 99264>>>")
+    # Boxes of a stage's 128 bytes of k, landed with the 128-byte swizzle (the map's mode 3).
+    for operand, buffer, dims, box in (("a", "X", (256, 64), (64, 64)),
+                                       ("b", "W", (256, 128), (64, 128))):
         assert (f"//   then dense_fp16_gemm's tensor map tz_map_{operand} over {buffer} "
-                f"(cuTensorMapEncodeTiled, 2-d, swizzle 0): dims {dims}, row stride 512 "
+                f"(cuTensorMapEncodeTiled, 2-d, swizzle 3): dims {dims}, row stride 512 "
                 f"bytes, box {box}\n") in text
     assert 'extern "C" __global__ void __launch_bounds__(160) dense_fp16_gemm(' in text

@@ -157,6 +157,29 @@ def test_cache_then_stage_under_the_tile_loop(registry):
     assert_replays(func, sch)
 
 
+@pytest.mark.parametrize(("rows", "at"), [(10, 4), (17, 16), (9, 1)])
+def test_a_block_over_some_rows_caches_those_rows_alone(rows, at):
+    # Each half of a partition reads and writes rows at a constant offset: its copies hold
+    # those rows from 0, so the copy's loops run its whole domain and compute_at takes it.
+    func = gemm_int8(rows, 8, 16)
+    sch = Schedule(func)
+    block = sch.get_block("C")
+    rest = sch.partition(block, sch.get_loops(block)[0], at)
+    for half, first, count in ((block, 0, at), (rest, at, rows - at)):
+        copy = sch.cache_read(half, "A", "shared")
+        stored = sch.cache_write(half, "C", "local")
+        cached = sch.get(copy).block.writes[0].buffer
+        assert cached.shape == (count, 16)
+        loads = sch.get(copy).block.body.value.indices
+        assert str(loads[0]) == (sch.get(copy).block.iter_vars[0].var.name
+                                 + (f" + {first}" if first else ""))
+        assert sch.get(stored).block.reads[0].buffer.shape == (count, 8)
+        sch.compute_at(copy, sch.get_loops(half)[0])
+        sch.reverse_compute_at(stored, sch.get_loops(half)[0])
+    verify(sch.func)
+    assert_same_results(func, sch.func, seed=rows + at)
+
+
 def test_cache_trace_prints_names_and_scopes():
     sch = Schedule(gemm_int8())
     sch.cache_read(sch.get_block("C"), "A", "shared")

@@ -130,15 +130,37 @@ def _output_without_a_spatial_iterator(A: T.Buffer((4, 2, 8), "int32"),
             O[vi] = O[vi] + A[vi, vj, vk]
 
 
+@T.prim_func
+def _output_at_a_stride(A: T.Buffer((4, 8), "int32"), O: T.Buffer((8,), "int32")):
+    for i, k in T.grid(4, 8):
+        with T.block("O"):
+            vi, vk = T.axis.remap("SR", [i, k])
+            O[vi * 2] = O[vi * 2] + A[vi, vk]
+
+
 @pytest.mark.parametrize(("func", "reason"), [
     (_reads_its_output, r"requires the body O\[idx\] = O\[idx\] \+ v, v not reading O"),
     (_output_without_a_spatial_iterator, "output indexed by its spatial iterators, each once"),
+    (_output_at_a_stride, "each plus at most a constant; got O"),
 ])
 def test_a_block_that_is_no_plain_sum_is_refused(func, reason):
     sch = Schedule(func)
     block = sch.get_block("O")
     with pytest.raises(ScheduleError, match=reason):
         sch.split_reduction(block, sch.get_loops(block)[-1], 2)
+
+
+def test_an_output_at_an_offset_keeps_its_partial_sums_from_zero():
+    # The rest of a partition writes O[i + 3]: its partial sums are indexed by i alone.
+    sch = Schedule(gemm_int8(7, 4, 16))
+    block = sch.get_block("C")
+    rest = sch.partition(block, sch.get_loops(block)[0], 3)
+    sch.split_reduction(rest, sch.get_loops(rest)[2], 4)
+    parted = sch.get(sch.get_block("C_rest")).block
+    assert parted.writes[0].buffer.shape == (4, 4, 4)
+    summed = sch.get(sch.get_block("C_rest_sum")).block
+    assert str(summed.body.indices[0]) == f"{summed.iter_vars[0].var.name} + 3"
+    assert_same_results(gemm_int8(7, 4, 16), sch.func, seed=9)
 
 
 def test_a_row_sum_splits_exactly():
