@@ -6,8 +6,15 @@ instructions per CPU second (on a shared machine the wall time counts other jobs
 the simulator runs its BLAS calls on one thread), and the MAC utilisation with and without
 double-buffering. Figures, not assertions.
 
+With ``--compiled`` the program is the one ``tensorize run --target npu`` simulates: the
+int8 GEMM kernel tensorized and compiled by the NPU backend (a weight tile loaded whole and
+read in parts, loops with steps), not the simulator's own builder's; only the functional
+run is timed, ``--repeat`` times (the engine's speed on the program of issue 28's end-to-end
+figure; with PYTHONPATH naming an earlier source tree, that tree's).
+
     PYTHONPATH=. python bench/bench_simulator.py [--size 1024] [--tiles ROWS,BLOCKS]
         [--timing-only] [--trace out.trace.json]
+    PYTHONPATH=. python bench/bench_simulator.py --compiled [--size 2048] [--repeat N]
 """
 
 from __future__ import annotations
@@ -28,7 +35,13 @@ def main() -> None:
                         "(default: the builder's choice); 16,4 gives 16x16x16 GEMMs")
     parser.add_argument("--timing-only", action="store_true", help="skip the functional run")
     parser.add_argument("--trace", help="write the last run's Chrome trace here")
+    parser.add_argument("--compiled", action="store_true",
+                        help="the program the NPU backend compiles from the tensorized kernel")
+    parser.add_argument("--repeat", type=int, default=1, help="--compiled: runs to time")
     args = parser.parse_args()
+    if args.compiled:
+        compiled(args.size, args.repeat)
+        return
     config = load_machine()
     size = args.size
     tiles = tuple(int(x) for x in args.tiles.split(",")) if args.tiles else None
@@ -68,6 +81,40 @@ def main() -> None:
           f"{100 * slow.mac_utilisation:.2f}%")
     print()
     print(result.summary())
+
+
+def compiled(size: int, repeat: int) -> None:
+    """Time the functional simulation of the GEMM program ``tensorize run --target npu``
+    simulates at ``size``^3 (on random DRAM bytes), ``repeat`` times."""
+    import suite_kernels  # bench/ is on the path: the benchmarks run as scripts
+
+    from intrinsics import default_registry
+    from targets import npu
+    from tensorize.engine import auto_tensorize
+
+    config, registry = load_machine(), default_registry()
+    start = time.perf_counter()
+    kernel = suite_kernels.builders()["gemm_int8"](m=size, n=size, k=size)
+    func = auto_tensorize(kernel, "npu", registry=registry, config=config).func
+    # The plan's programs, as a run compiles them.
+    planned = npu.plan(func, config, lookup=registry.get)
+    programs = [s.compiled for s in planned.stages if s.compiled is not None]
+    if len(programs) != 1:
+        raise SystemExit(f"the {size}^3 GEMM compiles to {len(programs)} NPU programs, "
+                         "not one")
+    program = programs[0]
+    print(f"GEMM {size}^3 int8 compiled by the NPU backend: {len(program.program)} words, "
+          f"in {time.perf_counter() - start:.2f} s")
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, program.dram_bytes, dtype=np.uint8)
+    for _ in range(repeat):
+        start, cpu = time.perf_counter(), time.process_time()
+        result = simulate(program.program, config, image)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        executed = sum(result.instructions.values())
+        print(f"functional + timed: {wall:6.2f} s wall, {cpu:6.2f} s CPU, {executed:,} "
+              f"instructions ({1e6 * cpu / executed:.2f} us CPU each), "
+              f"{result.cycles:,} cycles", flush=True)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -42,7 +43,7 @@ from simulator.isa import (
     VecOp,
     decode,
 )
-from simulator.loops import Placed, placed, structure, walk
+from simulator.loops import Node, Placed, placed, structure, walk
 from simulator.memory import QUEUE_NAMES, MemoryFault, OnChipMemory
 from simulator.products import Products
 from simulator.result import SimResult, UnitStats
@@ -58,12 +59,65 @@ _WRITTEN_BY_LOAD = {Mem.INP: INP_WRITE, Mem.WGT: WGT_WRITE, Mem.ACC: ACC_WRITE}
 # How many checked GEMM placements (operand rows and sizes) the engine remembers, so as not
 # to check them again: a tiled program repeats a few; the others are checked every time.
 _MAX_FITS = 4096
+# How many views of DRAM as rows of one stride from one offset the engine keeps (a tiled
+# program's loads use a few); 0: loads take DRAM through datapath.dram_rows.
+_MAX_VIEWS = 4096
+# Whether a queue's ready time is kept until something it depends on changes (else it is
+# worked out on every step, as before the cache).
+_KEEP_READY = True
 # How many GEMMs of a group (simulator.products) are computed in one stacked product.
 _GROUP = 8
 
 # One instruction on its way through a queue: (its number among executed instructions, its
-# node, its address fields, its loop iteration, its dispatch time).
-_Entry = tuple[int, Placed, tuple[int, ...], tuple[int, ...], int]
+# word, its address fields, its loop iteration, its dispatch time).
+_Entry = tuple[int, "_Word", tuple[int, ...], tuple[int, ...], int]
+
+
+class _Word:
+    """One instruction word of the program with what the engine asks of it on every
+    execution, worked out once (a loop body's words execute up to millions of times):
+    its queue, its handler, its four dependency flags, how its address fields are found
+    (``fields`` of the iteration where a step advances them, else ``base``), and its
+    handler's ``plan``."""
+
+    __slots__ = ("base", "fields", "handler", "insn", "node", "plan", "pop_next", "pop_prev",
+                 "push_next", "push_prev", "queue")
+
+    def __init__(self, node: Placed, queue: _Queue,
+                 handler: Callable[..., tuple[int, int, int]]) -> None:
+        self.node = node
+        self.insn = node.insn
+        self.queue = queue
+        self.handler = handler
+        deps = node.insn.deps
+        self.pop_prev, self.pop_next = deps.pop_prev, deps.pop_next
+        self.push_prev, self.push_next = deps.push_prev, deps.push_next
+        self.base = node.base
+        self.fields = node.fields_function() if node.steps else None
+        # What its handler works out of the word alone, on its first execution (which
+        # raises any fault the word itself causes, as every execution would).
+        self.plan: tuple[Any, ...] | None = None
+
+
+def _stream(nodes: Sequence[Node], words: dict[int, _Word], iteration: tuple[int, ...] = ()
+            ) -> Iterator[tuple[_Word, tuple[int, ...]]]:
+    """:func:`simulator.loops.walk` as the engine's words: each executed instruction's word
+    with its iteration, in fetch order. The body of an innermost loop is listed once and
+    repeated, rather than walked again on every iteration."""
+    for node in nodes:
+        if type(node) is Placed:
+            yield words[id(node)], iteration
+            continue
+        body = node.body  # type: ignore[union-attr]
+        if any(type(inner) is not Placed for inner in body):
+            for i in range(node.count):  # type: ignore[union-attr]
+                yield from _stream(body, words, iteration + (i,))
+            continue
+        leaves = [words[id(inner)] for inner in body]
+        for i in range(node.count):  # type: ignore[union-attr]
+            inner_iteration = iteration + (i,)
+            for word in leaves:
+                yield word, inner_iteration
 
 
 class _Tokens:
@@ -71,10 +125,11 @@ class _Tokens:
     clock), how many were pushed and popped, and the times of the last pops (a push into a
     full queue waits for the pop that frees its slot)."""
 
-    __slots__ = ("name", "popped", "pushed", "recent_pops", "waiting")
+    __slots__ = ("consumer", "name", "popped", "pushed", "recent_pops", "waiting")
 
-    def __init__(self, name: str, depth: int) -> None:
+    def __init__(self, name: str, depth: int, consumer: _Queue) -> None:
         self.name = name
+        self.consumer = consumer  # the queue that pops these tokens
         self.waiting: deque[tuple[int, tuple[int, ...]]] = deque()
         self.pushed = 0
         self.popped = 0
@@ -89,6 +144,33 @@ class _Tokens:
     def pop_time(self, n: int) -> int:
         """When the n-th pop (0-based) happened; it must be among the last ``depth``."""
         return self.recent_pops[n - (self.popped - len(self.recent_pops))]
+
+
+def _ready(q: _Queue, max_outstanding: int) -> int:
+    """When q's head can leave it: when it was dispatched, its queue may issue, each token
+    it pops has been pushed, and (DMA) one of ``max_outstanding`` request slots is free; -1
+    while it cannot (no head, or a token not yet pushed)."""
+    if not q.pending:
+        return -1
+    entry = q.pending[0]
+    ready = entry[4] if entry[4] > q.issue_free else q.issue_free
+    word = entry[1]
+    if word.pop_prev:
+        waiting = q.pop_prev.waiting  # type: ignore[union-attr]
+        if not waiting:
+            return -1
+        if waiting[0][0] > ready:
+            ready = waiting[0][0]
+    if word.pop_next:
+        waiting = q.pop_next.waiting  # type: ignore[union-attr]
+        if not waiting:
+            return -1
+        if waiting[0][0] > ready:
+            ready = waiting[0][0]
+    inflight = q.inflight
+    if len(inflight) >= max_outstanding and inflight[0] > ready:
+        ready = inflight[0]
+    return ready
 
 
 def _merge_clock(clock: list[int], other: tuple[int, ...]) -> None:
@@ -107,7 +189,10 @@ class _Queue:
     ``issue_free``: when the next instruction may leave the queue; ``retired``: when the last
     one retired (in order); ``last``: its (number, program index); ``seq`` and ``clock``: the
     vector clock (see memory.py); ``inflight``: done times of a DMA engine's outstanding
-    requests; ``pushes``: pushes waiting for room in a full token queue.
+    requests; ``pushes``: pushes waiting for room in a full token queue; ``ready``: when its
+    head can leave it (-1: it cannot, or there is none), worked out again only where
+    ``stale`` says that may have changed (its head, its issue time, its DMA requests, or
+    the token its head waits for).
     """
 
     __slots__ = (
@@ -124,9 +209,11 @@ class _Queue:
         "push_next",
         "push_prev",
         "pushes",
+        "ready",
         "recent_starts",
         "retired",
         "seq",
+        "stale",
         "started",
     )
 
@@ -148,6 +235,8 @@ class _Queue:
         self.pop_next: _Tokens | None = None
         self.push_prev: _Tokens | None = None
         self.push_next: _Tokens | None = None
+        self.ready = -1
+        self.stale = False
 
 
 class _UnitTime:
@@ -268,10 +357,7 @@ class _Machine:
         self.max_outstanding = config.dma.max_outstanding
         self.queues = [_Queue(kind, self.depth) for kind in Queue]
         self._connect_tokens()
-        self.stream: Iterator[tuple[Placed, tuple[int, ...]]] = walk(self.nodes)
-        self.next: tuple[Placed, tuple[int, ...]] | None = next(self.stream, None)
-        self.fetched = 0  # instructions dispatched so far
-        self.last_dispatch = 0
+        self.fetched = 0  # instructions dispatched so far (kept by run, for _deadlock)
         array = config.array
         describe = self.describe
         # The scratchpads hold int8 values as float32 (exact), the form the array's product
@@ -311,14 +397,11 @@ class _Machine:
         self.records = Records()
         self.useful_macs = 0
         self.traffic = [0] * len(TRAFFIC)
-        self.fields = {id(node): node.fields_function() for node in placed(self.nodes)
-                       if node.steps}
         dram = config.dram
         self.latency = dram.latency
         self.bandwidth = dram.bytes_per_cycle
         self.issue_cycles = config.dma.issue_cycles
         self.weight_stationary = array.dataflow == "weight_stationary"
-        self.array_cols = array.cols
         self.double_weights = array.double_buffered_weights
         self.preload_cycles = timing.preload_cycles(config)
         self.dram_size = self.dram.size
@@ -326,11 +409,9 @@ class _Machine:
         # drain_cycles, which depend only on the array there).
         self.release_cycles = timing.weight_release_cycles(config)
         self.drain_cycles = timing.drain_cycles(array.rows, config)
+        self.int8_rows: dict[tuple[int, int, int], np.ndarray] = {}  # see _int8_rows
         # GEMM operand placements whose bounds have been checked: a program repeats a few.
         self.gemm_fits: set[tuple[int, ...]] = set()
-        # Per GEMM shape (rows, k): its stream and drain cycles and operand bytes, worked out
-        # once (a program has a few shapes and runs each up to millions of times).
-        self.gemm_costs: dict[tuple[int, int], tuple[int, int, int, int, int]] = {}
         self.inp, self.wgt, self.acc = (self.memories[m] for m in (Mem.INP, Mem.WGT, Mem.ACC))
         self.wgt_row_bytes = array.cols * self.element_bytes[Mem.WGT]
         # Per memory a load fills: the traffic counter of its writes, and the bytes of a row.
@@ -340,19 +421,24 @@ class _Machine:
         self.products = Products(
             datapath.gemm_float if self.float_array else datapath.TileProduct(),
             self.acc.data, self.inp.data, self.wgt.data, 1 if self.float_array else _GROUP)
-        # Each handler: (instruction, address fields, entry, ready time, queue, avail)
-        # -> (begin, done).
-        self.handlers: dict[type, Callable[..., tuple[int, int]]] = {
+        # Each handler: (word, address fields, its number, ready time, queue)
+        # -> (begin, done, the unit whose busy time it is; -1: none).
+        self.handlers: dict[type, Callable[..., tuple[int, int, int]]] = {
             Load: self._load, Store: self._store, Gemm: self._gemm, Vec: self._vec,
             Requant: self._requant, QAdd: self._qadd, Nop: self._sync, Finish: self._sync,
         }
+        words = {id(node): _Word(node, self.queues[node.insn.queue],
+                                 self.handlers[type(node.insn)])
+                 for node in placed(self.nodes)}
+        self.stream: Iterator[tuple[_Word, tuple[int, ...]]] = _stream(self.nodes, words)
+        self.next: tuple[_Word, tuple[int, ...]] | None = next(self.stream, None)
 
     def _connect_tokens(self) -> None:
         """Create the four token queues and wire each instruction queue's flags to them."""
         load, compute, store = self.queues
         depth = self.config.queues.token_depth
         for src, dst in ((load, compute), (compute, load), (compute, store), (store, compute)):
-            tokens = _Tokens(f"{src.name}->{dst.name}", depth)
+            tokens = _Tokens(f"{src.name}->{dst.name}", depth, dst)
             if src.kind < dst.kind:
                 src.push_next, dst.pop_prev = tokens, tokens
             else:
@@ -374,124 +460,121 @@ class _Machine:
     def run(self) -> None:
         """Execute instructions in start order until every queue is done, or fault.
 
-        This loop and the methods it calls per instruction compare with ``if`` rather than
-        ``max()``: they run millions of times, and the call costs more than the comparison.
+        Each step fetches what it can, takes the head of the queue that can leave it
+        earliest, merges the clocks of the tokens it pops, runs its handler, adds the
+        unit's busy and stall time, takes its tokens and pushes its own. The step is
+        written out here, not called: it runs millions of times, where a call and the
+        look-ups it repeats cost more than the work. For the same reason it compares with
+        ``if``, not ``max()``.
         """
         queues = self.queues
         max_outstanding = self.max_outstanding
         depth = self.depth
-        self._dispatch()
+        units = self.units
+        record = self.records.add
+        stream = self.stream
+        fetch_cycles = self.fetch
+        upcoming = self.next
+        fetched = 0
+        dispatched_at = 0
+        keep_ready = _KEEP_READY
         while True:
+            # Fetch: instructions enter their queues in program order while there is room,
+            # instruction j fetch_cycles after j - 1, and not before the one
+            # instruction_depth places ahead of it in its queue has left.
+            while upcoming is not None:
+                word, iteration = upcoming
+                q = word.queue
+                pending = q.pending
+                if len(pending) >= depth:
+                    break
+                if not pending:
+                    q.stale = True  # a new head
+                if fetched:
+                    dispatched_at += fetch_cycles
+                k = q.dispatched
+                if k >= depth:
+                    ahead = q.recent_starts[k - depth - (q.started - len(q.recent_starts))]
+                    if ahead > dispatched_at:
+                        dispatched_at = ahead
+                pending.append((fetched, word,
+                                word.base if word.fields is None else word.fields(iteration),
+                                iteration, dispatched_at))
+                q.dispatched = k + 1
+                fetched += 1
+                upcoming = next(stream, None)
             # The queue whose head can leave earliest: when it is dispatched, its queue may
             # issue, each token it pops has been pushed, and (DMA) a request slot is free.
             best: _Queue | None = None
-            best_t = 0
+            t = 0
             for q in queues:
                 if q.pushes and not self._flush(q):
                     continue
-                if not q.pending:
-                    continue
-                entry = q.pending[0]
-                t = entry[4] if entry[4] > q.issue_free else q.issue_free
-                deps = entry[1].insn.deps
-                if deps.pop_prev:
-                    waiting = q.pop_prev.waiting  # type: ignore[union-attr]
-                    if not waiting:
-                        continue
-                    if waiting[0][0] > t:
-                        t = waiting[0][0]
-                if deps.pop_next:
-                    waiting = q.pop_next.waiting  # type: ignore[union-attr]
-                    if not waiting:
-                        continue
-                    if waiting[0][0] > t:
-                        t = waiting[0][0]
-                if len(q.inflight) >= max_outstanding and q.inflight[0] > t:
-                    t = q.inflight[0]
-                if best is None or t < best_t:
-                    best, best_t = q, t
+                if q.stale or not keep_ready:
+                    q.stale = False
+                    q.ready = ready = _ready(q, max_outstanding)
+                else:
+                    ready = q.ready
+                if ready >= 0 and (best is None or ready < t):
+                    best, t = q, ready
             if best is None:
                 break
-            self._execute(best, best_t)
-            # Fetch goes on unless the next instruction's queue is still full (the first
-            # thing _dispatch checks, and what holds it most of the time: it runs ahead).
-            upcoming = self.next
-            if upcoming is not None and len(queues[upcoming[0].insn.queue].pending) < depth:
-                self._dispatch()
-        if self.next is not None or any(q.pushes or q.pending for q in queues):
+            q = best
+            number, word, fields, iteration, dispatched = q.pending.popleft()
+            q.started += 1
+            q.stale = True
+            avail = q.issue_free if q.issue_free > dispatched else dispatched
+            q.seq += 1
+            clock = q.clock
+            clock[q.kind] = q.seq
+            if word.pop_prev:
+                _merge_clock(clock, q.pop_prev.waiting[0][1])  # type: ignore[union-attr]
+            if word.pop_next:
+                _merge_clock(clock, q.pop_next.waiting[0][1])  # type: ignore[union-attr]
+            try:
+                start, done, unit = word.handler(word, fields, number, t, q)
+            except (_Fault, MemoryFault) as err:
+                raise self._fault(err, word, iteration) from None
+            if unit >= 0:
+                # The unit's busy interval [start, done), and its stall: the wait between
+                # the instruction being ready in its queue (avail) and its start, while the
+                # unit had nothing else in flight.
+                stats = units[unit]
+                covered = stats.covered
+                waited_from = avail if avail > covered else covered
+                if start > waited_from:
+                    stats.stall += start - waited_from
+                if done > covered:
+                    stats.busy += done - (start if start > covered else covered)
+                    stats.covered = done
+                stats.count += 1
+                record((unit, start, done, number))
+            if word.pop_prev:
+                q.pop_prev.take(start)  # type: ignore[union-attr]
+            if word.pop_next:
+                q.pop_next.take(start)  # type: ignore[union-attr]
+            q.recent_starts.append(start)
+            q.last = (number, word.node.index)
+            if done > q.retired:
+                q.retired = done
+            if word.push_prev:
+                q.pushes.append((q.push_prev, q.retired, tuple(clock)))  # type: ignore[arg-type]
+            if word.push_next:
+                q.pushes.append((q.push_next, q.retired, tuple(clock)))  # type: ignore[arg-type]
+            if q.pushes:
+                self._flush(q)
+        self.next, self.fetched = upcoming, fetched
+        if upcoming is not None or any(q.pushes or q.pending for q in queues):
             raise self._deadlock()
         self.products.flush()
 
-    def _dispatch(self) -> None:
-        """Fetch instructions in program order into their queues while there is room.
-
-        Instruction j enters its queue fetch_cycles after j - 1, and not before the one
-        ``instruction_depth`` places ahead of it in that queue has left.
-        """
-        depth = self.depth
-        queues = self.queues
-        stream = self.stream
-        fields = self.fields
-        fetched = self.fetched
-        t = self.last_dispatch
-        nxt = self.next
-        while nxt is not None:
-            node, iteration = nxt
-            q = queues[node.insn.queue]
-            pending = q.pending
-            if len(pending) >= depth:
-                break
-            if fetched:
-                t += self.fetch
-            k = q.dispatched
-            if k >= depth:
-                ahead = q.recent_starts[k - depth - (q.started - len(q.recent_starts))]
-                if ahead > t:
-                    t = ahead
-            pending.append((fetched, node,
-                            fields[id(node)](iteration) if node.steps else node.base,
-                            iteration, t))
-            q.dispatched = k + 1
-            fetched += 1
-            nxt = next(stream, None)
-        self.next = nxt
-        self.fetched = fetched
-        self.last_dispatch = t
-
-    def _execute(self, q: _Queue, t: int) -> None:
-        """Run q's head instruction, whose operands allow it to leave the queue at ``t``."""
-        number, node, fields, iteration, dispatched = q.pending.popleft()
-        q.started += 1
-        insn = node.insn
-        deps = insn.deps
-        avail = q.issue_free if q.issue_free > dispatched else dispatched
-        q.seq += 1
-        clock = q.clock
-        clock[q.kind] = q.seq
-        if deps.pop_prev:
-            _merge_clock(clock, q.pop_prev.waiting[0][1])  # type: ignore[union-attr]
-        if deps.pop_next:
-            _merge_clock(clock, q.pop_next.waiting[0][1])  # type: ignore[union-attr]
-        try:
-            start, done = self.handlers[type(insn)](insn, fields, number, t, q, avail)
-        except (_Fault, MemoryFault) as err:
-            unit = err.unit if isinstance(err, _Fault) else unit_name(insn)
-            where = f"on loop iteration {iteration}: " if iteration else ""
-            raise SimulatorFault(where + err.message, index=node.index, unit=unit) from None
-        if deps.pop_prev:
-            q.pop_prev.take(start)  # type: ignore[union-attr]
-        if deps.pop_next:
-            q.pop_next.take(start)  # type: ignore[union-attr]
-        q.recent_starts.append(start)
-        q.last = (number, node.index)
-        if done > q.retired:
-            q.retired = done
-        if deps.push_prev:
-            q.pushes.append((q.push_prev, q.retired, tuple(clock)))  # type: ignore[arg-type]
-        if deps.push_next:
-            q.pushes.append((q.push_next, q.retired, tuple(clock)))  # type: ignore[arg-type]
-        if q.pushes:
-            self._flush(q)
+    @staticmethod
+    def _fault(err: _Fault | MemoryFault, word: _Word, iteration: tuple[int, ...]
+               ) -> SimulatorFault:
+        """The running instruction's fault, naming its word, unit and loop iteration."""
+        unit = err.unit if isinstance(err, _Fault) else unit_name(word.insn)
+        where = f"on loop iteration {iteration}: " if iteration else ""
+        return SimulatorFault(where + err.message, index=word.node.index, unit=unit)
 
     def _flush(self, q: _Queue) -> bool:
         """Push q's pending tokens; False while one waits for room in a full token queue.
@@ -510,29 +593,15 @@ class _Machine:
                 if freed > when:
                     when = freed
                     q.issue_free = max(q.issue_free, when)
+                    q.stale = True
+            if not tokens.waiting:
+                tokens.consumer.stale = True  # its head may now pop
             tokens.waiting.append((when, clock))
             tokens.pushed += 1
             if when > q.retired:
                 q.retired = when
             q.pushes.pop(0)
         return True
-
-    def _account(self, unit: int, number: int, avail: int, begin: int, done: int) -> None:
-        """Add one instruction's busy interval [begin, done) and its stall to ``unit``.
-
-        Stall is the wait between the instruction being ready in its queue (``avail``) and
-        its beginning, while the unit had nothing else in flight.
-        """
-        stats = self.units[unit]
-        covered = stats.covered
-        waited_from = avail if avail > covered else covered
-        if begin > waited_from:
-            stats.stall += begin - waited_from
-        if done > covered:
-            stats.busy += done - (begin if begin > covered else covered)
-            stats.covered = done
-        stats.count += 1
-        self.records.add((unit, begin, done, number))
 
     # -- units ---------------------------------------------------------------------------
 
@@ -544,12 +613,13 @@ class _Machine:
             raise _Fault(f"{verb} DRAM bytes {addr:#x}..{end - 1:#x}, past the end of "
                          f"DRAM ({self.dram.size:#x} bytes)", unit)
 
-    def _transfer(self, number: int, t: int, q: _Queue, nbytes: int, unit: int,
-                  avail: int) -> tuple[int, int]:
-        """A DMA's timing: request at t, data on the shared port after the latency."""
+    def _transfer(self, number: int, t: int, q: _Queue, cycles: int, unit: int
+                  ) -> tuple[int, int, int]:
+        """A DMA's timing: request at t, data on the shared port after the latency, for
+        ``cycles`` (timing.dma_transfer_cycles of its bytes)."""
         arrival = t + self.latency
         data = arrival if arrival > self.port_free else self.port_free
-        done = data + math.ceil(nbytes / self.bandwidth)  # timing.dma_transfer_cycles
+        done = data + cycles
         port = self.units[DRAM_UNIT]
         port.busy += done - data
         port.count += 1
@@ -560,51 +630,99 @@ class _Machine:
         q.inflight.append(done)
         if len(q.inflight) > self.max_outstanding:
             q.inflight.popleft()
-        self._account(unit, number, avail, t, done)
-        return t, done
+        return t, done, unit
 
-    def _load(self, insn: Load, fields: tuple[int, ...], number: int, t: int, q: _Queue,
-              avail: int) -> tuple[int, int]:
+    def _load(self, word: _Word, fields: tuple[int, ...], number: int, t: int, q: _Queue
+              ) -> tuple[int, int, int]:
         """LOAD: check, then DRAM -> whole on-chip rows (zero past cols)."""
         sram, dram = fields
-        rows, cols = insn.rows, insn.cols
-        memory = self.memories[insn.mem]
-        if cols > memory.width:
-            raise _Fault(f"load of {cols} columns into {memory.name}, whose rows hold "
-                         f"{memory.width}", "load")
-        memory.check_bounds(sram, rows, "writes")
-        mem = insn.mem
-        width = self.element_bytes[mem] if self.float_array else insn.element_bytes
-        row_bytes = cols * width
-        if dram + (rows - 1) * insn.stride + row_bytes > self.dram_size:  # dram_extent
-            self._dram_access(dram, rows, row_bytes, insn.stride, "reads", "load")
-        nbytes = rows * row_bytes
+        plan = word.plan or self._load_plan(word)
+        memory, rows, stride, row_bytes, nbytes, cycles, counter, written, into_wgt = plan
+        hi = sram + rows
+        bank_rows = memory.bank_rows
+        if hi > memory.rows or (hi - 1) // bank_rows != sram // bank_rows:
+            memory.check_bounds(sram, rows, "writes")
+        if dram + (rows - 1) * stride + row_bytes > self.dram_size:  # dram_extent
+            self._dram_access(dram, rows, row_bytes, stride, "reads", "load")
         traffic = self.traffic
         traffic[DRAM_READ] += nbytes
+        traffic[counter] += written
+        if into_wgt:
+            self._invalidate_weights(sram, hi)
+        if self.functional:
+            self.products.before_write(memory.data, sram, hi)
+            memory.write(sram, hi, q.kind, q.clock, number)
+            self._copy_in(word.insn, memory, sram, dram, row_bytes)  # type: ignore[arg-type]
+        return self._transfer(number, t, q, cycles, LOAD_UNIT)
+
+    def _load_plan(self, word: _Word) -> tuple[Any, ...]:
+        """A LOAD word's plan: its memory, rows, stride, row and transfer bytes, the
+        transfer's cycles on the DRAM port, the traffic counter of its on-chip writes and
+        their bytes, and whether it fills the weights; faults unless its columns fit the
+        memory's rows."""
+        insn: Load = word.insn  # type: ignore[assignment]
+        memory = self.memories[insn.mem]
+        if insn.cols > memory.width:
+            raise _Fault(f"load of {insn.cols} columns into {memory.name}, whose rows hold "
+                         f"{memory.width}", "load")
+        width = self.element_bytes[insn.mem] if self.float_array else insn.element_bytes
+        row_bytes = insn.cols * width
         # On-chip bytes written: a row is its width in elements, int32 (or float32) in acc
         # (widened or not), int8 (or bfloat16) in inp and wgt (which the simulator holds as
         # float32 for BLAS).
-        counter, memory_row_bytes = self.load_targets[mem]
-        traffic[counter] += rows * memory_row_bytes
-        if mem is Mem.WGT:
-            self._invalidate_weights(sram, sram + rows)
-        if self.functional:
-            self.products.before_write(memory.data, sram, sram + rows)
-            memory.write(sram, sram + rows, q.kind, q.clock, number)
-            source = datapath.dram_rows(self.dram, dram, rows, row_bytes, insn.stride)
-            source = _dram_elements(source, width, self.float_array)
-            # A widening load's int8 values sign-extend as numpy assigns them to int32 rows.
-            target = memory.data[sram:sram + rows]
-            if cols == memory.width:
-                target[...] = source
-            else:
-                target[:, :cols] = source
-                target[:, cols:] = 0
-        return self._transfer(number, t, q, nbytes, LOAD_UNIT, avail)
+        counter, memory_row_bytes = self.load_targets[insn.mem]
+        nbytes = insn.rows * row_bytes
+        word.plan = (memory, insn.rows, insn.stride, row_bytes, nbytes,
+                     math.ceil(nbytes / self.bandwidth),  # timing.dma_transfer_cycles
+                     counter, insn.rows * memory_row_bytes, insn.mem is Mem.WGT)
+        return word.plan
 
-    def _store(self, insn: Store, fields: tuple[int, ...], number: int, t: int, q: _Queue,
-               avail: int) -> tuple[int, int]:
+    def _copy_in(self, insn: Load, memory: OnChipMemory, sram: int, dram: int,
+                 row_bytes: int) -> None:
+        """A LOAD's values: DRAM rows from byte ``dram`` into ``memory``'s rows from
+        ``sram``, zero past its columns."""
+        rows, cols = insn.rows, insn.cols
+        target = memory.data[sram:sram + rows]
+        if (not self.float_array and insn.element_bytes == 1 and cols == memory.width
+                and insn.stride >= row_bytes and _MAX_VIEWS):
+            # The common int8 tile: its DRAM rows as a slice of int8 rows ``stride`` apart.
+            source = self._int8_rows(dram, rows, insn.stride, cols)
+            if source is not None:
+                target[...] = source
+                return
+        width = self.element_bytes[insn.mem] if self.float_array else insn.element_bytes
+        source = datapath.dram_rows(self.dram, dram, rows, row_bytes, insn.stride)
+        source = _dram_elements(source, width, self.float_array)
+        # A widening load's int8 values sign-extend as numpy assigns them to int32 rows.
+        if cols == memory.width:
+            target[...] = source
+        else:
+            target[:, :cols] = source
+            target[:, cols:] = 0
+
+    def _int8_rows(self, dram: int, rows: int, stride: int, cols: int) -> np.ndarray | None:
+        """``rows`` rows of ``cols`` int8 values, ``stride`` bytes apart from DRAM byte
+        ``dram``: rows [dram // stride, + rows) of the view of DRAM as such rows from byte
+        dram % stride (views kept per stride, offset and columns: a tiled program reads a
+        few); None where the rows run past DRAM's end."""
+        start = dram % stride
+        key = (stride, start, cols)
+        view = self.int8_rows.get(key)
+        if view is None:
+            if len(self.int8_rows) >= _MAX_VIEWS:
+                self.int8_rows.clear()
+            usable = (self.dram_size - start) // stride * stride
+            view = self.dram.view(np.int8)[start:start + usable].reshape(-1, stride)[:, :cols]
+            self.int8_rows[key] = view
+        first = dram // stride
+        if first + rows > view.shape[0]:
+            return None
+        return view[first:first + rows]
+
+    def _store(self, word: _Word, fields: tuple[int, ...], number: int, t: int, q: _Queue
+               ) -> tuple[int, int, int]:
         """STORE: check, then acc rows -> DRAM, narrowed to int8 if asked."""
+        insn: Store = word.insn  # type: ignore[assignment]
         sram, dram = fields
         rows = insn.rows
         acc = self.memories[Mem.ACC]
@@ -629,7 +747,7 @@ class _Machine:
                     else values.astype("<f4" if self.float_array else "<i4"))
             target = datapath.dram_rows(self.dram, dram, rows, row_bytes, insn.stride)
             target[...] = data.view(np.uint8)
-        return self._transfer(number, t, q, nbytes, STORE_UNIT, avail)
+        return self._transfer(number, t, q, math.ceil(nbytes / self.bandwidth), STORE_UNIT)
 
     def _invalidate_weights(self, lo: int, hi: int) -> None:
         """Forget weights held in the array whose scratchpad rows [lo, hi) now overwrites."""
@@ -637,15 +755,12 @@ class _Machine:
             if tag is not None and tag[0] < hi and lo < tag[0] + tag[1]:
                 self.held[b] = None
 
-    def _gemm(self, insn: Gemm, fields: tuple[int, ...], number: int, t: int, q: _Queue,
-              avail: int) -> tuple[int, int]:
+    def _gemm(self, word: _Word, fields: tuple[int, ...], number: int, t: int, q: _Queue
+              ) -> tuple[int, int, int]:
         """GEMM: check, time it on the array, accumulate the tile product."""
         acc_row, inp_row, wgt_row = fields
-        rows, k = insn.rows, insn.k
-        costs = self.gemm_costs.get((rows, k))
-        if costs is None:
-            costs = self._gemm_costs(rows, k)
-        stream, drain, wgt_bytes, inp_bytes, acc_bytes = costs
+        plan = word.plan or self._gemm_plan(word)
+        rows, k, reset, stream, drain, wgt_bytes, inp_bytes, acc_bytes, macs = plan
         inp, wgt, acc = self.inp, self.wgt, self.acc
         placement = (inp_row, rows, acc_row, wgt_row, k)
         if placement not in self.gemm_fits:
@@ -674,28 +789,30 @@ class _Machine:
         if self.vector_used:
             self.acc_done[lo:hi] = done
         q.issue_free = begin
-        self.useful_macs += rows * k * self.array_cols
+        self.useful_macs += macs
         traffic = self.traffic
         traffic[INP_READ] += inp_bytes
         traffic[ACC_WRITE] += acc_bytes
-        if not insn.reset:
+        if not reset:
             traffic[ACC_READ] += acc_bytes
         if self.functional:
             clock, kind = q.clock, q.kind
             inp.read(inp_row, inp_row + rows, kind, clock, number)
             wgt.read(wgt_row, wgt_row + k, kind, clock, number)
-            if insn.reset:
+            if reset:
                 acc.write(lo, hi, kind, clock, number)
             else:
                 acc.modify(lo, hi, kind, clock, number)
-            self.products.add(lo, inp_row, wgt_row, rows, k, insn.reset)
-        self._account(GEMM_UNIT, number, avail, begin, done)
-        return begin, done
+            self.products.add(lo, inp_row, wgt_row, rows, k, reset)
+        return begin, done, GEMM_UNIT
 
-    def _gemm_costs(self, rows: int, k: int) -> tuple[int, int, int, int, int]:
-        """A GEMM shape's stream and drain cycles, and the bytes it reads of the weights
-        (output-stationary: every GEMM; weight-stationary counts them at preload), of the
-        inputs and of (and writes to) the accumulator; faults unless k fits the array."""
+    def _gemm_plan(self, word: _Word) -> tuple[Any, ...]:
+        """A GEMM word's plan: its rows, k and reset, its stream and drain cycles, the
+        bytes it reads of the weights (output-stationary: every GEMM; weight-stationary
+        counts them at preload), of the inputs and of (and writes to) the accumulator, and
+        its MACs; faults unless k fits the array."""
+        insn: Gemm = word.insn  # type: ignore[assignment]
+        rows, k = insn.rows, insn.k
         config = self.config
         array = config.array
         if k > array.rows:
@@ -703,11 +820,11 @@ class _Machine:
                          "gemm")
         drain = (self.drain_cycles if self.weight_stationary
                  else timing.drain_cycles(k, config))
-        costs = (timing.stream_cycles(rows, k, config), drain,
-                 k * array.cols * self.element_bytes[Mem.WGT],
-                 rows * k * self.element_bytes[Mem.INP], rows * array.cols * 4)
-        self.gemm_costs[(rows, k)] = costs
-        return costs
+        word.plan = (rows, k, insn.reset, timing.stream_cycles(rows, k, config), drain,
+                     k * array.cols * self.element_bytes[Mem.WGT],
+                     rows * k * self.element_bytes[Mem.INP], rows * array.cols * 4,
+                     rows * k * array.cols)
+        return word.plan
 
     def _weights(self, wgt_row: int, k: int, ready: int) -> tuple[int, int]:
         """Weight-stationary: (begin, stream start), preloading the weights unless held.
@@ -733,9 +850,10 @@ class _Machine:
         start = self.preload_free
         return preload, start if start > self.stream_free else self.stream_free
 
-    def _vec(self, insn: Vec, fields: tuple[int, ...], number: int, t: int, q: _Queue,
-             avail: int) -> tuple[int, int]:
+    def _vec(self, word: _Word, fields: tuple[int, ...], number: int, t: int, q: _Queue
+             ) -> tuple[int, int, int]:
         """VEC: check, time it on the vector unit, apply it to the acc rows."""
+        insn: Vec = word.insn  # type: ignore[assignment]
         dst, src = fields
         acc = self.memories[Mem.ACC]
         acc.check_bounds(dst, insn.rows, "writes")
@@ -763,13 +881,13 @@ class _Machine:
             acc.write(lo, hi, q.kind, q.clock, number)
             other = datapath.second_operand(insn.mode, acc.data, src, insn.rows, insn.imm)
             datapath.vector(insn.op, acc.data[lo:hi], other, insn.imm2)
-        self._account(VECTOR_UNIT, number, avail, start, done)
-        return start, done
+        return start, done, VECTOR_UNIT
 
-    def _requant(self, insn: Requant, fields: tuple[int, ...], number: int, t: int, q: _Queue,
-                 avail: int) -> tuple[int, int]:
+    def _requant(self, word: _Word, fields: tuple[int, ...], number: int, t: int, q: _Queue
+                 ) -> tuple[int, int, int]:
         """VEC.REQUANT: check the machine has the stage, time it on the vector unit, apply it
         to the acc rows (with the scale row, when per channel)."""
+        insn: Requant = word.insn  # type: ignore[assignment]
         stage = self.config.requant
         if stage is None:
             raise _Fault(f"vec.requant requires a machine with a requantisation stage "
@@ -800,13 +918,13 @@ class _Machine:
                      else datapath.bits_float(insn.scale))
             acc.data[lo:hi] = datapath.requantise_float(acc.data[lo:hi], scale, insn.zp,
                                                         insn.lo, insn.hi)
-        self._account(VECTOR_UNIT, number, avail, start, done)
-        return start, done
+        return start, done, VECTOR_UNIT
 
-    def _qadd(self, insn: QAdd, fields: tuple[int, ...], number: int, t: int, q: _Queue,
-              avail: int) -> tuple[int, int]:
+    def _qadd(self, word: _Word, fields: tuple[int, ...], number: int, t: int, q: _Queue
+              ) -> tuple[int, int, int]:
         """VEC.QADD: check the machine has the float32 stage, time it there like a
         requantisation, add the tile at src to the rows at dst by the three parameter rows."""
+        insn: QAdd = word.insn  # type: ignore[assignment]
         stage = self.config.requant
         if stage is None:
             raise _Fault(f"vec.qadd requires a machine with a requantisation stage "
@@ -838,14 +956,13 @@ class _Machine:
             acc.data[dst:dst + rows] = datapath.quantised_add(
                 acc.data[dst:dst + rows], acc.data[src:src + rows], ratio_a, ratio_b, offset,
                 insn.lo, insn.hi)
-        self._account(VECTOR_UNIT, number, avail, start, done)
-        return start, done
+        return start, done, VECTOR_UNIT
 
-    def _sync(self, insn: Nop | Finish, fields: tuple[int, ...], number: int, t: int,
-              q: _Queue, avail: int) -> tuple[int, int]:
+    def _sync(self, word: _Word, fields: tuple[int, ...], number: int, t: int,
+              q: _Queue) -> tuple[int, int, int]:
         """NOP and FINISH: only their tokens; they take no time."""
         q.issue_free = t
-        return t, t
+        return t, t, -1
 
     # -- reporting -----------------------------------------------------------------------
 
@@ -869,7 +986,8 @@ class _Machine:
                               f"(full: token_depth {self.config.queues.token_depth})")
                 stuck.append(q.last)
             elif q.pending:
-                number, node = q.pending[0][:2]
+                number, word = q.pending[0][:2]
+                node = word.node
                 stuck.append((number, node.index))
                 deps = node.insn.deps
                 for wanted, tokens in ((deps.pop_prev, q.pop_prev),
@@ -883,7 +1001,7 @@ class _Machine:
             elif upcoming is None:
                 states.append(f"{q.name} has finished")
             else:
-                blocker = self.next[0].index  # type: ignore[index]
+                blocker = self.next[0].node.index  # type: ignore[index]
                 states.append(f"{q.name} waits for instruction {upcoming.index} to be "
                               f"dispatched (instruction {blocker}'s queue is full)")
                 stuck.append((self.fetched, upcoming.index))

@@ -142,11 +142,10 @@ class OnChipMemory:
         """Check and record a read of rows [lo, hi) by instruction number ``ident`` of
         ``queue``."""
         span = self.spans.get((lo, hi)) or self._span(lo, hi)
-        for seg in span:
-            if not seg.valid or seg.writer_seq > clock[seg.writer_queue]:
-                self._check_read(lo, hi, clock)
         own = clock[queue]
         for seg in span:
+            if not seg.valid or seg.writer_seq > clock[seg.writer_queue]:
+                self._check_read(lo, hi, clock)  # raises: the readers recorded do not matter
             seg.reader_seq[queue] = own
             seg.reader_id[queue] = ident
 

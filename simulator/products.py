@@ -25,6 +25,9 @@ import numpy as np
 # acc (+)= inp @ wgt in place (datapath.TileProduct, datapath.gemm_float); operands of two
 # dimensions, or stacked along a first one.
 Product = Callable[[np.ndarray, np.ndarray, np.ndarray, bool], None]
+# How many groups' operand views are kept (a tiled program computes a few groups again and
+# again, each taking three views); 0: none.
+_MAX_VIEWS = 4096
 
 
 class Products:
@@ -44,6 +47,8 @@ class Products:
         self.count = 0
         self.group = (0, 0, 0, 0, 0, False)  # acc_row, inp_row, wgt_row, rows, k, reset
         self.wgt_stride = 0
+        # The acc, inp and wgt views of each group computed, by (group, count, stride).
+        self.views: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def add(self, acc_row: int, inp_row: int, wgt_row: int, rows: int, k: int,
             reset: bool) -> None:
@@ -89,16 +94,29 @@ class Products:
         if not count:
             return
         self.count = 0
-        acc_row, inp_row, wgt_row, rows, k, reset = self.group
+        key = (self.group, count, self.wgt_stride if count > 1 else 0)
+        views = self.views.get(key)
+        if views is None:
+            views = self._views(count)
+            if len(self.views) >= _MAX_VIEWS:
+                self.views.clear()
+            if _MAX_VIEWS:
+                self.views[key] = views
+        acc, inp, wgt = views
+        self.product(acc, inp, wgt, self.group[5])
+
+    def _views(self, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The operands of the waiting group's ``count`` GEMMs: its accumulator tiles, its
+        input tile and its weight tiles (the tiles stacked along a first dimension when
+        count > 1)."""
+        acc_row, inp_row, wgt_row, rows, k, _ = self.group
         inp = self.inp[inp_row:inp_row + rows]
         if k != inp.shape[1]:
             inp = inp[:, :k]
         if count == 1:
-            self.product(self.acc[acc_row:acc_row + rows], inp, self.wgt[wgt_row:wgt_row + k],
-                         reset)
-            return
+            return self.acc[acc_row:acc_row + rows], inp, self.wgt[wgt_row:wgt_row + k]
         stride = self.wgt_stride
         cols = self.wgt.shape[1]
         weights = self.wgt[wgt_row:wgt_row + count * stride].reshape(count, stride, cols)
         accs = self.acc[acc_row:acc_row + count * rows].reshape(count, rows, cols)
-        self.product(accs, inp, weights[:, :k], reset)
+        return accs, inp, weights[:, :k]

@@ -5,8 +5,10 @@ Before any work, the command checks what it was given: the options (conflicts, r
 kernel), --intrinsic (an intrinsic of the target), the kernel file (imported once, for its
 reference() or build(); every failure names the file), the size of the kernel's buffers
 (--max-bytes) and the reference: it is called on the inputs, and must return one array per
-output, of the output's shape. Then each step prints one line as it finishes (ok, FAIL, or
-skip with the reason when this machine lacks what the step needs):
+output, of the output's shape (it runs on a thread beside the steps, whose lines wait
+until it has returned: a failing reference ends the run as if it had come first). Then each
+step prints one line as it finishes (ok, FAIL, or skip with the reason when this machine
+lacks what the step needs):
 
 1. read the kernel: the file's @T.prim_func function (--func NAME picks one of several), or,
    in a file without one, what its build() returns (or its module-level PrimFunc values);
@@ -58,6 +60,7 @@ import math
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -234,14 +237,16 @@ def _run(args: argparse.Namespace, ctx: RunContext, kernel: KernelFile, report: 
          output: Path | None, trace: Path | None) -> int:
     """The steps, printed as they finish; the exit status."""
     func = kernel.func
-    inputs, expected = _inputs_and_reference(kernel, ctx.seed)
-    reparsed = T.parse(print_node(func), filename=f"<printed {func.name}>")
-    report.step("round-trip", structural_equal(func, reparsed),
-                "print -> parse gives a structurally equal function")
-    opts = RunOptions(intrinsic=args.intrinsic, require_tensorized=args.require_tensorized,
-                      allow_fallback=args.allow_fallback, tune=args.tune,
-                      emit=frozenset(args.emit))
-    outcome = run_kernel(ctx, func, inputs, opts, report)
+    inputs, reference = _inputs_and_reference(kernel, ctx.seed, report)
+    with reference:
+        reparsed = T.parse(print_node(func), filename=f"<printed {func.name}>")
+        report.step("round-trip", structural_equal(func, reparsed),
+                    "print -> parse gives a structurally equal function")
+        opts = RunOptions(intrinsic=args.intrinsic, require_tensorized=args.require_tensorized,
+                          allow_fallback=args.allow_fallback, tune=args.tune,
+                          emit=frozenset(args.emit))
+        outcome = run_kernel(ctx, func, inputs, opts, report)
+        expected = reference.result()
     if outcome.refusal:
         return _finish(report, args.json, outcome.refusal)
     if trace is not None and outcome.timeline is not None:
@@ -371,10 +376,10 @@ def _bytes_text(size: int) -> str:
     return f"{size} bytes"
 
 
-def _inputs_and_reference(kernel: KernelFile, seed: int
-                          ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
-    """Random inputs (every parameter; outputs start random too), and what the file's
-    reference returns for them (None without one), checked before any work."""
+def _inputs_and_reference(kernel: KernelFile, seed: int, report: RunReport
+                          ) -> tuple[dict[str, np.ndarray], ReferenceBeside]:
+    """Random inputs (every parameter; outputs start random too), and the file's reference
+    called on them beside the run (:class:`ReferenceBeside`), its arguments checked first."""
     func = kernel.func
     outputs = written_params(func)  # an IR walk: nothing is compiled to learn it
     given = [p for p in func.params if all(p is not o for o in outputs)]
@@ -387,10 +392,90 @@ def _inputs_and_reference(kernel: KernelFile, seed: int
         raise UsageError(f"{kernel.path}: kernel {func.name} requires memory for its inputs, "
                          "got none left on this machine; shrink its extents or lower "
                          "--max-bytes") from None
-    if kernel.reference is None:
-        return inputs, None
-    return inputs, call_reference(kernel.reference, kernel.path,
-                                  [inputs[p.name] for p in given], outputs)
+    # The reference gets copies: the run may write its own inputs' arrays meanwhile.
+    arguments = [inputs[p.name].copy() for p in given]
+    return inputs, ReferenceBeside(kernel, arguments, outputs, report)
+
+
+class ReferenceBeside:
+    """The file's ``reference(...)`` on a thread of its own while the run goes on (numpy's
+    products release the interpreter lock: a large kernel's reference costs the run
+    nothing where a core is free), with the command's output as if it had come first.
+
+    Until it has returned, the report's lines wait (the steps are still recorded); then
+    they print, and the later ones as they come. Where it fails, the run ends as it did
+    when the reference was called before any step: with the reference's error, no line
+    printed and the report as it was (a ``--json`` report has no step). Used as a context
+    manager around the run: an error the run raises meanwhile gives way to the
+    reference's, which came first.
+    """
+
+    def __init__(self, kernel: KernelFile, arguments: list[np.ndarray],
+                 outputs: list[Any], report: RunReport) -> None:
+        self._report = report
+        self._listener = report.listener
+        self._lock = threading.Lock()  # the two threads' hands on the lines
+        self._held: list[Step | Note] | None = []  # None once the lines flow
+        self._steps, self._data = list(report.steps), dict(report.data)
+        self._expected: dict[str, np.ndarray] | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._running = False  # started, and not yet waited for
+        if kernel.reference is not None:
+            self._thread = threading.Thread(
+                target=self._call, args=(kernel.reference, kernel.path, arguments, outputs),
+                name="reference", daemon=True)  # a run that fails elsewhere does not wait
+
+    def _call(self, reference: Callable[..., Any], path: Path, arguments: list[np.ndarray],
+              outputs: list[Any]) -> None:
+        try:
+            self._expected = call_reference(reference, path, arguments, outputs)
+        except BaseException as err:  # handed to the thread that waits in result()
+            self._error = err
+            return
+        with self._lock:
+            held, self._held = self._held, None
+            for item in held or ():
+                self._show(item)
+
+    def _show(self, item: Step | Note) -> None:
+        if self._listener is not None:
+            self._listener(item)
+
+    def _hold(self, item: Step | Note) -> None:
+        with self._lock:
+            if self._held is None:
+                self._show(item)
+            else:
+                self._held.append(item)
+
+    def __enter__(self) -> ReferenceBeside:
+        if self._thread is not None:
+            self._report.listener = self._hold
+            self._running = True
+            self._thread.start()
+        return self
+
+    def result(self) -> dict[str, np.ndarray] | None:
+        """Wait for the reference: what it returned (None: the file has none); its error,
+        with the report as it was and no line printed."""
+        if self._thread is None:
+            return None
+        self._thread.join()
+        self._running = False
+        report = self._report
+        report.listener = self._listener
+        if self._error is not None:
+            report.steps[:] = self._steps
+            report.data.clear()
+            report.data.update(self._data)
+            raise self._error
+        return self._expected
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: Any) -> None:
+        if self._running:
+            self.result()
 
 
 def _check_reference(expected: dict[str, np.ndarray] | None, outputs: dict[str, np.ndarray],

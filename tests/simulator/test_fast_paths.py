@@ -6,10 +6,13 @@ weight tile loaded whole and read in parts, several times over).
 "Both ways": with the engine as it is, and with its shortcuts turned off (every write
 merges the segments it covers, as before the in-place update; the GEMM bounds are checked
 on every instruction; each GEMM's values are computed as it runs, not in groups of
-simulator.products). The two runs must agree on every figure (cycles, per-unit busy and
-stall, traffic, DRAM wait, MACs, the trace records) and on the DRAM image; the output must
-equal numpy's product exactly. (tests/simulator/test_memory_segments.py checks that the
-segments' verdicts, faults included, do not depend on how they are kept.)
+simulator.products; each queue's ready time is worked out on every step, not kept until
+what it depends on changes; a LOAD takes DRAM through datapath.dram_rows, not through the
+engine's views of DRAM as rows; a group's operand views are taken anew, not kept). The two
+runs must agree on every figure (cycles, per-unit busy and stall, traffic, DRAM wait, MACs,
+the trace records) and on the DRAM image; the output must equal numpy's product exactly.
+(tests/simulator/test_memory_segments.py checks that the segments' verdicts, faults
+included, do not depend on how they are kept.)
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator import engine, gemm_program, load_machine, memory, simulate
+from simulator import engine, gemm_program, load_machine, memory, products, simulate
 from simulator.result import SimResult
 from targets import npu
 from tensorize.engine import auto_tensorize
@@ -45,6 +48,9 @@ def both_ways(program, config, image, monkeypatch) -> SimResult:
         plain_paths.setattr(memory, "_MERGE_ABOVE", 0)
         plain_paths.setattr(engine, "_MAX_FITS", 0)
         plain_paths.setattr(engine, "_GROUP", 1)
+        plain_paths.setattr(engine, "_KEEP_READY", False)
+        plain_paths.setattr(engine, "_MAX_VIEWS", 0)
+        plain_paths.setattr(products, "_MAX_VIEWS", 0)
         plain = simulate(program, config, image)
     assert figures(fast) == figures(plain)
     return fast
