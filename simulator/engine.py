@@ -17,7 +17,8 @@ records).
 from __future__ import annotations
 
 import math
-from collections import Counter, deque
+import threading
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -292,6 +293,32 @@ def simulate(program: Sequence[Instruction] | bytes, config: MachineConfig, dram
     return machine.result()
 
 
+# Checked programs and their trees, by identity: a network's layers of one shape simulate
+# one program each, and a program's words are checked and parsed in time proportional to
+# them (its whole length where its loops did not fold).
+_STRUCTURES: OrderedDict[int, tuple[tuple[Instruction, ...], tuple]] = OrderedDict()
+_STRUCTURES_SIZE = 64
+_STRUCTURES_LOCK = threading.Lock()  # a sweep's worker may simulate on several threads
+
+
+def _structure(program: tuple[Instruction, ...]) -> tuple:
+    """:func:`_check_program`, then the program's :func:`~simulator.loops.structure`, once
+    per program object (kept with it, so its identity stays its own)."""
+    with _STRUCTURES_LOCK:
+        cached = _STRUCTURES.get(id(program))
+        if cached is not None and cached[0] is program:
+            _STRUCTURES.move_to_end(id(program))
+            return cached[1]
+    _check_program(program)
+    nodes = structure(program)
+    if isinstance(program, tuple):
+        with _STRUCTURES_LOCK:
+            _STRUCTURES[id(program)] = (program, nodes)
+            if len(_STRUCTURES) > _STRUCTURES_SIZE:
+                _STRUCTURES.popitem(last=False)
+    return nodes
+
+
 def _check_program(program: tuple[Instruction, ...]) -> None:
     """Fault unless the program ends with its one FINISH."""
     if not program or not isinstance(program[-1], Finish):
@@ -343,9 +370,8 @@ class _Machine:
 
     def __init__(self, program: tuple[Instruction, ...], config: MachineConfig,
                  dram: np.ndarray, functional: bool) -> None:
-        _check_program(program)
         self.program = program
-        self.nodes = structure(program)
+        self.nodes = _structure(program)
         self.looped = len(self.nodes) != len(program)
         self.config = config
         self.dram = dram

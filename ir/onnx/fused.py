@@ -96,9 +96,11 @@ class FusedGemm:
         from the convolution's padded channels-last input itself
         (:func:`ir.onnx.kernels.conv_rows_requantised`), which a device whose transfers
         gather does in them; the pack then hands over that input and not the rows. None
-        when the rows are no convolution's."""
-        if self.image is None or (add is not None and (self.output_rows is None
-                                                       or add.qadd is None)):
+        when the rows are no convolution's, or when the input's channels are not whole
+        multiples of ``tile``'s depth: a depth-wide block of a row would then span two
+        window positions, not one run of the input, and no transfer gathers it."""
+        if self.image is None or self.image.shape.c % tile[1] or (
+                add is not None and (self.output_rows is None or add.qadd is None)):
             return None
         mp, kp, np_ = self._padded_sizes(tile)
         shape, constants = self.image.shape, self._constants(kp, np_)
