@@ -63,9 +63,10 @@ class FusedGemm:
                         lambda rows: kernels.matmul_requantised(rows, kp, np_,
                                                                 self.requantisation))
         func = pack.kernel(mp)
+        family = kernels.KernelFamily(("matmul_requantised", mp, kp, np_), self.requantisation)
         return Layer(base.name, base.op, base.inputs, base.output, base.input_shapes,
                      base.output_shape, base.output_dtype, base.macs, base.detail, func,
-                     pack, self._unpack(), epilogue=self.host_work)
+                     pack, self._unpack(), epilogue=self.host_work, family=family)
 
     def joined(self, base: Layer, add: Layer, tile: tuple[int, int, int]) -> Layer:
         """``base`` with the quantised ``add`` after it in one kernel
@@ -84,11 +85,13 @@ class FusedGemm:
                         lambda rows: kernels.matmul_requantised_add(
                             rows, kp, np_, self.requantisation, residual))
         func = pack.kernel(mp)
+        family = kernels.KernelFamily(("matmul_requantised_add", mp, kp, np_),
+                                      self.requantisation, residual)
         return Layer(f"{base.name} + {add.name}", f"{base.op} + {add.op}",
                      base.inputs + (add.inputs[1],), add.output,
                      base.input_shapes + (add.input_shapes[1],), add.output_shape,
                      add.output_dtype, base.macs, base.detail, func, pack, self._unpack(),
-                     epilogue=self.host_work)
+                     epilogue=self.host_work, family=family)
 
     def implicit_layer(self, base: Layer, tile: tuple[int, int, int],
                        add: Layer | None = None) -> Layer | None:
@@ -107,19 +110,25 @@ class FusedGemm:
         if add is None:
             func = kernels.conv_rows_requantised(shape, mp, kp, np_, self.requantisation)
             pack = ImagePack(self, len(base.inputs), None, constants)
+            family = kernels.KernelFamily(("conv_rows_requantised", shape, mp, kp, np_),
+                                          self.requantisation)
             return Layer(base.name, base.op, base.inputs, base.output, base.input_shapes,
                          base.output_shape, base.output_dtype, base.macs, base.detail, func,
-                         pack, self._unpack())
+                         pack, self._unpack(), family=family)
         q = add.qadd
         params = kernels.qadd_parameters_of(q, np_)
         params.setflags(write=False)
-        func = kernels.conv_rows_requantised_add(
-            shape, mp, kp, np_, self.requantisation, kernels.ResidualAdd(q.y.scalar_zero_point()))
+        residual = kernels.ResidualAdd(q.y.scalar_zero_point())
+        func = kernels.conv_rows_requantised_add(shape, mp, kp, np_, self.requantisation,
+                                                 residual)
         pack = ImagePack(self, len(base.inputs), (mp, np_), {**constants, "AddParams": params})
+        family = kernels.KernelFamily(("conv_rows_requantised_add", shape, mp, kp, np_),
+                                      self.requantisation, residual)
         return Layer(f"{base.name} + {add.name}", f"{base.op} + {add.op}",
                      base.inputs + (add.inputs[1],), add.output,
                      base.input_shapes + (add.input_shapes[1],), add.output_shape,
-                     add.output_dtype, base.macs, base.detail, func, pack, self._unpack())
+                     add.output_dtype, base.macs, base.detail, func, pack, self._unpack(),
+                     family=family)
 
     def _constants(self, kp: int, np_: int) -> dict[str, np.ndarray]:
         """The weights, bias and scales padded to ``kp`` x ``np_``: the same arrays every

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ir.onnx.channels_last import MaxPoolNhwc
     from ir.onnx.depthwise import DepthwiseGemm
     from ir.onnx.fused import FusedGemm
+    from ir.onnx.kernels import KernelFamily
     from ir.onnx.quant import QuantisedAdd
 
 Arrays = Sequence[np.ndarray]
@@ -61,7 +62,9 @@ class Layer:
     is a host layer's form on its int8 input held ``(n, h, w, c)``, giving its output so,
     where the layer treats every channel alike and int8 values in order (a max pool:
     :class:`ir.onnx.channels_last.MaxPoolNhwc`): for a caller that keeps activations
-    channels last between layers.
+    channels last between layers. ``family`` is a fused form's kernel apart from its
+    quantisation constants (:class:`ir.onnx.kernels.KernelFamily`), for a device that
+    compiles one kernel of a family and retargets it to the others.
     """
 
     name: str
@@ -84,6 +87,7 @@ class Layer:
     qadd: QuantisedAdd | None = None
     vector: Callable[[Layer, tuple[int, int, int]], Layer] | None = None
     channels_last: MaxPoolNhwc | None = None
+    family: KernelFamily | None = None
 
     @property
     def shape_text(self) -> str:

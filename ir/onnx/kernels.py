@@ -267,6 +267,25 @@ class ResidualAdd:
     low: int = -128
     high: int = 127
 
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """The add's output range: ``[low, high]``, its lower end the zero point with a
+        ReLU."""
+        return (max(self.low, self.zero_point) if self.relu else self.low), self.high
+
+
+@dataclass(frozen=True, slots=True)
+class KernelFamily:
+    """A fused form's kernel apart from its quantisation constants: ``key`` names the
+    builder and its other arguments, ``requantisation`` and (a joined add's) ``add`` are
+    the constants. Kernels of one key differ in these alone: a device whose program holds
+    them as immediates of its requantising instructions can compile one kernel of a key
+    and retarget its program to the others."""
+
+    key: tuple
+    requantisation: Requantisation
+    add: ResidualAdd | None = None
+
 
 def qadd_parameters(a_scale: float, a_zero_point: int, b_scale: float, b_zero_point: int,
                     y_scale: float, y_zero_point: int, channels: int) -> np.ndarray:
@@ -295,7 +314,7 @@ def _quantised_add(a: te.Tensor, b: te.Tensor, params: te.Tensor, add: ResidualA
     the parameters ``params[0..2, j]`` per channel; a fused multiply-add is written as its
     float64 value rounded to float32 (the float64 product of two float32 values is exact).
     With ``relu`` the lower bound is the zero point: ReLU on the quantised values."""
-    low = max(add.low, add.zero_point) if add.relu else add.low
+    low, high = add.bounds
 
     def fma(x: ir.Expr, y: ir.Expr, z: ir.Expr) -> ir.Expr:
         wide = ir.cast("float64", x) * ir.cast("float64", y) + ir.cast("float64", z)
@@ -307,7 +326,7 @@ def _quantised_add(a: te.Tensor, b: te.Tensor, params: te.Tensor, add: ResidualA
         total = fma(ir.cast("float32", a[i]), params[0, channel], inner)
         rounded = ir.Call("rint", (total,), ir.dtype("float32"))
         clipped = ir.min_(ir.max_(rounded, ir.cast("float32", ir.const(low, "int32"))),
-                          ir.cast("float32", ir.const(add.high, "int32")))
+                          ir.cast("float32", ir.const(high, "int32")))
         return ir.cast("int32", clipped)
 
     return te.compute(a.shape, value, "added")

@@ -19,6 +19,7 @@ describes in YAML.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,8 @@ from ir.errors import ExecutionError
 from ir.function import PrimFunc
 from simulator import MachineConfig, Roofline, SimResult, UnitStats, simulate
 from simulator.assembler import disassemble
-from simulator.isa import Instruction
+from simulator.isa import Instruction, QAdd, Requant, Vec, VecOp
+from simulator.isa import Operand as VecOperand
 from targets import host
 from targets.npu.emit import (UnsoundSwitch, dram_accesses, emit_stage, scratch_bytes,
                               written_dram)
@@ -42,8 +44,8 @@ from targets.npu.remap import Remap, RemapRefused, foldable
 from targets.npu.stages import Stage, host_function, host_twin, split_stages
 
 __all__ = ["CompiledStage", "NpuPlan", "NpuRun", "PlannedStage", "Stage", "StageRun",
-           "compile_stage", "execute", "load_machine", "machine_registry", "plan", "run",
-           "split_stages"]
+           "compile_stage", "execute", "load_machine", "machine_registry", "plan", "retarget",
+           "run", "split_stages"]
 
 Lookup = Callable[[str], Intrinsic]
 
@@ -220,26 +222,64 @@ def plan(func: PrimFunc, config: MachineConfig, *, lookup: Lookup) -> NpuPlan:
     remaps = foldable(split, func.params)
     compiled = {n: compile_stage(split[n], config, lookup, remaps=remaps.get(n))
                 for n, stage in enumerate(split) if stage.on_npu}
+    # The host copies the programs' transfers do instead, by label (a stage's first block,
+    # whose name no other stage's has).
     folded = {label for c in compiled.values() for label in c.folded}
     stages = []
     for n, stage in enumerate(split):
         if stage.on_npu:
             stages.append(PlannedStage(stage, compiled=compiled[n]))
-        elif not _folded(stage, n, remaps, compiled):
+        elif stage.label not in folded:
             sub = host_function(func, stage)
             stages.append(PlannedStage(stage, host=sub, twin=host_twin(sub)))
     return NpuPlan(func, config, tuple(stages))
 
 
-def _folded(stage: Stage, index: int, remaps: Mapping[int, Mapping[Buffer, Remap]],
-            compiled: Mapping[int, CompiledStage]) -> bool:
-    """Whether a host stage is a copy some program's transfers do instead."""
-    for program, found in remaps.items():
-        for remap in found.values():
-            if remap.label == stage.label and remap.label in compiled[program].folded \
-                    and remap.via in stage.buffers:
-                return True
-    return False
+def retarget(planned: NpuPlan, func: PrimFunc, requant: tuple[tuple[int, int, int], ...],
+             qadd: tuple[tuple[int, int], ...] = ()) -> NpuPlan | None:
+    """``planned`` as the plan of ``func``, a kernel that is the planned one but for the
+    immediates of its requantising instructions (a layer of one shape with other
+    quantisation constants: :class:`ir.onnx.kernels.KernelFamily`): every vec.requant's
+    ``(zp, lo, hi)`` ``requant[0]`` becomes ``requant[1]``, every vec.qadd's ``(lo, hi)``
+    ``qadd[0]`` becomes ``qadd[1]``. The plan keeps the planned kernel's buffers, which
+    ``func``'s parameters match by name, shape and dtype (:func:`execute` takes and gives
+    arrays by name). None where that is not all that would change: other parameters, a
+    host stage (its function is the planned kernel's), a vector instruction with another
+    immediate, or a requant or qadd whose immediates are not the old ones."""
+    if [(b.name, b.shape, b.dtype) for b in func.params] != \
+            [(b.name, b.shape, b.dtype) for b in planned.func.params]:
+        return None
+    stages = []
+    for item in planned.stages:
+        if item.compiled is None:
+            return None
+        program = []
+        for insn in item.compiled.program:
+            if isinstance(insn, Requant):
+                if not requant or (insn.zp, insn.lo, insn.hi) != requant[0]:
+                    return None
+                zp, lo, hi = requant[1]
+                insn = dataclasses.replace(insn, zp=zp, lo=lo, hi=hi)
+            elif isinstance(insn, QAdd):
+                if not qadd or (insn.lo, insn.hi) != qadd[0]:
+                    return None
+                lo, hi = qadd[1]
+                insn = dataclasses.replace(insn, lo=lo, hi=hi)
+            elif isinstance(insn, Vec) and _immediate(insn):
+                return None
+            program.append(insn)
+        compiled = dataclasses.replace(item.compiled, program=tuple(program))
+        stages.append(dataclasses.replace(item, compiled=compiled))
+    return NpuPlan(planned.func, planned.config, tuple(stages))
+
+
+def _immediate(insn: Vec) -> bool:
+    """Whether a vector instruction holds an immediate a kernel's constant could give (a
+    fill of zeros, the accumulator's start, is not one)."""
+    if insn.op is VecOp.FILL:
+        return insn.imm != 0
+    return insn.op in (VecOp.MULSHIFT, VecOp.CLIP) or insn.mode is VecOperand.IMM and \
+        insn.op in (VecOp.ADD, VecOp.MIN, VecOp.MAX)
 
 
 def execute(planned: NpuPlan, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]

@@ -259,6 +259,9 @@ class NpuExecutor(Executor):
         self._plans: dict[int, tuple[Any, Any, Any]] = {}
         self._fused_layers: dict[int, tuple[Layer, Layer]] = {}
         self._implicit_layers: dict[int, tuple[Layer, Layer | None]] = {}
+        # The first kernel planned of each family (KernelFamily.key): its constants, outcome
+        # and plan, which the family's other kernels retarget.
+        self._families: dict[tuple, tuple[Any, Any, Any]] = {}
         self._tile = self._gemm_tile()
 
     def prepare(self, graph: Graph) -> Graph:
@@ -302,6 +305,26 @@ class NpuExecutor(Executor):
                                   reason=f"tensorized with {outcome.intrinsic}, but "
                                          f"{err.message}")
         self._plans[id(func)] = (func, outcome, plan)
+        return outcome, plan
+
+    def _family_plan(self, form: Layer) -> tuple[Any, Any]:
+        """:meth:`_plan` of ``form``'s kernel; for a kernel of a family planned before
+        (:class:`ir.onnx.kernels.KernelFamily`: the layers of one shape whose quantisation
+        constants differ), that plan retargeted to this kernel's constants, neither
+        tensorized nor compiled again."""
+        from tensorize.runners.npu import retarget_npu
+
+        family = form.family
+        template = None if family is None else self._families.get(family.key)
+        if template is not None:
+            first, outcome, (planned, calls) = template
+            retargeted = retarget_npu(planned, form.func, *_immediates(first, family))
+            if retargeted is not None:
+                self._plans[id(form.func)] = (form.func, outcome, (retargeted, calls))
+                return outcome, (retargeted, calls)
+        outcome, plan = self._plan(form.func)
+        if family is not None and plan is not None and family.key not in self._families:
+            self._families[family.key] = (family, outcome, plan)
         return outcome, plan
 
     def _gemm_tile(self) -> tuple[int, int, int] | str:
@@ -350,7 +373,7 @@ class NpuExecutor(Executor):
     def _on_device(self, form: Layer) -> tuple[Layer, Any, Any] | str:
         """``form`` (a layer's device form) tensorized with every block on the NPU:
         ``(form, its outcome, plan)``; else why not, for the report."""
-        outcome, plan = self._plan(form.func)
+        outcome, plan = self._family_plan(form)
         if plan is None:
             return _reason(outcome)
         on_host = _epilogue_blocks_on_host(plan[0], form.func)
@@ -639,6 +662,15 @@ class CpuExecutor(Executor):
                         instructions=run.instructions,
                         seconds=run.best if run.seconds else None, notes=notes, ran=layer,
                         kernel_check=kernel_check)
+
+
+def _immediates(first, family) -> tuple[tuple, tuple]:
+    """The requantising instructions' immediates of the family's first kernel and of
+    ``family``'s: ``((zp, lo, hi) pairs, (lo, hi) pairs of a joined add)``."""
+    requant = tuple((q.zero_point, q.low, q.high)
+                    for q in (first.requantisation, family.requantisation))
+    qadd = () if family.add is None else (first.add.bounds, family.add.bounds)
+    return requant, qadd
 
 
 def _cached_form(cache: dict[int, tuple[Layer, Layer]], layer: Layer,

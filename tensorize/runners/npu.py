@@ -122,6 +122,16 @@ def plan_npu(func: PrimFunc, config: MachineConfig, registry: Registry) -> Any:
     return npu.plan(func, config, lookup=registry.get)
 
 
+def retarget_npu(planned: Any, func: PrimFunc, requant: tuple[tuple[int, int, int], ...],
+                 qadd: tuple[tuple[int, int], ...] = ()) -> Any:
+    """``planned`` (:func:`plan_npu`'s) as the plan of ``func``, which differs from its
+    kernel only in its requantising instructions' immediates (``targets.npu.retarget``);
+    None where more would change."""
+    from targets import npu
+
+    return npu.retarget(planned, func, requant, qadd)
+
+
 def run_planned(planned: Any, inputs: Mapping[str, np.ndarray], config: MachineConfig
                 ) -> NpuMeasure:
     """A plan of :func:`plan_npu` run on ``inputs``: NPU stages simulated, the others on
