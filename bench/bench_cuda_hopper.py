@@ -2,7 +2,9 @@
 every input type, and in thread-block clusters of 2 for two of them, static figures (no GPU
 needed): the engine's intrinsic and tiling, the GEMM launch's registers, dynamic shared
 memory and spills (ptxas), its wgmma, tensor-copy and mbarrier instructions in the SASS
-(cuobjdump), and the instructions of its k loop.
+(cuobjdump), and the instructions of its k loop. Then the same GEMM with an epilogue fused
+into its store (an int8 requantisation, and a float16 layer's bias, ReLU and narrowing):
+its launch's figures and the global stores it issues (the narrow output's alone).
 
     .venv/bin/python bench/bench_cuda_hopper.py
 """
@@ -10,11 +12,15 @@ memory and spills (ptxas), its wgmma, tensor-copy and mbarrier instructions in t
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
+import ir
 from intrinsics import default_registry
-from ir import dtypes
+from ir import dtypes, te
+from ir.onnx.kernels import Requantisation, matmul_requantised
 from targets.cuda.compile import cuobjdump_path, nvcc_path, resource_usage, sass_mix, sass_opcodes
-from tensorize.engine.cuda_hopper import HOPPER_ARCH, hopper_gemm, hopper_schedule
+from tensorize.engine import auto_tensorize
+from tensorize.engine.cuda_hopper import HOPPER_ARCH, hopper_gemm, hopper_kernel, hopper_schedule
 
 SIZE = 4096
 INPUTS = ("float16", "bfloat16", "int8", "float8_e4m3", "float8_e5m2")
@@ -43,6 +49,49 @@ def row(name: str, cluster: int = 1) -> str:
             f"{mix.mma} / {mix.other} ({mix.scope}) |")
 
 
+def _float16_layer(size: int) -> ir.PrimFunc:
+    """A float16 dense layer: float32 sums, plus a float32 bias per column, ReLU, rounded to
+    float16."""
+    A = te.placeholder((size, size), "float16", "A")
+    B = te.placeholder((size, size), "float16", "B")
+    bias = te.placeholder((size,), "float32", "Bias")
+    r = te.reduce_axis(size, "k")
+    acc = te.compute((size, size), lambda i, j: te.sum(
+        ir.cast("float32", A[i, r]) * ir.cast("float32", B[r, j]), axis=r), "acc")
+    relu = te.compute((size, size), lambda i, j: ir.max_(acc[i, j] + bias[j], 0.0), "relu")
+    out = te.compute((size, size), lambda i, j: ir.cast("float16", relu[i, j]), "out")
+    return te.create_prim_func([A, B, bias, out], "float16_layer")
+
+
+# The epilogue table's rows: a name and the SIZE^3 kernel.
+EPILOGUES: dict[str, Callable[[], ir.PrimFunc]] = {
+    "int8, requantised to int8": lambda: matmul_requantised(SIZE, SIZE, SIZE,
+                                                            Requantisation(zero_point=3)),
+    "float16, bias + ReLU to float16": lambda: _float16_layer(SIZE),
+}
+
+
+def epilogue_row(name: str) -> str:
+    """One row of the epilogue table for the kernel ``EPILOGUES[name]``."""
+    registry = default_registry()  # a bench is an edge: the built-in descriptions
+    func = EPILOGUES[name]()
+    gemm = auto_tensorize(func, "cuda", registry=registry, arch=HOPPER_ARCH).hopper.gemm
+    if gemm is None:
+        raise SystemExit(f"{name}: the Hopper schedule refused the kernel")
+    kernel = hopper_kernel(gemm, registry, func.name)
+    (launch,) = [l for l in kernel.launches if l.tensorized]
+    (usage,) = [r for r in resource_usage(kernel, HOPPER_ARCH) if launch.kernel in r.kernel]
+    (counts,) = [c for f, c in sass_opcodes(kernel, HOPPER_ARCH, modifiers=True).items()
+                 if launch.kernel in f]
+    sass = ", ".join(f"{sum(n for o, n in counts.items() if o.split('.')[0] == base)} {base}"
+                     for base in COUNTED
+                     if any(o.split(".")[0] == base for o in counts))
+    stores = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()) if o.startswith("STG"))
+    return (f"| {name} | {gemm.intrinsic.name} | {', '.join(gemm.operands.epilogue.blocks)} "
+            f"| {usage.registers} | {launch.dynamic_shared} | "
+            f"{usage.spill_stores + usage.spill_loads} | {sass} | {stores} |")
+
+
 def main() -> int:
     """Print the table; exit 0 with a note where nvcc or cuobjdump is missing."""
     if nvcc_path() is None or cuobjdump_path() is None:
@@ -54,6 +103,12 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     for name, cluster in ROWS:
         print(row(name, cluster), flush=True)
+    print(f"\n{SIZE}^3 GEMM for {HOPPER_ARCH} with its epilogue fused into the consumers' store")
+    print("| kernel | intrinsic | blocks fused | registers | dynamic shared | spill bytes | "
+          "SASS (GEMM launch) | global stores (GEMM launch) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in EPILOGUES:
+        print(epilogue_row(name), flush=True)
     return 0
 
 

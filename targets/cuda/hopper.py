@@ -25,12 +25,26 @@ Two launches, and up to two more:
    offset. The producer refills a stage once its empty phase completes; the consumers wait
    on its full phase, issue the stage's wgmmas, commit them, wait for the previous stage's
    group (``wait_group 1``) and release that stage. The accumulators go to C (or its padded
-   copy) through the YAML's store. In thread-block clusters (``HopperTiling.cluster``,
-   neighbours along N sharing A's tile) the first block's copy of A is multicast into
-   every block, each block's full mbarrier expecting A's bytes and its own B's, and each
-   consumer releases a stage on every block's empty mbarrier (the first block's next copy
-   of A overwrites it in all); cluster barriers follow the set-up and end the kernel.
-3. ``unpad`` (only when M or N is not a multiple of the tile): C from its padded copy.
+   copy) through the YAML's store; or, where elementwise blocks follow the GEMM
+   (:class:`GemmOperands`' ``epilogue``), through their expression, computed on the
+   registers and stored into the kernel's output where it lies inside M x N
+   (:mod:`.hopper_epilogue`): C's sums never reach global memory. In thread-block
+   clusters (``HopperTiling.cluster``, neighbours along N sharing A's tile) the first
+   block's copy of A is multicast into every block, each block's full mbarrier expecting
+   A's bytes and its own B's, and each consumer releases a stage on every block's empty
+   mbarrier (the first block's next copy of A overwrites it in all); cluster barriers
+   follow the set-up and end the kernel.
+3. ``unpad`` (only when M or N is not a multiple of the tile, and no epilogue is fused): C
+   from its padded copy.
+
+A batch of GEMMs (``GemmOperands.batch``, every operand's first dimension) runs a batch per
+``blockIdx.z``. Each operand's batches are stacked under one 2-d tensor map (A as batches x
+M rows of K, B packed to batches x N rows of K; a transposing pack runs a batch per
+``blockIdx.z``), and a block's copies start M (A) or N (B) rows further per batch. A tile
+overhanging M or N then reads the next batch's first rows rather than zeros, but those feed
+only sums past M or N, which the store drops: a batched GEMM always stores through the
+bounded store of an epilogue (:meth:`.hopper_epilogue.Epilogue.store_of` where none is
+fused), never a padded C.
 
 Each launch is an ``extern "C"`` function, so that ptxas, cuobjdump and a GPU's module
 name it as the launch does. Every instruction of the protocol is named by the compute
@@ -50,6 +64,7 @@ from ir import Buffer
 from targets.cuda.cexpr import PRELUDE, ctype
 from targets.cuda.emit import SHARED_ACCESS, CudaKernel, Launch, TensorMap
 from targets.cuda.errors import EmitError
+from targets.cuda.hopper_epilogue import Epilogue, emit_epilogue
 from targets.cuda.ptx import MMA_PRELUDE
 from targets.cuda.wgmma import PROTOCOL, wgmma_prelude
 from targets.cuda.writer import CppWriter
@@ -105,7 +120,9 @@ class GemmOperands:
     K x M), ``b`` K x N (``b_transposed``: N x K), ``c`` M x N, each dense in row-major
     order; dimensions of extent 1 may stand anywhere (a batch of one), only the order of
     the elements counts. ``params``: the kernel's parameters in order (their names: the
-    three buffers, in the kernel's own order)."""
+    three buffers, in the kernel's own order; with an ``epilogue``, A, B and the epilogue's
+    inputs and output, C then being the sums the epilogue reads and never stored).
+    ``batch``: GEMMs of these shapes, each operand's first dimension (blockIdx.z)."""
 
     a: Buffer
     b: Buffer
@@ -113,6 +130,18 @@ class GemmOperands:
     a_transposed: bool = False
     b_transposed: bool = False
     params: tuple[str, ...] = ()
+    epilogue: Epilogue | None = None
+    batch: int = 1
+
+    @property
+    def own(self) -> tuple[Buffer, ...]:
+        """The kernel's buffers the launches take: A, B and C, or with an epilogue A, B and
+        the epilogue's inputs and output (each once)."""
+        if self.epilogue is None:
+            return (self.a, self.b, self.c)
+        named = {x.name: x for x in (self.a, self.b, *self.epilogue.inputs,
+                                     self.epilogue.output)}
+        return tuple(named.values())
 
     def check(self, m: int, n: int, k: int) -> None:
         """EmitError naming the buffer whose elements are not its matrix's, or an order of
@@ -123,13 +152,18 @@ class GemmOperands:
             if buffer.strides is not None:
                 raise EmitError(f"emit_gemm requires {buffer.name} dense in row-major order, "
                                 f"got strides {buffer.strides}")
-            if [d for d in buffer.shape if d != 1] != [d for d in (rows, cols) if d != 1]:
-                raise EmitError(f"emit_gemm requires {buffer.name} of {rows} x {cols} "
-                                f"elements (unit dimensions aside), got shape {buffer.shape}")
-        if self.params and sorted(self.params) != sorted(x.name for x in (self.a, self.b,
-                                                                            self.c)):
-            raise EmitError(f"emit_gemm requires the parameters {self.a.name}, {self.b.name} "
-                            f"and {self.c.name} in some order, got {', '.join(self.params)}")
+            size = (self.batch, rows, cols)
+            if [d for d in buffer.shape if d != 1] != [d for d in size if d != 1]:
+                text = " x ".join(str(d) for d in size[self.batch == 1:])
+                raise EmitError(f"emit_gemm requires {buffer.name} of {text} elements (unit "
+                                f"dimensions aside), got shape {buffer.shape}")
+        if self.epilogue is not None:
+            self.epilogue.check(m, n, self.batch)
+        own = [x.name for x in self.own]
+        if self.params and sorted(self.params) != sorted(own):
+            listed = f"{', '.join(own[:-1])} and {own[-1]}"
+            raise EmitError(f"emit_gemm requires the parameters {listed} in some order, got "
+                            f"{', '.join(self.params)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +261,7 @@ def _protocol(intrinsic: Intrinsic) -> dict[str, str]:
     return names
 
 
-def _check_gemm(intrinsic: Intrinsic, m: int, n: int, k: int) -> None:
+def _check_gemm(intrinsic: Intrinsic, m: int, n: int, k: int, batch: int) -> None:
     if intrinsic.kind != "compute" or "warpgroup" not in intrinsic.params:
         raise EmitError(f"emit_gemm requires a wgmma compute intrinsic, got {intrinsic.name}")
     if intrinsic.params["warpgroup"] != WARPGROUP:
@@ -238,6 +272,8 @@ def _check_gemm(intrinsic: Intrinsic, m: int, n: int, k: int) -> None:
     if -(-m // TILE_M) > MAX_GRID:
         raise EmitError(f"emit_gemm requires at most {MAX_GRID} row tiles of {TILE_M} "
                         f"(gridDim.y), got m = {m}")
+    if not 1 <= batch <= MAX_GRID:
+        raise EmitError(f"emit_gemm requires 1 to {MAX_GRID} batches (gridDim.z), got {batch}")
 
 
 def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
@@ -249,7 +285,8 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
     types). Raises EmitError for an intrinsic that is not a wgmma one, a protocol
     parameter naming a helper this backend does not define, a bad tiling, or operands that
     are not the GEMM's."""
-    _check_gemm(intrinsic, m, n, k)
+    batch = operands.batch if operands is not None else 1
+    _check_gemm(intrinsic, m, n, k, batch)
     protocol = _protocol(intrinsic)
     a_op, b_op, c_op = intrinsic.operands
     tile_n = c_op.buffer.shape[1]
@@ -270,19 +307,25 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
     load_a, load_b, swizzle = choose_loads(intrinsic, registry, steps)
     layout_a = _Layout(TILE_M, steps, k_stages, swizzle.bytes)
     layout_b = _Layout(tile_n, steps, k_stages, swizzle.bytes)
-    padded = m % TILE_M != 0 or n != n_tiles * tile_n
+    # A fused epilogue stores only the elements inside M x N; a plain store writes whole
+    # tiles, into a padded copy where the tiles overhang.
+    # Batches store through the bounded store too: their tiles would overhang into the next.
+    epilogue = operands.epilogue or (Epilogue.store_of(operands.c, m, n) if batch > 1
+                                     else None)
+    padded = epilogue is None and (m % TILE_M != 0 or n != n_tiles * tile_n)
     # A tensor map's row stride is a multiple of 16 bytes: rows of k padded to that.
     k_row = -(-k * elem // CORE_BYTES) * CORE_BYTES // elem
     a, b, c = operands.a, operands.b, operands.c
     # Each operand is read in place where it is k-major with rows a map can stride, else
     # packed (transposed where it is not k-major) into rows of k_row.
+    # The batches' rows stacked: one 2-d tensor map over them all (module docstring).
     a_rows = a if not operands.a_transposed and k_row == k else \
-        Buffer(f"{a.name}_k", (m, k_row), in_dtype)
+        Buffer(f"{a.name}_k", (batch * m, k_row), in_dtype)
     b_rows = b if operands.b_transposed and k_row == k else \
-        Buffer(f"{b.name}_t", (n, k_row), in_dtype)
+        Buffer(f"{b.name}_t", (batch * n, k_row), in_dtype)
     c_pad = Buffer(f"{c.name}_padded", (m_tiles * TILE_M, n_tiles * tile_n), acc_dtype)
-    order = operands.params or (a.name, b.name, c.name)
-    own = {x.name: x for x in (a, b, c)}
+    order = operands.params or tuple(x.name for x in operands.own)
+    own = {x.name: x for x in operands.own}
     extra = [x for x in (a_rows, b_rows) if x is not a and x is not b] + \
         ([c_pad] if padded else [])
     buffers = (*(own[p] for p in order), *extra)
@@ -297,17 +340,21 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
     for operand, source, packed, transposed in packs:
         if packed is not source:
             launches.append(_pack(out, f"{name}_pack_{operand}", signature, source, packed,
-                                  transposed, k))
+                                  transposed, k, batch))
     box = swizzle.bytes // elem
-    maps = (TensorMap(a_rows.name, (k, m), k_row * elem, (box, TILE_M), swizzle.tensor_map),
-            TensorMap(b_rows.name, (k, n), k_row * elem, (box, tile_n), swizzle.tensor_map))
+    maps = (TensorMap(a_rows.name, (k, batch * m), k_row * elem, (box, TILE_M),
+                      swizzle.tensor_map),
+            TensorMap(b_rows.name, (k, batch * n), k_row * elem, (box, tile_n),
+                      swizzle.tensor_map))
     staged = _Stages(stages, layout_a, layout_b, box, swizzle.repeat, tiling.cluster)
     kernel = f"{name}_gemm"
     gemm_signature = signature + "".join(
         f", const __grid_constant__ CUtensorMap tz_map_{x}" for x in ("a", "b"))
+    result = _Result(c_pad if padded else c, c_pad.shape[1] if padded else n, epilogue,
+                     (m, n, batch))
     _gemm(out, kernel, gemm_signature, _Calls(intrinsic, load_a, load_b, registry, protocol),
-          staged, c_pad if padded else c, c_pad.shape[1] if padded else n)
-    launches.append(Launch(kernel, (n_tiles, m_tiles, 1), (BLOCK_THREADS, 1, 1), tiled=True,
+          staged, result)
+    launches.append(Launch(kernel, (n_tiles, m_tiles, batch), (BLOCK_THREADS, 1, 1), tiled=True,
                            dynamic_shared=staged.shared, stages=stages, tensor_maps=maps,
                            tensorized=True, cluster=tiling.cluster))
     if padded:
@@ -319,20 +366,22 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
     source = "\n".join([f"// {name}: generated by tensorize's CUDA backend (wgmma, sm_90a).",
                         *headers, "", PRELUDE, SHARED_ACCESS, MMA_PRELUDE,
                         wgmma_prelude([intrinsic]), out.text()])
+    written = c if epilogue is None else epilogue.output
     return CudaKernel(name, source, tuple(launches), tuple(x.name for x in buffers), buffers,
-                      (c.name,))
+                      (written.name,))
 
 
 def _pack(out: CppWriter, kernel: str, signature: str, source: Buffer, packed: Buffer,
-          transposed: bool, depth: int) -> Launch:
-    """The launch writing ``packed`` (rows of k, zero past ``depth``, the GEMM's k) from
-    ``source``: read as k rows of the packed rows when ``transposed`` (through shared
-    tiles, :func:`_transpose`), else as those rows of k, one thread per element."""
+          transposed: bool, depth: int, batch: int) -> Launch:
+    """The launch writing ``packed`` (rows of k, zero past ``depth``, the GEMM's k; the
+    ``batch`` GEMMs' rows one after another) from ``source``: read as k rows of each
+    batch's packed rows when ``transposed`` (through shared tiles, :func:`_transpose`, a
+    batch per blockIdx.z), else as those rows of k, one thread per element."""
     rows, row = packed.shape
     if transposed:
-        _transpose(out, kernel, signature, source, packed, depth)
-        return Launch(kernel, (-(-rows // TRANSPOSE_TILE), -(-row // TRANSPOSE_TILE), 1),
-                      (TRANSPOSE_TILE, TRANSPOSE_ROWS, 1))
+        _transpose(out, kernel, signature, source, packed, depth, batch)
+        return Launch(kernel, (-(-rows // batch // TRANSPOSE_TILE), -(-row // TRANSPOSE_TILE),
+                               batch), (TRANSPOSE_TILE, TRANSPOSE_ROWS, 1))
     with out.block(f'extern "C" __global__ void {kernel}({signature})'):
         out.line(f"const long long i = static_cast<long long>(blockIdx.x) * {PACK_THREADS} "
                  "+ threadIdx.x;")
@@ -353,17 +402,25 @@ def _words(out: CppWriter, source: Buffer) -> None:
 
 
 def _transpose(out: CppWriter, kernel: str, signature: str, source: Buffer, packed: Buffer,
-               depth: int) -> None:
+               depth: int, batch: int) -> None:
     """``packed`` (rows of k) from ``source`` (``depth`` rows of k's rows), a tile of
     TRANSPOSE_TILE x TRANSPOSE_TILE per block: each warp reads a tile row along the
     source's rows (consecutive addresses) into shared memory, and after the barrier writes
-    a tile row along k (consecutive again), so neither side strides through memory."""
+    a tile row along k (consecutive again), so neither side strides through memory. Of
+    ``batch`` such matrices one after another, blockIdx.z's."""
     rows, row = packed.shape
+    rows //= batch
     tile = TRANSPOSE_TILE
     # One pad element a tile row staggers the column reads across banks.
     pitch = tile + 1
+    target = packed.name
     with out.block(f'extern "C" __global__ void {kernel}({signature})'):
         _words(out, source)
+        if batch > 1:
+            out.line(f"src += static_cast<long long>(blockIdx.z) * {depth * rows};")
+            out.line(f"tz_word* tz_dst = reinterpret_cast<tz_word*>({packed.name}) + "
+                     f"static_cast<long long>(blockIdx.z) * {rows * row};")
+            target = "tz_dst"
         out.line(f"__shared__ __align__(128) tz_word tz_tile[{tile * pitch}];")
         out.line('tz_shared_declare(tz_tile, "tz_tile");')
         out.line(f"const long long r0 = static_cast<long long>(blockIdx.x) * {tile}, "
@@ -376,7 +433,7 @@ def _transpose(out: CppWriter, kernel: str, signature: str, source: Buffer, pack
         with out.block(f"for (int y = threadIdx.y; y < {tile}; y += {TRANSPOSE_ROWS})"):
             out.line("const long long r = r0 + y, kk = k0 + threadIdx.x;")
             with out.block(f"if (r < {rows} && kk < {row})"):
-                out.line(f"reinterpret_cast<tz_word*>({packed.name})[r * {row} + kk] = "
+                out.line(f"reinterpret_cast<tz_word*>({target})[r * {row} + kk] = "
                          f"tz_shared_load(tz_tile, threadIdx.x * {pitch} + y);")
 
 
@@ -442,11 +499,22 @@ class _Calls:
     protocol: dict[str, str]
 
 
+@dataclass(frozen=True, slots=True)
+class _Result:
+    """Where the consumers' tiles go: ``buffer`` (C or its padded copy), rows ``ld``
+    elements apart, by the YAML's store; or, with an ``epilogue``, through it into its
+    output, the elements inside M x N alone (``extents``: M, N and the batches)."""
+
+    buffer: Buffer
+    ld: int
+    epilogue: Epilogue | None
+    extents: tuple[int, int, int]
+
+
 def _gemm(out: CppWriter, kernel: str, signature: str, calls: _Calls, stages: _Stages,
-          result: Buffer, ld: int) -> None:
+          result: _Result) -> None:
     """The warp-specialised kernel (module docstring): its shared memory and mbarriers,
-    then the producer's and the consumers' loops; the tiles go to ``result``, rows ``ld``
-    elements apart."""
+    then the producer's and the consumers' loops, which end in ``result``'s store."""
     protocol = calls.protocol
     dims = f" __cluster_dims__({stages.cluster}, 1, 1)" if stages.cluster > 1 else ""
     out.line(f'extern "C" __global__ void __launch_bounds__({BLOCK_THREADS}){dims} {kernel}('
@@ -470,20 +538,22 @@ def _gemm(out: CppWriter, kernel: str, signature: str, calls: _Calls, stages: _S
                          f"{WARPGROUP * stages.cluster});")
         out.line(sync)
         with out.block(f"if (threadIdx.x == {WARPGROUP})"):
-            _producer(out, protocol, stages)
+            _producer(out, protocol, stages, result.extents)
         with out.block(f"if (threadIdx.x < {WARPGROUP})"):
-            _consumers(out, calls, stages, result, ld)
+            _consumers(out, calls, stages, result)
         if stages.cluster > 1:
             # No block leaves while another may still arrive on its mbarriers.
             out.line(sync)
 
 
-def _producer(out: CppWriter, protocol: dict[str, str], stages: _Stages) -> None:
+def _producer(out: CppWriter, protocol: dict[str, str], stages: _Stages,
+              extents: tuple[int, int, int]) -> None:
     """The producer's loop: each k stage waits until the consumers have released the
     stage it refills (its empty mbarrier; from the second round of stages on), then
     expects the stage's bytes on its full mbarrier and issues, per operand, one tensor copy
     per box of the stage, each box after the last; in a cluster, A's by the first block
-    alone, multicast to every block (whose full mbarriers each expect A's bytes too)."""
+    alone, multicast to every block (whose full mbarriers each expect A's bytes too). Each
+    batch's rows start ``extents``' M (A) or N (B) rows further in the stacked maps."""
     n = stages.count
     boxes = stages.a.boxes
     if stages.cluster > 1:
@@ -496,10 +566,13 @@ def _producer(out: CppWriter, protocol: dict[str, str], stages: _Stages) -> None
         out.line("#pragma unroll")
         with out.block(f"for (int col = 0; col < {boxes}; ++col)"):
             out.line(f"const int k0 = (kt * {boxes} + col) * {stages.box};")
-            for operand, layout, row in (("a", stages.a, "blockIdx.y"),
-                                         ("b", stages.b, "blockIdx.x")):
+            m, n, batches = extents
+            for operand, layout, row, rows in (("a", stages.a, "blockIdx.y", m),
+                                               ("b", stages.b, "blockIdx.x", n)):
+                first = f"blockIdx.z * {rows} + " if batches > 1 else ""
                 args = (f"{stages.start(operand, 'stage')} + col * {layout.box_bytes}, "
-                        f"&tz_map_{operand}, k0, {row} * {layout.rows}, &tz_full[stage]")
+                        f"&tz_map_{operand}, k0, {first}{row} * {layout.rows}, "
+                        f"&tz_full[stage]")
                 if operand == "a" and stages.cluster > 1:
                     mask = (1 << stages.cluster) - 1
                     out.line(f"if (tz_rank == 0) {protocol['multicast']}({args}, {mask});")
@@ -507,15 +580,15 @@ def _producer(out: CppWriter, protocol: dict[str, str], stages: _Stages) -> None
                     out.line(f"{protocol['copy']}({args});")
 
 
-def _consumers(out: CppWriter, calls: _Calls, stages: _Stages, result: Buffer,
-               ld: int) -> None:
+def _consumers(out: CppWriter, calls: _Calls, stages: _Stages, result: _Result) -> None:
     """The consumer warpgroup's loop: each k stage waits for its full mbarrier's phase,
     issues the stage's wgmmas, commits them, waits for the previous stage's group and
-    releases that stage (one arrival per thread on its empty mbarrier); then the store."""
+    releases that stage (one arrival per thread on its empty mbarrier); then the store, or
+    the fused epilogue (:mod:`.hopper_epilogue`)."""
     protocol = calls.protocol
     fill = calls.registry.get(calls.compute.fill["C"][0])
     store = calls.registry.get(calls.compute.stores["C"][0])
-    acc = ctype(result.dtype)
+    acc = ctype(result.buffer.dtype)
     n = stages.count
     out.line(f"{acc} tz_acc[{int(fill.params['lane_registers'])}];")
     out.line(fill.render("cuda", {"dst": "tz_acc"}))
@@ -548,8 +621,12 @@ def _consumers(out: CppWriter, calls: _Calls, stages: _Stages, result: Buffer,
         else:
             out.line(f"if (kt > 0) {protocol['arrive']}({previous});")
     out.line(f"{protocol['wait']}<0>();")
-    out.line(f"{acc}* tz_c = {result.name} + blockIdx.y * {TILE_M * ld}LL + blockIdx.x * "
-             f"{stages.b.rows};")
+    if result.epilogue is not None:
+        emit_epilogue(out, result.epilogue, store, result.extents, stages.b.rows, TILE_M)
+        return
+    ld = result.ld
+    out.line(f"{acc}* tz_c = {result.buffer.name} + blockIdx.y * {TILE_M * ld}LL + "
+             f"blockIdx.x * {stages.b.rows};")
     out.line(store.render("cuda", {"dst": "tz_c", "src": "tz_acc", "dst.ld": str(ld)}))
 
 

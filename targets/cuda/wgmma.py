@@ -10,8 +10,10 @@ the host emulation (``emulation/wgmma.h``) defines its own, which model the asyn
 tensor copy is in flight until its mbarrier phase completes, a wgmma reads its tiles until
 its group is waited for) and encode a tensor map in a layout of their own, not the
 driver's. The **helpers** the templates call to build an operand or move accumulators
-(``tz_wgmma_desc``, ``tz_wgmma_store_m64n*``, ``tz_wgmma_fill_m64n*``) are plain C++ shared by
-both, so the emulation runs the descriptor encoding and the fragment layout the GPU does.
+(``tz_wgmma_desc``, ``tz_wgmma_store_m64n*``, ``tz_wgmma_fill_m64n*``, and
+``tz_wgmma_acc_row``/``tz_wgmma_acc_col``, a register's place in the tile, which a fused
+epilogue calls) are plain C++ shared by both, so the emulation runs the descriptor encoding
+and the fragment layout the GPU does.
 
 Descriptor (PTX ISA, "Matrix Descriptor Format"), 64 bits: the shared address of the tile
 >> 4 in bits 0-13, the leading byte offset >> 4 in bits 16-29, the stride byte offset >> 4
@@ -27,7 +29,7 @@ from collections.abc import Iterable
 from intrinsics import Intrinsic
 from targets.cuda.errors import EmitError
 
-__all__ = ["PROTOCOL", "ptx_type", "wgmma_prelude"]
+__all__ = ["FRAGMENT", "PROTOCOL", "ptx_type", "wgmma_prelude"]
 
 # The protocol parameters of a wgmma compute intrinsic, and the helper each must name (a
 # kernel's calls come from the YAML; a name this module does not define is refused).
@@ -153,7 +155,25 @@ __device__ inline void tz_wgmma_desc_advance(unsigned* d, const unsigned* base, 
 }
 """
 
-# Per accumulator width n: the store of a thread's pairs and the fill.
+# The helpers naming an accumulator register's place in the tile (the store intrinsic's
+# parameters, which a fused epilogue calls), as PROTOCOL names the compute intrinsic's.
+FRAGMENT = {"row": "tz_wgmma_acc_row", "col": "tz_wgmma_acc_col"}
+
+# The fragment layout as a register's place, which a fused epilogue calls.
+_LAYOUT = """\
+// The row and column, in the warpgroup's 64 x n tile, of this thread's register r.
+__device__ inline int tz_wgmma_acc_row(int r) {
+  const unsigned t = threadIdx.x % 128;
+  return 16 * (t / 32) + t % 32 / 4 + 8 * (r / 2 % 2);
+}
+__device__ inline int tz_wgmma_acc_col(int r) {
+  return 8 * (r / 4) + 2 * (threadIdx.x % 4) + r % 2;
+}
+"""
+
+# Per accumulator width n: the store of a thread's pairs and the fill. The store spells the
+# layout out rather than calling the helpers above: written through them, nvcc 13 splits each
+# pair's 8-byte store in two (64 STG.E where this issues 32 STG.E.64).
 _FRAGMENT = """\
 template <class T> __device__ inline void tz_wgmma_store_m64n{n}(T* dst, const T* acc, int ld) {{
   const unsigned t = threadIdx.x % 128, w = t / 32, l = t % 32;
@@ -212,4 +232,5 @@ def wgmma_prelude(computes: Iterable[Intrinsic]) -> str:
     widths = sorted({c.operands[2].buffer.shape[1] for c in computes})
     fragments = "".join(_FRAGMENT.format(n=n, regs=n // 2) for n in widths)
     instructions = "".join(_instruction(c) for c in computes)
-    return (_COMMON + fragments + "#ifndef TZ_EMULATION\n" + instructions + "#endif\n")
+    return (_COMMON + _LAYOUT + fragments + "#ifndef TZ_EMULATION\n" + instructions
+            + "#endif\n")

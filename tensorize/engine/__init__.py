@@ -218,7 +218,8 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry,
     for cuda, the block, warp and k tiles (``cuda_schedule.CudaTiling``; its split then
     chosen for it alone), or a whole plan with its split (``cuda_split.SplitPlan``, run as
     it is). ``arch`` (cuda only) is the architecture to schedule for: on ``sm_90a`` a
-    kernel that is one GEMM block takes the Hopper schedule
+    kernel that is one GEMM block, possibly batched and followed by elementwise blocks
+    (fused into its store, each reported folded), takes the Hopper schedule
     (:func:`.cuda_hopper.hopper_view`: wgmma fed by TMA) unless ``tiling`` is given;
     otherwise, and for any other architecture, the families of the ``gpu:`` section's
     architectures as without it, the result's ``hopper`` holding the reason. ``cluster``
@@ -246,7 +247,10 @@ def auto_tensorize(func: PrimFunc, target: str, *, registry: Registry,
             else:
                 outcome = BlockOutcome(gemm.block, gemm.intrinsic.name,
                                        _mapping([gemm.match]), "", extents)
-                return Tensorized(func, sch, target, (outcome,),
+                fused = tuple(BlockOutcome(b, None, "", f"computed in block {gemm.block}'s "
+                                           "store, on its wgmma accumulator registers",
+                                           folded=True) for b in gemm.fused)
+                return Tensorized(func, sch, target, (outcome, *fused),
                                   (format_result([gemm.match]),),
                                   time.perf_counter() - start, hopper)
     if kind in MACHINE_KINDS and not isinstance(config, MachineConfig):

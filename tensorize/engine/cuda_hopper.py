@@ -18,10 +18,14 @@ Choices, in order:
   along N sharing A's tile by a multicast tensor copy.
 
 :func:`hopper_view` is how ``auto_tensorize(..., arch="sm_90a")`` finds such a GEMM in a
-kernel: a lone block that a wgmma intrinsic matches with one block iterator per intrinsic
-iterator (the others of extent 1: a batch of one), its result zeroed by its init, and each
-operand indexed by its two iterators, one per dimension, in either order for A and B (a
-dense layer's weight, N rows of K, is read in place) and in the intrinsic's order for C.
+kernel: a block that a wgmma intrinsic matches with one block iterator per intrinsic
+iterator (the others of extent 1, but for at most one spatial batch iterator indexing every
+operand's first dimension: blockIdx.z), its result zeroed by its init, and each operand
+indexed by its two iterators, one per dimension, in either order for A and B (a
+dense layer's weight, N rows of K, is read in place) and in the intrinsic's order for C;
+then nothing, or only elementwise blocks reading C where it lies (a bias, an activation, a
+requantisation, a narrowing), which the sm_80 path's ``fuse_epilogue_chain`` inlines into
+one and the kernel computes on the accumulator registers (C is then never stored).
 Anything else is refused with the reason (a ScheduleError), and the engine goes on with the
 families of the ``gpu:`` section's architectures. The tensorized IR tiles the block to the
 intrinsic's shape and calls it (so the host validates the mapping by the intrinsic's
@@ -33,14 +37,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from intrinsics import Intrinsic, Registry
-from ir import (Block, BlockRealize, BufferLoad, BufferStore, Cast, FloatImm, IntImm, PrimFunc,
-                Stmt, Var, post_order_visit)
+from ir import (Block, BlockRealize, Buffer, BufferLoad, BufferStore, Cast, FloatImm, IntImm,
+                IterKind, PrimFunc, Stmt, Var, dtypes, post_order_visit)
 from ir.dtypes import DType
 from ir.errors import ScheduleError
+from ir.visitor import Mutator, substitute
 from targets.cuda.emit import CudaKernel
 from targets.cuda.errors import EmitError
 from targets.cuda.hopper import (SHARED_ALIGNMENT, STEP_BYTES, TILE_M, GemmOperands,
                                  HopperTiling, choose_loads, emit_gemm)
+from targets.cuda.hopper_epilogue import Epilogue
+from tensorize.engine.cuda_schedule import fuse_epilogue_chain
 from tensorize.engine.gemm_view import to_intrinsic_shape
 from tensorize.engine.generic_schedule import schedule_generic
 from tensorize.match import Match, match_block
@@ -73,15 +80,31 @@ class HopperGemm:
     intrinsic: Intrinsic
     tiling: HopperTiling
 
+    @property
+    def fused(self) -> tuple[str, ...]:
+        """The kernel's blocks computed in the consumers' store (its epilogue), in order."""
+        epilogue = self.operands.epilogue
+        return epilogue.blocks if epilogue is not None else ()
+
     def describe(self) -> str:
-        """One line: the block, its extents, the tile and the pipeline."""
+        """One line: the block, its extents, the tile, the pipeline and the blocks fused."""
         width = _width(self.intrinsic)
         cluster = (f"; clusters of {self.tiling.cluster} blocks along N, A's tile multicast "
                    "to each" if self.tiling.cluster > 1 else "")
-        return (f"block {self.block}: {self.m} x {self.n} x {self.k} on {TILE_M} x {width} "
-                f"tiles, "
+        epilogue = self.operands.epilogue
+        fused = ""
+        if epilogue is not None:
+            blocks = "block" if len(epilogue.blocks) == 1 else "blocks"
+            fused = (f"; {blocks} {', '.join(epilogue.blocks)} fused into the consumers' "
+                     f"store (computed on the accumulator registers, {self.block}'s sums "
+                     "never stored)")
+        batches = self.operands.batch
+        size = f"{self.m} x {self.n} x {self.k}"
+        if batches > 1:
+            size = f"{batches} batches (blockIdx.z) of {size}"
+        return (f"block {self.block}: {size} on {TILE_M} x {width} tiles, "
                 f"{self.tiling.steps} wgmma k steps x {self.tiling.stages} stages, one "
-                f"consumer warpgroup and one TMA producer warp per block{cluster}")
+                f"consumer warpgroup and one TMA producer warp per block{cluster}{fused}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,15 +189,15 @@ def _check(cond: bool, reason: str) -> None:
 def hopper_view(func: PrimFunc, registry: Registry, intrinsic: str | None = None,
                 cluster: int = 1) -> HopperGemm:
     """The GEMM of ``func`` as the Hopper schedule takes it (the module docstring says
-    which), through the wgmma intrinsic the schedule's choices pick, or through
+    which), with the elementwise blocks after it as its epilogue (``operands.epilogue``),
+    through the wgmma intrinsic the schedule's choices pick, or through
     ``intrinsic`` (a name) when given, in thread-block clusters of ``cluster`` blocks.
     Raises ScheduleError with the reason when the kernel is not such a GEMM."""
     blocks = tree.block_names(func)
-    _check(len(blocks) == 1, f"requires one GEMM block and nothing else, got {len(blocks)} "
-                             f"blocks ({', '.join(blocks)}): an epilogue or a second stage is "
-                             "not fused into the warp-specialised kernel")
-    (name,) = blocks
+    _check(bool(blocks), "requires a GEMM block, got a kernel of none")
+    name = blocks[0]
     realize = tree.find_block(func, name).node
+    epilogue_block = _epilogue_block(func, name, registry)
     block = realize.block
     _check(_zero(block.init), f"block {name} requires an init that zeroes its result (the "
                               "kernel's accumulators start at zero), got "
@@ -193,10 +216,12 @@ def hopper_view(func: PrimFunc, registry: Registry, intrinsic: str | None = None
                           + (reasons[0] if reasons else "no mapping"))
     in_dtype = matches[0].intrinsic.operands[0].buffer.dtype
     extents = {iv.var.name: iv.extent for iv in block.iter_vars}
-    views = [v for v in (_operands(func, block, m, extents) for m in matches) if v is not None]
+    views = [v for v in (_operands(func, block, m, extents, epilogue_block) for m in matches)
+             if v is not None]
     _check(bool(views), f"block {name} requires each operand indexed by its two GEMM "
-                        "iterators, one per dimension (C as M rows of N), the others of "
-                        "extent 1")
+                        "iterators, one per dimension (C as M rows of N), after one batch "
+                        "iterator indexing every operand's first dimension where there is "
+                        "one, the others of extent 1")
     m, n, k = (extents[views[0][0].iter_map[iv.var.name][0]]
                for iv in views[0][0].intrinsic.iter_vars)
     if intrinsic is None:
@@ -240,26 +265,90 @@ def _whole_domain(func: PrimFunc, realize: BlockRealize) -> bool:
     return True
 
 
-def _operands(func: PrimFunc, block: Block, match: Match, extents: dict[str, int]
-              ) -> tuple[Match, GemmOperands] | None:
+def _epilogue_block(func: PrimFunc, gemm: str, registry: Registry) -> Block | None:
+    """The blocks after the GEMM block ``gemm`` as one, each inlined into the next (the sm_80
+    path's ``fuse_epilogue_chain``), or None when the kernel is the GEMM alone. Raises
+    ScheduleError naming the blocks when the others are not such a chain."""
+    blocks = tree.block_names(func)
+    if len(blocks) == 1:
+        return None
+    sch = Schedule(func, registry)
+    c = tree.find_block(func, gemm).node.block.writes[0].buffer.name
+    fused = fuse_epilogue_chain(sch, c)
+    _check(fused is not None and len(tree.block_names(sch.func)) == 2,
+           f"requires one GEMM block, then only elementwise blocks reading its result where "
+           f"it lies (fused into the consumers' store), got {len(blocks)} blocks "
+           f"({', '.join(blocks)}): a second stage, a copy before the GEMM or a block "
+           "reading the sums elsewhere is not fused into the warp-specialised kernel")
+    return sch.get(fused).block
+
+
+def _epilogue(block: Block, c: Buffer, extents: tuple[int, int, int], names: tuple[str, ...]
+              ) -> Epilogue:
+    """The fused epilogue ``block`` (its store at its own iterators, reading C's sums) as the
+    backend takes it: its value over the element (row, col) of one batch's M x N result,
+    ``extents`` being M, N and the batches. ``names``: the blocks it computes.
+    ScheduleError when it reads C other than where it stores."""
+    m, n, batches = extents
+    store = block.body
+    _check(isinstance(store, BufferStore), f"block {block.name} requires one store as its "
+                                           f"body, got {type(store).__name__}")
+    ivs = [iv.var for iv in block.iter_vars]
+    row, col, batch = (Var(x, dtypes.int32) for x in ("row", "col", "batch"))
+    # C's dimensions of extent over 1 are the batch's, M's then N's (hopper_view requires
+    # that order).
+    wide = [v for v, iv in zip(ivs, block.iter_vars) if iv.extent > 1]
+    axes = [a for a, extent in ((batch, batches), (row, m), (col, n)) if extent > 1]
+    _check(len(wide) == len(axes), f"block {block.name} requires the GEMM's M x N "
+                                   f"iteration space, got extents "
+                                   f"{[iv.extent for iv in block.iter_vars]}")
+    mapping = dict(zip(wide, axes)) | {v: IntImm(0, dtypes.int32) for v in ivs
+                                       if v not in wide}
+    expected = tuple(mapping[v] for v in ivs)
+    acc = Buffer(c.name, (m, n), c.dtype)
+    inputs: dict[str, Buffer] = {}
+
+    class _Sums(Mutator):
+        def visit_BufferLoad(self, load: BufferLoad) -> BufferLoad:
+            if load.buffer.name != c.name:
+                inputs.setdefault(load.buffer.name, load.buffer)
+                return BufferLoad(load.buffer, self.visit(load.indices))
+            _check(tuple(load.indices) == expected,
+                   f"block {block.name} requires reading {c.name} at the element it stores "
+                   f"({', '.join(map(str, store.indices))}), got "
+                   f"{', '.join(map(str, load.indices))}")
+            return BufferLoad(acc, (row, col))
+
+    value = _Sums().visit(substitute(store.value, mapping))
+    return Epilogue(row, col, value, acc, store.buffer, tuple(inputs.values()), names, batch)
+
+
+def _operands(func: PrimFunc, block: Block, match: Match, extents: dict[str, int],
+              epilogue: Block | None) -> tuple[Match, GemmOperands] | None:
     """The kernel's buffers in their layouts for ``match`` (None when an operand is not
-    indexed by its two iterators alone, one per dimension, or C not in M, N order)."""
+    indexed by its two iterators alone, one per dimension, or C not in M, N order), with
+    the fused ``epilogue`` block after the GEMM where there is one."""
     groups = {t: names[0] for t, names in match.iter_map.items() if len(names) == 1}
     if len(groups) != len(match.iter_map):
         return None
-    if any(extents[v] != 1 for v in extents if v not in groups.values()):
+    # At most one iterator besides the GEMM's of extent over 1: a spatial batch, the leading
+    # dimension of every operand (blockIdx.z).
+    outer = [v for v in extents if v not in groups.values() and extents[v] != 1]
+    kinds = {iv.var.name: iv.kind for iv in block.iter_vars}
+    if len(outer) > 1 or any(kinds[v] is not IterKind.SPATIAL for v in outer):
         return None
+    batch = tuple(outer)
     i, j, kk = (groups[iv.var.name] for iv in match.intrinsic.iter_vars)
     by_operand = {operand: buffer for buffer, operand in match.buffer_map.items()}
-    buffers = {p.name: p for p in func.params}
-    if sorted(by_operand.values()) != sorted(buffers):
+    buffers = {x.name: x for x in (*func.params, *func.allocs)}
+    if epilogue is None and sorted(by_operand.values()) != sorted(p.name for p in func.params):
         return None
     orders = {name: _index_order(block, name, extents) for name in by_operand.values()}
     a, b, c = (by_operand[o.name] for o in match.intrinsic.operands)
 
     def order(*names: str) -> tuple[str, ...]:
         # A unit extent (a 1 x N x K GEMM's row) indexes nothing: _index_order drops it.
-        return tuple(v for v in names if extents[v] > 1)
+        return batch + tuple(v for v in names if extents[v] > 1)
 
     # Where a unit extent makes both orders one, the later entry wins: the one read in place.
     wanted = {a: {order(kk, i): True, order(i, kk): False},
@@ -267,8 +356,14 @@ def _operands(func: PrimFunc, block: Block, match: Match, extents: dict[str, int
     layouts = {name: wanted[name].get(orders[name]) for name in wanted}
     if None in layouts.values():
         return None
+    fused = None
+    if epilogue is not None:
+        names = tuple(b for b in tree.block_names(func) if b != block.name)
+        fused = _epilogue(epilogue, buffers[c], (extents[i], extents[j],
+                                                 extents[batch[0]] if batch else 1), names)
     return match, GemmOperands(buffers[a], buffers[b], buffers[c], layouts[a], layouts[b],
-                               tuple(p.name for p in func.params))
+                               tuple(p.name for p in func.params), fused,
+                               extents[batch[0]] if batch else 1)
 
 
 def _index_order(block: Block, buffer: str, extents: dict[str, int]

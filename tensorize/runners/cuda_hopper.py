@@ -2,7 +2,8 @@
 emit it over the kernel's own buffers (:func:`tensorize.engine.cuda_hopper.hopper_kernel`),
 compile it for sm_90a alone (ptxas per launch with sm_90's occupancy limits, the spills
 step, the SASS mix and the GEMM launch's wgmma, tensor-copy and mbarrier instructions),
-emulate it with the tensor copies landing at their wait and again at their issue, and say
+emulate it with the tensor copies landing at their wait and again at their issue (the JSON
+names the blocks fused into its store under ``cuda.epilogue``), and say
 why the GPU run is skipped: a launch taking TMA tensor maps is refused there until the host
 encodes them (``targets/cuda/run.py``).
 
@@ -49,6 +50,7 @@ def run_hopper(ctx: RunContext, gemm: HopperGemm, name: str,
     ``name``, the kernel function's), and skip its GPU run with the reason, each step in
     ``report``; returns the emulation's outputs (``reference`` where it could not run)."""
     kernel = hopper_kernel(gemm, ctx.registry, name)
+    epilogue = gemm.operands.epilogue
     launches = "; ".join(f"{l.kernel} grid {l.grid} block {l.block}"
                          + (f" cluster ({l.cluster}, 1, 1)" if l.cluster > 1 else "")
                          for l in kernel.launches)
@@ -61,7 +63,8 @@ def run_hopper(ctx: RunContext, gemm: HopperGemm, name: str,
                                          "tensor_maps": len(l.tensor_maps),
                                          "cluster": l.cluster}
                                         for l in kernel.launches],
-                           "params": list(kernel.params)}
+                           "params": list(kernel.params),
+                           "epilogue": list(epilogue.blocks) if epilogue is not None else []}
     if emit_code:
         emitted.append(_with_maps(source_with_launches(kernel), kernel))
     compile_steps(kernel, report, compiled_architectures(ctx), (HOPPER_ARCH, gemm.intrinsic.name))

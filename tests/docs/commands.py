@@ -35,6 +35,8 @@ SLOW = {
         ("nvcc", "g++"),
     "tensorize run examples/script/matmul_relu.py --target cuda --arch sm_90a --quiet":
         ("nvcc", "g++"),
+    "tensorize run examples/script/gemm_requant_int8.py --target cuda --arch sm_90a --quiet":
+        ("nvcc", "g++"),
     "tensorize run examples/script/gemm_int8.py --target x86 --quiet": (),
 }
 

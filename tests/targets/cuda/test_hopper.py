@@ -483,6 +483,8 @@ def test_the_documented_sass_table_is_what_the_bench_prints():
     page = DOC.read_text()
     for name, cluster in bench.ROWS:
         assert bench.row(name, cluster) in page, (name, cluster)
+    for name in bench.EPILOGUES:
+        assert bench.epilogue_row(name) in page, name
 
 
 # ---- a kernel's own operands --------------------------------------------------------------

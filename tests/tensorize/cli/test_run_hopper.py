@@ -45,20 +45,38 @@ def test_an_architecture_that_does_not_apply_is_refused(argv, message, tmp_path,
     assert message in capsys.readouterr().err
 
 
-def test_a_kernel_with_an_epilogue_says_why_it_takes_the_other_families():
+def test_a_kernel_with_an_epilogue_reports_the_blocks_fused_into_its_store():
     registry = default_registry()
     func = read_kernel_file(EXAMPLES / "gemm_bias_relu_int8.py", None).func
     report = RunReport()
     done = CudaRunner().tensorize(make_context(registry, "cuda", arch="sm_90a"), func,
                                   RunOptions(), report)
     (hopper,) = [s for s in report.steps if s.name == "hopper"]
+    assert hopper.status == "ok"
+    assert hopper.detail.endswith(
+        "; blocks biased, relu, out fused into the consumers' store (computed on the "
+        "accumulator registers, acc's sums never stored)")
+    assert done.result.tensorized[0].intrinsic == "wgmma_m64n64k32_s8s8_s32"
+    # The engine's outcome for each fused block: folded into the GEMM's store.
+    fused = [(o.block, o.intrinsic, o.folded, o.reason) for o in done.result.blocks[1:]]
+    reason = "computed in block acc's store, on its wgmma accumulator registers"
+    assert fused == [(block, None, True, reason) for block in ("biased", "relu", "out")]
+
+
+def test_a_kernel_with_a_copy_before_its_gemm_says_why_it_takes_the_other_families():
+    registry = default_registry()
+    func = read_kernel_file(EXAMPLES / "conv2d_nhwc.py", None).func
+    report = RunReport()
+    CudaRunner().tensorize(make_context(registry, "cuda", arch="sm_90a"), func, RunOptions(),
+                           report)
+    (hopper,) = [s for s in report.steps if s.name == "hopper"]
     assert hopper.status == "skip"
     assert hopper.detail == (
-        "hopper schedule: requires one GEMM block and nothing else, got 4 blocks (acc, "
-        "biased, relu, out): an epilogue or a second stage is not fused into the "
-        "warp-specialised kernel; the kernel takes the families of the gpu: section's "
-        "architectures (WMMA, mma.sync) instead")
-    assert done.result.tensorized[0].intrinsic == "mma_m16n8k32_s8s8_s32"
+        "hopper schedule: requires one GEMM block, then only elementwise blocks reading its "
+        "result where it lies (fused into the consumers' store), got 2 blocks (pad, conv): a "
+        "second stage, a copy before the GEMM or a block reading the sums elsewhere is not "
+        "fused into the warp-specialised kernel; the kernel takes the families of the gpu: "
+        "section's architectures (WMMA, mma.sync) instead")
 
 
 def test_without_an_architecture_no_hopper_step_is_reported():
@@ -106,13 +124,37 @@ def test_a_gemm_example_runs_as_hoppers_kernel(example, intrinsic, opcode, exact
 @needs_tools[0]
 @needs_tools[1]
 def test_a_kernel_the_hopper_schedule_refuses_runs_for_sm_90a_all_the_same(capsys):
-    assert main(["run", str(EXAMPLES / "gemm_bias_relu_int8.py"), "--target", "cuda",
-                 "--arch", "sm_90a", "--quiet"]) == 0
+    assert main(["run", str(EXAMPLES / "matmul_relu.py"), "--target", "cuda", "--arch",
+                 "sm_90a", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "skip hopper      hopper schedule: requires one GEMM block and nothing else" in out
-    assert "ok   tensorize   acc: mma_m16n8k32_s8s8_s32" in out
+    assert ("skip hopper      hopper schedule: no wgmma intrinsic matches block Y: A is "
+            "float32") in out
+    assert "ok   tensorize   Y: wmma_m16n16k8_tf32_f32" in out
     assert re.search(r"ok   compile     nvcc -arch=sm_90a: ", out)
     assert "nvcc -arch=sm_80" not in out
+    assert re.search(r"ok   reference   C against numpy reference\(\.\.\.\): max error", out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example, blocks", [
+    ("gemm_bias_relu_int8", "blocks biased, relu, out"),
+    ("gemm_requant_int8", "blocks biased, quant, relu, out"),
+    ("gemm_requant_add_relu_int8", "blocks biased, quant, added, out"),
+])
+@needs_tools[0]
+@needs_tools[1]
+def test_an_example_with_an_epilogue_runs_it_fused_into_hoppers_kernel(example, blocks,
+                                                                        capsys):
+    assert main(["run", str(EXAMPLES / f"{example}.py"), "--target", "cuda", "--arch",
+                 "sm_90a", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert (f"; {blocks} fused into the consumers' store (computed on the accumulator "
+            "registers, acc's sums never stored)\n") in out
+    assert "ok   tensorize   acc: wgmma_m64n64k32_s8s8_s32 " in out
+    assert "ok   spills      none: 0 bytes spill stores, 0 bytes spill loads" in out
+    for copies in ("at wait", "at issue"):
+        assert re.search(rf"ok   emulate     out: .* copies landing {copies} .*all \d+ "
+                         r"elements equal \(exact\)", out)
     assert re.search(r"ok   reference   out against numpy reference\(\.\.\.\): all \d+ "
                      r"elements equal \(exact\)", out)
 
