@@ -71,7 +71,7 @@ def _rows(dram: np.ndarray, addr: int, rows: int, cols: int, stride: int) -> np.
     return out
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 8), k=st.integers(1, 4),
        inp_stride=st.integers(1, 24), wgt_stride=st.integers(1, 24),
        wgt_cols=st.integers(1, 4), inp_end=st.booleans(), wgt_end=st.booleans(),

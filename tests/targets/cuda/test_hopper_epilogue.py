@@ -122,6 +122,7 @@ def test_a_requantised_gemm_fuses_its_epilogue_and_never_stores_the_sums():
         host.run(func, inputs)["narrowed"])
 
 
+@pytest.mark.slow
 @needs_gxx
 def test_the_fused_requantisation_is_exact_under_the_emulation():
     func = _requantised(70, 130, 40)

@@ -86,6 +86,7 @@ def test_the_engine_runs_the_hybrid_it_chose_as_two_gemm_launches_and_a_sum(regi
     assert not kernel.launches[-1].tensorized, "the parts are summed after both"
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_a_small_int8_hybrid_is_exact_under_the_emulation(registry):
     func = sized("gemm_int8", m=32, n=32, k=384)
