@@ -47,6 +47,7 @@ from intrinsics import Intrinsic, Operand, Registry, runnable
 from intrinsics.runnable import GemmAxes
 from ir import Buffer, BufferLoad, BufferStore, IntImm, IterKind, ScheduleError, Select, Var
 from ir.evaluate import evaluate
+from ir.visitor import vars_of
 from ir.visitor import post_order_visit
 from simulator import MachineConfig
 from tensorize.engine import npu_cycles
@@ -238,6 +239,8 @@ def _gather_period(sch: Schedule, a: str, steps: int, depth: int) -> int:
     flat = sum((index * stride for index, stride in zip(load.indices,
                                                        load.buffer.effective_strides)),
                IntImm(0))
+    if any(v is not row and v is not column for v in vars_of(flat)):
+        return steps  # the copy reads through other iterators: no column of one tensor
     offsets = [evaluate(flat, {row: 0, column: step * depth}) for step in range(steps)]
     for period in range(steps, 1, -1):
         if steps % period == 0 and all(
