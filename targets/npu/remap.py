@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ir.arith import linearize
+from ir.arith import mixed_radix, unfused
 from ir.buffer import Buffer
 from ir.errors import ExecutionError
 from ir.evaluate import compile_index
@@ -211,22 +211,14 @@ def _inverse(buffer: Buffer, indices: Sequence[Expr], iterators: Mapping[Var, in
     values: dict[Var, Expr] = {}
     covered = []
     for dim, (index, size) in enumerate(zip(indices, buffer.shape)):
-        form = linearize(index)
-        if form.const != 0 or any(not isinstance(a, Var) or a not in iterators or a in values
-                                  for a, _ in form.terms):
+        digits = mixed_radix(index, iterators)
+        if digits is None or any(var in values for _, var, _ in digits):
             return None
-        digits = sorted(((c, a) for a, c in form.terms), key=lambda d: -d[0])
-        stride = 1
-        for coefficient, var in reversed(digits):
-            if coefficient != stride:
-                return None
-            stride *= iterators[var]
+        stride = math.prod(extent for _, _, extent in digits)
         if stride > size:
             return None
-        placeholder = _PLACEHOLDERS[dim]
-        for position, (coefficient, var) in enumerate(digits):
-            value = placeholder if coefficient == 1 else placeholder // coefficient
-            values[var] = value if position == 0 else value % iterators[var]
+        parts = unfused(_PLACEHOLDERS[dim], [(c, extent) for c, _, extent in digits])
+        values.update((var, part) for (_, var, _), part in zip(digits, parts))
         covered.append(stride)
     for var, extent in iterators.items():
         if var not in values:

@@ -52,7 +52,7 @@ from intrinsics import Intrinsic, Registry
 from intrinsics.gpu_target import GpuArchitecture
 from ir import (BufferLoad, BufferStore, Expr, IntImm, IterKind, PrimFunc, ScheduleError,
                 Select, Var)
-from ir.arith import linearize
+from ir.arith import linearize, mixed_radix, unfused
 from ir.visitor import post_order_visit, vars_of
 from tensorize.match.result import Match
 from tensorize.schedule import Schedule, tree
@@ -269,7 +269,7 @@ def _implicit_gather(sch: Schedule, buffer: str) -> None:
     extents = {iv.var: iv.extent for iv in block.iter_vars}
     parts = []
     for dim, index in enumerate(store.indices):
-        digits = _mixed_radix(index, extents)
+        digits = mixed_radix(index, extents)
         # Inlining needs the digits to cover the dimension (a padded one has more).
         if digits is None or math.prod(e for _, _, e in digits) != store.buffer.shape[dim]:
             return
@@ -289,7 +289,7 @@ def _implicit_gather(sch: Schedule, buffer: str) -> None:
         sch.transform_block_layout(producer, IndexMap(olds, kept))
     dims = _index_vars("d", len(store.indices))
     sch.transform_layout(producer, buffer, IndexMap(dims, tuple(
-        digit for d, digits in zip(dims, parts) for digit in _unfused(d, digits))))
+        digit for d, digits in zip(dims, parts) for digit in unfused(d, digits))))
     sch.compute_inline(producer)
     padding = _zero_padding(sch, store.value.buffer.name)
     if padding is not None:
@@ -341,32 +341,6 @@ def _lowest_contiguous(load: BufferLoad, lowest: Var, lanes: int) -> bool:
     steps = {id(a): c for a, c in form.terms}
     return (steps.get(id(lowest)) == 1 and form.const % lanes == 0
             and all(c % lanes == 0 for a, c in form.terms if a is not lowest))
-
-
-def _mixed_radix(index, extents: dict) -> list[tuple[int, Var, int]] | None:
-    """``index`` as (coefficient, iterator, extent) digits, most significant first, when it
-    is a sum of distinct iterators whose coefficients are the products of the extents after
-    them (``n * 64 + h * 8 + w`` over extents 2, 8, 8); else None."""
-    form = linearize(index)
-    if form.const != 0 or any(not isinstance(a, Var) or a not in extents
-                              for a, _ in form.terms):
-        return None
-    digits = sorted(((c, a, extents[a]) for a, c in form.terms), key=lambda d: -d[0])
-    stride = 1
-    for coefficient, _, extent in reversed(digits):
-        if coefficient != stride:
-            return None
-        stride *= extent
-    return digits
-
-
-def _unfused(index: Var, digits: list[tuple[int, int]]) -> list[Expr]:
-    """The index expressions taking a fused ``index`` apart into its digits."""
-    found: list[Expr] = []
-    for position, (coefficient, extent) in enumerate(digits):
-        value = index if coefficient == 1 else index // coefficient
-        found.append(value if position == 0 else value % extent)
-    return found
 
 
 def _index_vars(prefix: str, count: int) -> tuple[Var, ...]:
@@ -471,7 +445,7 @@ def _transpose_back(sch: Schedule, buffer: str):
     targets: list[Expr] = []
     covered = []
     for index, extent in zip(store.value.indices, store.value.buffer.shape):
-        digits = _mixed_radix(index, extents)
+        digits = mixed_radix(index, extents)
         if digits is None or math.prod(e for _, _, e in digits) != extent:
             return None
         covered += [id(var) for _, var, _ in digits]
