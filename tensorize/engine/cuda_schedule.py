@@ -299,13 +299,10 @@ def _implicit_gather(sch: Schedule, buffer: str) -> None:
 
 
 def _sole_writer(sch: Schedule, buffer: str):
-    """The block writing ``buffer`` when ``buffer`` is an intermediate with one writer;
-    else None."""
-    if buffer not in {b.name for b in sch.func.allocs}:
-        return None
-    writers = [name for name in tree.block_names(sch.func)
-               if any(w.buffer.name == buffer for w in sch.get(sch.get_block(name)).block.writes)]
-    return sch.get_block(writers[0]) if len(writers) == 1 else None
+    """The handle of the block writing ``buffer`` when ``buffer`` is an intermediate with
+    one writer (:func:`tree.sole_writer`); else None."""
+    block = tree.sole_writer(sch.func, buffer)
+    return None if block is None else sch.get_block(block.name)
 
 
 def _zero_padding(sch: Schedule, buffer: str):

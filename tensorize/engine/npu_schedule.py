@@ -225,11 +225,10 @@ def _gather_period(sch: Schedule, a: str, steps: int, depth: int) -> int:
     them when ``a`` is no copy's. A device whose loads gather those columns themselves
     then finds each step's address affine in a loop of that many (the reduction is split
     there), so the loop folds into a loop instruction."""
-    writers = [sch.get(sch.get_block(name)).block for name in tree.block_names(sch.func)]
-    writers = [w for w in writers if any(r.buffer.name == a for r in w.writes)]
-    if len(writers) != 1 or a not in {buffer.name for buffer in sch.func.allocs}:
+    writer = tree.sole_writer(sch.func, a)
+    if writer is None:
         return steps
-    store = writers[0].body
+    store = writer.body
     load = store.value.true_value if isinstance(store, BufferStore) and \
         isinstance(store.value, Select) else getattr(store, "value", None)
     if not isinstance(store, BufferStore) or not isinstance(load, BufferLoad) or \

@@ -79,6 +79,17 @@ def block_names(func: PrimFunc) -> list[str]:
             if isinstance(stmt, BlockRealize) and path]
 
 
+def sole_writer(func: PrimFunc, buffer: str) -> Block | None:
+    """The one block writing ``buffer`` when it is an intermediate of ``func`` (one of its
+    allocations) with a single writer; else None."""
+    if buffer not in {b.name for b in func.allocs}:
+        return None
+    writers = [stmt.block for stmt, path in walk_stmts(func)
+               if isinstance(stmt, BlockRealize) and path
+               and any(w.buffer.name == buffer for w in stmt.block.writes)]
+    return writers[0] if len(writers) == 1 else None
+
+
 def enclosing_loops(path: tuple[Node, ...]) -> list[For]:
     """The loops between a node and its nearest enclosing block, outermost first."""
     loops: list[For] = []
