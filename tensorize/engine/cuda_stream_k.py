@@ -83,15 +83,11 @@ def stream_k(sch: Schedule, block_name: str, rows: int, parts: int) -> str:
 
 
 def _plain_copy(sch: Schedule, buffer: str) -> bool:
-    """Whether one block writes ``buffer`` by copying another buffer's element, with no
-    reduction."""
-    blocks = [sch.get(sch.get_block(name)).block for name in tree.block_names(sch.func)]
-    writers = [b for b in blocks if any(w.buffer.name == buffer for w in b.writes)]
-    if len(writers) != 1:
-        return False
-    (writer,) = writers
-    return (isinstance(writer.body, BufferStore) and isinstance(writer.body.value, BufferLoad)
-            and writer.init is None
+    """Whether one block writes the intermediate ``buffer`` by copying another buffer's
+    element, with no reduction."""
+    writer = tree.sole_writer(sch.func, buffer)
+    return (writer is not None and isinstance(writer.body, BufferStore)
+            and isinstance(writer.body.value, BufferLoad) and writer.init is None
             and all(iv.kind is IterKind.SPATIAL for iv in writer.iter_vars))
 
 
