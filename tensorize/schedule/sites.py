@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ir import Block, BlockRealize, Buffer, For, Node, PrimFunc, SeqStmt, Stmt, Var
+from ir import Block, BlockRealize, Buffer, For, IterVar, Node, PrimFunc, SeqStmt, Stmt, Var
 from ir.arith import Interval
 from tensorize.schedule import tree
-from tensorize.schedule.check import check, fail, get_block
-from tensorize.schedule.handles import BlockRV
+from tensorize.schedule.check import check, fail, get_block, get_loop
+from tensorize.schedule.handles import BlockRV, LoopRV
 from tensorize.schedule.tree import Located
 
 
@@ -98,6 +98,16 @@ def loops_below(site: Site, stmt: Stmt) -> list[For]:
     chain = site.chain
     depth = next(n for n, node in enumerate(chain) if node is stmt)
     return [node for node in chain[depth:] if isinstance(node, For)]
+
+
+def bound_iterator(func: PrimFunc, site: Site, loop: LoopRV, primitive: str) -> IterVar:
+    """The block's iterator that ``loop`` binds, in a nest of one loop per iterator
+    (``check_root_nest``); refused when ``loop`` is not one of the block's loops."""
+    found = get_loop(func, loop, primitive).node
+    position = next((n for n, l in enumerate(site.loops) if l is found), None)
+    check(position is not None, primitive,
+          f"loop {loop.var.name} is not one of the loops of block {site.name!r}", site.realize)
+    return site.block.iter_vars[position]
 
 
 def same_scope(site: Site, loop: Located, primitive: str) -> None:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from ir import Block, BlockRealize, Expr, For, IterKind, IterVar, PrimFunc, Var, substitute
 from tensorize.schedule import tree
-from tensorize.schedule.check import arg_check, check, check_root_nest, get_loop
+from tensorize.schedule.check import arg_check, check, check_root_nest
 from tensorize.schedule.handles import BlockRV, LoopRV
-from tensorize.schedule.sites import Site, locate
+from tensorize.schedule.sites import Site, bound_iterator, locate
 from tensorize.schedule.splicing import splice_func, unique_name, with_regions
 
 __all__ = ["partition"]
@@ -116,11 +116,7 @@ def _nest(site: Site, name: str, cut: IterVar, extent: int, renamed: dict[Var, V
 
 def _cut_iterator(func: PrimFunc, site: Site, loop: LoopRV, at: int) -> IterVar:
     """The spatial iterator ``loop`` binds, of extent greater than ``at``."""
-    found = get_loop(func, loop, _PRIMITIVE).node
-    position = next((n for n, l in enumerate(site.loops) if l is found), None)
-    check(position is not None, _PRIMITIVE,
-          f"loop {loop.var.name} is not one of the loops of block {site.name!r}", site.realize)
-    iv = site.block.iter_vars[position]
+    iv = bound_iterator(func, site, loop, _PRIMITIVE)
     check(iv.kind is IterKind.SPATIAL, _PRIMITIVE,
           f"loop {loop.var.name} binds the reduce iterator {iv.var.name} of block "
           f"{site.name!r}; only a spatial iterator is cut in two", site.realize)

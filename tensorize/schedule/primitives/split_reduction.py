@@ -24,9 +24,9 @@ from ir.arith import linearize
 from ir.expr import BinOp
 from ir.visitor import post_order_visit
 from tensorize.schedule import tree
-from tensorize.schedule.check import arg_check, check, check_root_nest, get_loop
+from tensorize.schedule.check import arg_check, check, check_root_nest
 from tensorize.schedule.handles import BlockRV, LoopRV
-from tensorize.schedule.sites import Site, locate
+from tensorize.schedule.sites import Site, bound_iterator, locate
 from tensorize.schedule.splicing import (buffer_names, build_nest, splice_func, unique_name,
                                          with_regions)
 
@@ -131,11 +131,7 @@ def split_reduction(func: PrimFunc, block: BlockRV, loop: LoopRV, parts: int
 
 def _split_iterator(func: PrimFunc, site: Site, loop: LoopRV, parts: int) -> IterVar:
     """The reduce iterator ``loop`` binds, whose extent ``parts`` must divide."""
-    found = get_loop(func, loop, _PRIMITIVE).node
-    position = next((n for n, l in enumerate(site.loops) if l is found), None)
-    check(position is not None, _PRIMITIVE,
-          f"loop {loop.var.name} is not one of the loops of block {site.name!r}", site.realize)
-    iv = site.block.iter_vars[position]
+    iv = bound_iterator(func, site, loop, _PRIMITIVE)
     check(iv.kind is IterKind.REDUCE, _PRIMITIVE,
           f"loop {loop.var.name} binds the spatial iterator {iv.var.name} of block "
           f"{site.name!r}; only a reduction splits into parts", site.realize)
