@@ -62,11 +62,8 @@ class FusedGemm:
         pack = GemmPack(self, len(base.inputs), (mp, kp), None, self._constants(kp, np_),
                         lambda rows: kernels.matmul_requantised(rows, kp, np_,
                                                                 self.requantisation))
-        func = pack.kernel(mp)
         family = kernels.KernelFamily(("matmul_requantised", mp, kp, np_), self.requantisation)
-        return Layer(base.name, base.op, base.inputs, base.output, base.input_shapes,
-                     base.output_shape, base.output_dtype, base.macs, base.detail, func,
-                     pack, self._unpack(), epilogue=self.host_work, family=family)
+        return self._form(base, None, pack.kernel(mp), pack, family, self.host_work)
 
     def joined(self, base: Layer, add: Layer, tile: tuple[int, int, int]) -> Layer:
         """``base`` with the quantised ``add`` after it in one kernel
@@ -76,22 +73,14 @@ class FusedGemm:
         if self.output_rows is None or add.qadd is None:
             raise ValueError(f"layer {base.name} cannot take the add {add.name}")
         mp, kp, np_ = self._padded_sizes(tile)
-        q = add.qadd
-        params = kernels.qadd_parameters_of(q, np_)
-        params.setflags(write=False)
-        residual = kernels.ResidualAdd(q.y.scalar_zero_point())
+        params, residual = _add_terms(add, np_)
         pack = GemmPack(self, len(base.inputs), (mp, kp), (mp, np_),
                         {**self._constants(kp, np_), "AddParams": params},
                         lambda rows: kernels.matmul_requantised_add(
                             rows, kp, np_, self.requantisation, residual))
-        func = pack.kernel(mp)
         family = kernels.KernelFamily(("matmul_requantised_add", mp, kp, np_),
                                       self.requantisation, residual)
-        return Layer(f"{base.name} + {add.name}", f"{base.op} + {add.op}",
-                     base.inputs + (add.inputs[1],), add.output,
-                     base.input_shapes + (add.input_shapes[1],), add.output_shape,
-                     add.output_dtype, base.macs, base.detail, func, pack, self._unpack(),
-                     epilogue=self.host_work, family=family)
+        return self._form(base, add, pack.kernel(mp), pack, family, self.host_work)
 
     def implicit_layer(self, base: Layer, tile: tuple[int, int, int],
                        add: Layer | None = None) -> Layer | None:
@@ -112,23 +101,28 @@ class FusedGemm:
             pack = ImagePack(self, len(base.inputs), None, constants)
             family = kernels.KernelFamily(("conv_rows_requantised", shape, mp, kp, np_),
                                           self.requantisation)
-            return Layer(base.name, base.op, base.inputs, base.output, base.input_shapes,
-                         base.output_shape, base.output_dtype, base.macs, base.detail, func,
-                         pack, self._unpack(), family=family)
-        q = add.qadd
-        params = kernels.qadd_parameters_of(q, np_)
-        params.setflags(write=False)
-        residual = kernels.ResidualAdd(q.y.scalar_zero_point())
+            return self._form(base, None, func, pack, family, None)
+        params, residual = _add_terms(add, np_)
         func = kernels.conv_rows_requantised_add(shape, mp, kp, np_, self.requantisation,
                                                  residual)
         pack = ImagePack(self, len(base.inputs), (mp, np_), {**constants, "AddParams": params})
         family = kernels.KernelFamily(("conv_rows_requantised_add", shape, mp, kp, np_),
                                       self.requantisation, residual)
+        return self._form(base, add, func, pack, family, None)
+
+    def _form(self, base: Layer, add: Layer | None, func: PrimFunc, pack, family,
+              epilogue: str | None) -> Layer:
+        """``base`` (with ``add`` joined after it: the add's output, the skip its last
+        input) computed by ``func`` on ``pack``'s arrays, its output unpacked."""
+        if add is None:
+            return Layer(base.name, base.op, base.inputs, base.output, base.input_shapes,
+                         base.output_shape, base.output_dtype, base.macs, base.detail, func,
+                         pack, self._unpack(), epilogue=epilogue, family=family)
         return Layer(f"{base.name} + {add.name}", f"{base.op} + {add.op}",
                      base.inputs + (add.inputs[1],), add.output,
                      base.input_shapes + (add.input_shapes[1],), add.output_shape,
                      add.output_dtype, base.macs, base.detail, func, pack, self._unpack(),
-                     family=family)
+                     epilogue=epilogue, family=family)
 
     def _constants(self, kp: int, np_: int) -> dict[str, np.ndarray]:
         """The weights, bias and scales padded to ``kp`` x ``np_``: the same arrays every
@@ -276,6 +270,14 @@ class GemmPack:
         if self.skip is not None:
             packed["Skip"] = _padded(self.fused.output_rows(arrays[self.inputs]), self.skip)
         return packed
+
+
+def _add_terms(add: Layer, channels: int) -> tuple[np.ndarray, kernels.ResidualAdd]:
+    """A joined add's ``AddParams`` rows (read-only) for ``channels`` columns, and what its
+    kernel knows of it."""
+    params = kernels.qadd_parameters_of(add.qadd, channels)
+    params.setflags(write=False)
+    return params, kernels.ResidualAdd(add.qadd.y.scalar_zero_point())
 
 
 def round_up(size: int, unit: int) -> int:
