@@ -219,12 +219,9 @@ def matmul_requantised(m: int, k: int, n: int, q: Requantisation) -> PrimFunc:
     """:func:`matmul` of int8 operands with the epilogue of :class:`Requantisation` after
     the sum: parameters ``A`` (m x k), ``B`` (k x n), ``Bias`` and ``Scale`` (one per
     column) and the int8 output; cached like :func:`matmul`."""
-    r = te.reduce_axis(k, "k")
     A = te.placeholder((m, k), "int8", "A")
     B = te.placeholder((k, n), "int8", "B")
-    acc = te.compute((m, n), lambda i, j: te.sum(
-        ir.cast("int32", A[i, r]) * ir.cast("int32", B[r, j]), axis=r), "matmul")
-    bias, scale, out = _requantised(acc, q)
+    bias, scale, out = _requantised(_int8_gemm(A, B), q)
     return te.create_prim_func([A, B, bias, scale, out], "matmul_requantised")
 
 
@@ -343,12 +340,9 @@ def matmul_requantised_add(m: int, k: int, n: int, q: Requantisation,
     if not -128 <= q.low <= q.high <= 127:
         raise ValueError(f"matmul_requantised_add requires the layer's output in int8, got "
                          f"bounds [{q.low}, {q.high}]")
-    r = te.reduce_axis(k, "k")
     A = te.placeholder((m, k), "int8", "A")
     B = te.placeholder((k, n), "int8", "B")
-    acc = te.compute((m, n), lambda i, j: te.sum(
-        ir.cast("int32", A[i, r]) * ir.cast("int32", B[r, j]), axis=r), "matmul")
-    bias, scale, requantised = _requantise(acc, q)
+    bias, scale, requantised = _requantise(_int8_gemm(A, B), q)
     skip = te.placeholder((m, n), "int8", "Skip")
     params = te.placeholder((3, n), "float32", "AddParams")
     out = _narrowed(_quantised_add(requantised, skip, params, add))
