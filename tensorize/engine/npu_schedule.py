@@ -229,10 +229,12 @@ def _gather_period(sch: Schedule, a: str, steps: int, depth: int) -> int:
     if writer is None:
         return steps
     store = writer.body
-    load = store.value.true_value if isinstance(store, BufferStore) and \
-        isinstance(store.value, Select) else getattr(store, "value", None)
-    if not isinstance(store, BufferStore) or not isinstance(load, BufferLoad) or \
-            len(store.indices) != 2 or not all(isinstance(i, Var) for i in store.indices):
+    if not isinstance(store, BufferStore) or len(store.indices) != 2 or \
+            not all(isinstance(i, Var) for i in store.indices):
+        return steps
+    # A padded copy selects its load where it covers the element, else a zero.
+    load = store.value.true_value if isinstance(store.value, Select) else store.value
+    if not isinstance(load, BufferLoad):
         return steps
     row, column = store.indices
     flat = sum((index * stride for index, stride in zip(load.indices,
