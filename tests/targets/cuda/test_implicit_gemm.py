@@ -78,6 +78,7 @@ def test_without_the_pipeline_the_halo_is_a_zero_filling_plain_copy(registry):
                                   _numpy_conv(inputs["I"], inputs["W"]))
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_the_halo_reads_nothing():
     # The halo's addresses lie outside I (the padding's clamps are dropped under the

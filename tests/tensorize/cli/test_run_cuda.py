@@ -44,6 +44,7 @@ def test_cuda_run_compiles_and_emulates_exactly(gemm, capsys):
                          r"all 800 elements equal \(exact\)", out)
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_cuda_run_reports_ptxas_resources_and_occupancy(gemm, capsys):
     assert main(["run", gemm, *CUDA, "--quiet"]) == 0
