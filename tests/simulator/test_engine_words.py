@@ -80,11 +80,11 @@ def test_int8_loads_move_the_values_numpy_reads(seed, rows, k, inp_stride, wgt_s
                                                 wgt_cols, inp_end, wgt_end, data):
     def address(count: int, cols: int, stride: int, at_end: bool) -> int:
         last = DRAM_BYTES - (count - 1) * stride - cols  # the rows end at DRAM's last byte
+        assume(last >= BASE)  # the rows fit between BASE and the end
         return last if at_end else data.draw(st.integers(BASE, last), label="address")
 
     inp_addr = address(rows, 4, inp_stride, inp_end)
     wgt_addr = address(k, wgt_cols, wgt_stride, wgt_end)
-    assume(min(inp_addr, wgt_addr) >= BASE)  # the rows fit between BASE and the end
     image = np.random.default_rng(seed).integers(0, 256, DRAM_BYTES, dtype=np.uint8)
     program = assemble(_load_gemm_store((inp_addr, inp_stride, 4),
                                         (wgt_addr, wgt_stride, wgt_cols), rows, k))
