@@ -1,10 +1,11 @@
 """The Hopper GEMM (wgmma fed by TMA tensor copies against mbarriers, sm_90a) at 4096^3 for
 every input type, and in thread-block clusters of 2 for two of them, static figures (no GPU
-needed): the engine's intrinsic and tiling, the GEMM launch's registers, dynamic shared
+needed): the engine's intrinsic and tiling, the launches (a packing launch before the GEMM
+where B, stored K x N, is not read in place), the GEMM launch's registers, dynamic shared
 memory and spills (ptxas), its wgmma, tensor-copy and mbarrier instructions in the SASS
 (cuobjdump), and the instructions of its k loop. Then the same GEMM with an epilogue fused
 into its store (an int8 requantisation, and a float16 layer's bias, ReLU and narrowing):
-its launch's figures and the global stores it issues (the narrow output's alone).
+its launch's figures and the global stores it issues (the narrow output's alone, by kind).
 
     .venv/bin/python bench/bench_cuda_hopper.py
 """
@@ -43,8 +44,9 @@ def row(name: str, cluster: int = 1) -> str:
     (counts,) = [c for f, c in sass_opcodes(kernel, HOPPER_ARCH).items() if launch.kernel in f]
     (mix,) = [m for m in sass_mix(kernel, HOPPER_ARCH) if launch.kernel in m.kernel]
     sass = ", ".join(f"{counts[o]} {o}" for o in COUNTED if counts.get(o))
+    launches = ", ".join(l.kernel.removeprefix(f"{kernel.name}_") for l in kernel.launches)
     return (f"| {name} | {intrinsic.name} | {tiling.steps} x {tiling.stages} | {cluster} | "
-            f"{usage.registers} | {launch.dynamic_shared} | "
+            f"{launches} | {usage.registers} | {launch.dynamic_shared} | "
             f"{usage.spill_stores + usage.spill_loads} | {sass} | "
             f"{mix.mma} / {mix.other} ({mix.scope}) |")
 
@@ -98,9 +100,9 @@ def main() -> int:
         print("nvcc or cuobjdump not found: nothing to measure (pip install -e '.[sass]')")
         return 0
     print(f"{SIZE}^3 GEMM for {HOPPER_ARCH}, one warpgroup per 64 x n tile")
-    print("| inputs | intrinsic | steps x stages | cluster | registers | dynamic shared | "
-          "spill bytes | SASS (GEMM launch) | MMA / other (k loop) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| inputs | intrinsic | steps x stages | cluster | launches | registers | "
+          "dynamic shared | spill bytes | SASS (GEMM launch) | MMA / other (k loop) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, cluster in ROWS:
         print(row(name, cluster), flush=True)
     print(f"\n{SIZE}^3 GEMM for {HOPPER_ARCH} with its epilogue fused into the consumers' store")

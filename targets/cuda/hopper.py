@@ -3,14 +3,17 @@
 
 Two launches, and up to two more:
 
-1. ``pack_b`` writes B transposed (``B_t``, N rows of K: every input type reads one K-major
-   layout, and the 8-bit types have no transposed wgmma operand), 32 x 32 tiles at a time
-   through shared memory so that both its reads and its writes are coalesced; ``pack_a``
-   copies A into ``A_k`` only when its rows are not a multiple of 16 bytes (a tensor map's
-   row stride must be). Neither pads to the tile: the tensor copies zero-fill past the
-   extents. A kernel's operands may come laid out otherwise (:class:`GemmOperands`): a B
-   stored N rows of K (a dense layer's weight) is read in place where its rows are a
-   multiple of 16 bytes, and an A stored K rows of M is packed transposed as B is.
+1. A B stored K rows of N is read in place, MN-major, where the type's descriptor loads
+   offer that layout (the 16-bit types': ``transpose: 1``, the instruction's imm-trans-b)
+   and its rows are a multiple of 16 bytes (a tensor map's row stride must be); else
+   ``pack_b`` writes it transposed (``B_t``, N rows of K: the 8-bit types have no
+   transposed wgmma operand), 32 x 32 tiles at a time through shared memory so that both
+   its reads and its writes are coalesced. ``pack_a`` copies A into ``A_k`` only when its
+   rows are not a multiple of 16 bytes. Neither pads to the tile: the tensor copies
+   zero-fill past the extents. A kernel's operands may come laid out otherwise
+   (:class:`GemmOperands`): a B stored N rows of K (a dense layer's weight) is read in
+   place, K-major, where its rows are a multiple of 16 bytes, and an A stored K rows of M
+   is packed transposed as B is.
 2. ``gemm``: one block per 64 x n tile of C, warp-specialised: a consumer warpgroup
    (threads 0-127) and a producer warp (128-159, lane 0 issuing). Each of the ``stages``
    shared stages has a full mbarrier (one arrival and the stage's bytes: the producer's
@@ -19,14 +22,18 @@ Two launches, and up to two more:
    boxes of rows x the swizzle span (:func:`choose_loads`: the widest mode of the YAML's
    descriptor loads whose span divides the stage, so 128 bytes of k are one box per operand
    with the 128-byte swizzle), landed one after another from the operand's 2-d tensor map
-   with the mode's swizzle; the stages start at a multiple of the pattern's repeat. The
+   with the mode's swizzle; an MN-major B as one box per k step and panel of n (a step's 16
+   rows of k by the span's bytes of n: the widest MN-major mode whose span divides the
+   tile's bytes of n), a step's panels one after another, so that the descriptor's panel
+   offset is the YAML's constant; the stages start at a multiple of the larger repeat. The
    descriptors name each k step's 32 bytes within a box row (without swizzle: two boxes of
-   16 bytes, the leading byte offset apart); each is built once and advanced by the step's
-   offset. The producer refills a stage once its empty phase completes; the consumers wait
-   on its full phase, issue the stage's wgmmas, commit them, wait for the previous stage's
-   group (``wait_group 1``) and release that stage. The accumulators go to C (or its padded
-   copy) through the YAML's store; or, where elementwise blocks follow the GEMM
-   (:class:`GemmOperands`' ``epilogue``), through their expression, computed on the
+   16 bytes, the leading byte offset apart; MN-major: the step's panels); each is built
+   once and advanced by the step's offset. The producer refills a stage once its empty
+   phase completes; the consumers wait on its full phase, issue the stage's wgmmas, commit
+   them, wait for the previous stage's group (``wait_group 1``) and release that stage.
+   The accumulators go to C (or its padded copy) through the YAML's store; or, where
+   elementwise blocks follow the GEMM (:class:`GemmOperands`' ``epilogue``), through their
+   expression, computed on the
    registers and stored into the kernel's output where it lies inside M x N
    (:mod:`.hopper_epilogue`): C's sums never reach global memory. In thread-block
    clusters (``HopperTiling.cluster``, neighbours along N sharing A's tile) the first
@@ -40,7 +47,10 @@ Two launches, and up to two more:
 A batch of GEMMs (``GemmOperands.batch``, every operand's first dimension) runs a batch per
 ``blockIdx.z``. Each operand's batches are stacked under one 2-d tensor map (A as batches x
 M rows of K, B packed to batches x N rows of K; a transposing pack runs a batch per
-``blockIdx.z``), and a block's copies start M (A) or N (B) rows further per batch. A tile
+``blockIdx.z``), and a block's copies start M (A) or N (B) rows further per batch; a B read
+MN-major is batches x K rows of N, its copies K rows further, and is read so only where K
+is whole stages (a stage overhanging K would read the next batch's rows into products
+with A's zeros, which an infinite element would make NaN). A tile
 overhanging M or N then reads the next batch's first rows rather than zeros, but those feed
 only sums past M or N, which the store drops: a batched GEMM always stores through the
 bounded store of an epilogue (:meth:`.hopper_epilogue.Epilogue.store_of` where none is
@@ -66,10 +76,11 @@ from targets.cuda.emit import SHARED_ACCESS, CudaKernel, Launch, TensorMap
 from targets.cuda.errors import EmitError
 from targets.cuda.hopper_epilogue import Epilogue, emit_epilogue
 from targets.cuda.ptx import MMA_PRELUDE
-from targets.cuda.wgmma import PROTOCOL, wgmma_prelude
+from targets.cuda.wgmma import PROTOCOL, TRANSPOSABLE, ptx_type, wgmma_prelude
 from targets.cuda.writer import CppWriter
 
-__all__ = ["GemmOperands", "HopperTiling", "Swizzle", "choose_loads", "emit_gemm", "swizzle_of"]
+__all__ = ["GemmOperands", "HopperTiling", "Loads", "Swizzle", "choose_loads", "emit_gemm",
+           "offers_mn_major", "swizzle_of", "transpose_of"]
 
 WARPGROUP = 128
 # The consumer warpgroup and the producer warp.
@@ -200,47 +211,133 @@ def swizzle_of(load: Intrinsic) -> Swizzle:
     return Swizzle(span, repeat, tensor_map)
 
 
-def choose_loads(intrinsic: Intrinsic, registry: Registry, steps: int
-                 ) -> tuple[Intrinsic, Intrinsic, Swizzle]:
-    """A's and B's descriptor loads of ``intrinsic`` for stages of ``steps`` wgmma k steps,
-    and their swizzle mode: of the modes the YAML offers both operands, the widest whose span
-    divides a stage's bytes of k (so a stage is whole boxes). EmitError when none does."""
+def transpose_of(load: Intrinsic) -> int:
+    """The imm-trans flag of a descriptor load intrinsic (its ``transpose`` parameter: 0 for
+    a K-major tile, 1 for an MN-major one); EmitError naming its YAML line otherwise."""
+    value = load.params.get("transpose")
+    if value not in (0, 1) or isinstance(value, bool):
+        raise EmitError(f"intrinsic {load.name} ({load.loc.file}:{load.loc.line}): parameter "
+                        f"'transpose' requires 0 (K-major) or 1 (MN-major), got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Loads:
+    """A GEMM's descriptor load intrinsics: ``a`` and ``b``, each with its swizzle mode
+    (``swizzle_a``, ``swizzle_b``)."""
+
+    a: Intrinsic
+    b: Intrinsic
+    swizzle_a: Swizzle
+    swizzle_b: Swizzle
+
+    @property
+    def b_mn(self) -> bool:
+        """Whether B's tile is MN-major (k rows of n: B read in place from K x N)."""
+        return transpose_of(self.b) == 1
+
+    @property
+    def repeat(self) -> int:
+        """The larger of the two modes' repeats: where a stage starts."""
+        return max(self.swizzle_a.repeat, self.swizzle_b.repeat)
+
+
+def _offered(intrinsic: Intrinsic, registry: Registry, operand: str, transpose: int
+             ) -> dict[int, Intrinsic]:
+    """``operand``'s descriptor loads of ``intrinsic`` with imm-trans flag ``transpose``, by
+    swizzle span. EmitError for a transposed load of A or of an input type wgmma reads
+    K-major alone."""
+    by_span = {}
+    for name in intrinsic.loads[operand]:
+        load = registry.get(name)
+        flag = transpose_of(load)
+        dtype = load.operands[0].buffer.dtype.name
+        if flag and (operand == "A" or ptx_type(dtype) not in TRANSPOSABLE):
+            raise EmitError(f"intrinsic {load.name} ({load.loc.file}:{load.loc.line}): "
+                            f"parameter 'transpose' requires 0 for {operand} of {dtype} "
+                            f"(wgmma reads it K-major alone), got 1")
+        if flag == transpose:
+            by_span[swizzle_of(load).bytes] = load
+    return by_span
+
+
+def offers_mn_major(intrinsic: Intrinsic, registry: Registry) -> bool:
+    """Whether ``intrinsic`` lists an MN-major descriptor load of B (its 16-bit types')."""
+    return bool(_offered(intrinsic, registry, "B", 1))
+
+
+def choose_loads(intrinsic: Intrinsic, registry: Registry, steps: int, b_mn: bool = False
+                 ) -> Loads:
+    """A's and B's descriptor loads of ``intrinsic`` for stages of ``steps`` wgmma k steps.
+    K-major B: of the modes the YAML offers both operands, the widest whose span divides a
+    stage's bytes of k (so a stage is whole boxes). MN-major B (``b_mn``): A's widest mode
+    dividing a stage's bytes of k, and B's widest MN-major mode dividing the tile's bytes
+    of n. EmitError when none does."""
     stage = steps * STEP_BYTES
-    offered = []
-    for operand in ("A", "B"):
-        loads = [registry.get(name) for name in intrinsic.loads[operand]]
-        offered.append({swizzle_of(load).bytes: load for load in loads})
-    fitting = [span for span in offered[0] if span in offered[1] and stage % span == 0]
+    offered_a = _offered(intrinsic, registry, "A", 0)
+    offered_b = _offered(intrinsic, registry, "B", int(b_mn))
+    if b_mn:
+        tile = intrinsic.operands[1].buffer.shape[1] * \
+            intrinsic.operands[1].buffer.dtype.numpy.itemsize
+        spans_a = [span for span in offered_a if stage % span == 0]
+        spans_b = [span for span in offered_b if tile % span == 0]
+        if not spans_a or not spans_b:
+            raise EmitError(f"intrinsic {intrinsic.name}: requires a descriptor load of A "
+                            f"whose swizzle span divides a stage's {stage} bytes of k and an "
+                            f"MN-major one of B whose span divides the tile's {tile} bytes of "
+                            f"n, got spans {sorted(offered_a)} and {sorted(offered_b)}")
+        load_a, load_b = offered_a[max(spans_a)], offered_b[max(spans_b)]
+        return Loads(load_a, load_b, swizzle_of(load_a), swizzle_of(load_b))
+    fitting = [span for span in offered_a if span in offered_b and stage % span == 0]
     if not fitting:
         raise EmitError(f"intrinsic {intrinsic.name}: requires descriptor loads of A and B "
                         f"with a common swizzle span dividing a stage's {stage} bytes of k, "
-                        f"got spans {sorted(offered[0])} and {sorted(offered[1])}")
+                        f"got spans {sorted(offered_a)} and {sorted(offered_b)}")
     span = max(fitting)
-    load_a, load_b = offered[0][span], offered[1][span]
-    return load_a, load_b, swizzle_of(load_a)
+    load_a, load_b = offered_a[span], offered_b[span]
+    return Loads(load_a, load_b, swizzle_of(load_a), swizzle_of(load_b))
 
 
 @dataclass(frozen=True, slots=True)
 class _Layout:
-    """One operand's tile in a stage: ``rows`` (64 for A, n for B) of ``steps`` wgmma k steps,
-    landed as boxes of rows x ``span`` bytes of k (the swizzle's), one after another;
-    ``k_stages`` stages along k."""
+    """One operand's tile in a stage: ``rows`` (64 for A, n for B) of ``steps`` wgmma k steps
+    of ``elem``-byte elements; ``k_stages`` stages along k. K-major, landed as boxes of rows
+    x ``span`` bytes of k (the swizzle's), one after another; MN-major (``mn``, B from K x N),
+    as boxes of a k step's rows of k x ``span`` bytes of n (a panel), each step's panels one
+    after another."""
 
     rows: int
     steps: int
     k_stages: int
     span: int
+    elem: int
+    mn: bool = False
+
+    @property
+    def k_step(self) -> int:
+        """Elements of k in one wgmma step."""
+        return STEP_BYTES // self.elem
+
+    @property
+    def panels(self) -> int:
+        """MN-major: the panels of ``span`` bytes of n across the tile's rows."""
+        return self.rows * self.elem // self.span
 
     @property
     def box_bytes(self) -> int:
-        """Bytes of one box (without swizzle: one column of core matrices, the descriptors'
-        leading offset)."""
-        return self.rows * self.span
+        """Bytes of one box (K-major without swizzle: one column of core matrices, the
+        descriptors' leading offset; MN-major: a step's rows of one panel, ditto)."""
+        return (self.k_step if self.mn else self.rows) * self.span
+
+    @property
+    def box(self) -> tuple[int, int]:
+        """A box's extents in elements, inner first (the tensor map's)."""
+        return (self.span // self.elem, self.k_step if self.mn else self.rows)
 
     @property
     def boxes(self) -> int:
         """Boxes of one stage."""
-        return self.steps * STEP_BYTES // self.span
+        return self.steps * self.panels if self.mn else self.steps * STEP_BYTES // self.span
 
     @property
     def stage_bytes(self) -> int:
@@ -304,9 +401,14 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
     steps = min(tiling.steps, k_steps)
     k_stages = -(-k_steps // steps)
     stages = min(tiling.stages, max(k_stages, 2))
-    load_a, load_b, swizzle = choose_loads(intrinsic, registry, steps)
-    layout_a = _Layout(TILE_M, steps, k_stages, swizzle.bytes)
-    layout_b = _Layout(tile_n, steps, k_stages, swizzle.bytes)
+    # A B stored K x N is read in place, MN-major, where the type admits it and a map can
+    # stride its rows; batched, only where K is whole stages (else a stage's k rows past K
+    # would be the next batch's, multiplying A's zeros: not zero for an infinite B).
+    b_mn = (not operands.b_transposed and offers_mn_major(intrinsic, registry)
+            and n * elem % CORE_BYTES == 0 and (batch == 1 or k % (steps * k_step) == 0))
+    loads = choose_loads(intrinsic, registry, steps, b_mn)
+    layout_a = _Layout(TILE_M, steps, k_stages, loads.swizzle_a.bytes, elem)
+    layout_b = _Layout(tile_n, steps, k_stages, loads.swizzle_b.bytes, elem, b_mn)
     # A fused epilogue stores only the elements inside M x N; a plain store writes whole
     # tiles, into a padded copy where the tiles overhang.
     # Batches store through the bounded store too: their tiles would overhang into the next.
@@ -316,12 +418,12 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
     # A tensor map's row stride is a multiple of 16 bytes: rows of k padded to that.
     k_row = -(-k * elem // CORE_BYTES) * CORE_BYTES // elem
     a, b, c = operands.a, operands.b, operands.c
-    # Each operand is read in place where it is k-major with rows a map can stride, else
-    # packed (transposed where it is not k-major) into rows of k_row.
+    # Each operand is read in place where it is k-major with rows a map can stride (or B
+    # MN-major, above), else packed (transposed where it is not k-major) into rows of k_row.
     # The batches' rows stacked: one 2-d tensor map over them all (module docstring).
     a_rows = a if not operands.a_transposed and k_row == k else \
         Buffer(f"{a.name}_k", (batch * m, k_row), in_dtype)
-    b_rows = b if operands.b_transposed and k_row == k else \
+    b_rows = b if b_mn or (operands.b_transposed and k_row == k) else \
         Buffer(f"{b.name}_t", (batch * n, k_row), in_dtype)
     c_pad = Buffer(f"{c.name}_padded", (m_tiles * TILE_M, n_tiles * tile_n), acc_dtype)
     order = operands.params or tuple(x.name for x in operands.own)
@@ -341,18 +443,19 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
         if packed is not source:
             launches.append(_pack(out, f"{name}_pack_{operand}", signature, source, packed,
                                   transposed, k, batch))
-    box = swizzle.bytes // elem
-    maps = (TensorMap(a_rows.name, (k, batch * m), k_row * elem, (box, TILE_M),
-                      swizzle.tensor_map),
-            TensorMap(b_rows.name, (k, batch * n), k_row * elem, (box, tile_n),
-                      swizzle.tensor_map))
-    staged = _Stages(stages, layout_a, layout_b, box, swizzle.repeat, tiling.cluster)
+    b_map = (TensorMap(b.name, (n, batch * k), n * elem, layout_b.box,
+                       loads.swizzle_b.tensor_map) if b_mn else
+             TensorMap(b_rows.name, (k, batch * n), k_row * elem, layout_b.box,
+                       loads.swizzle_b.tensor_map))
+    maps = (TensorMap(a_rows.name, (k, batch * m), k_row * elem, layout_a.box,
+                      loads.swizzle_a.tensor_map), b_map)
+    staged = _Stages(stages, layout_a, layout_b, loads.repeat, tiling.cluster, k)
     kernel = f"{name}_gemm"
     gemm_signature = signature + "".join(
         f", const __grid_constant__ CUtensorMap tz_map_{x}" for x in ("a", "b"))
     result = _Result(c_pad if padded else c, c_pad.shape[1] if padded else n, epilogue,
                      (m, n, batch))
-    _gemm(out, kernel, gemm_signature, _Calls(intrinsic, load_a, load_b, registry, protocol),
+    _gemm(out, kernel, gemm_signature, _Calls(intrinsic, loads.a, loads.b, registry, protocol),
           staged, result)
     launches.append(Launch(kernel, (n_tiles, m_tiles, batch), (BLOCK_THREADS, 1, 1), tiled=True,
                            dynamic_shared=staged.shared, stages=stages, tensor_maps=maps,
@@ -442,16 +545,16 @@ class _Stages:
     """The shared stages of one GEMM: ``count`` of them, each A's then B's tile of one k
     stage, then the full and the empty mbarrier of each, from ``tz_tiles``: the dynamic
     shared memory's first multiple of ``repeat`` bytes (the swizzle pattern's; boxes land
-    at multiples of it). ``box``: the elements of k in one box. ``cluster``: the blocks
+    at multiples of it). ``depth``: the GEMM's k. ``cluster``: the blocks
     whose A stages the first block's copies fill (multicast), each releasing a stage to
     every block's producer."""
 
     count: int
     a: _Layout
     b: _Layout
-    box: int
     repeat: int
     cluster: int
+    depth: int
 
     @property
     def bytes(self) -> int:
@@ -476,8 +579,10 @@ class _Stages:
     def offset(self, operand: str, stage: str, step: str) -> str:
         """The bytes from ``operand``'s :meth:`base` to its tile of k step ``step`` in stage
         ``stage``: the stage, the step's box, and its 32 bytes within a row of the box where
-        a box holds several steps."""
+        a box holds several steps (MN-major: the step's panels)."""
         layout = self.a if operand == "a" else self.b
+        if layout.mn:
+            return f"{stage} * {self.bytes} + {step} * {layout.rows * STEP_BYTES}"
         per_box = layout.span // STEP_BYTES
         if per_box <= 1:
             step_bytes = STEP_BYTES * layout.box_bytes // layout.span
@@ -553,9 +658,9 @@ def _producer(out: CppWriter, protocol: dict[str, str], stages: _Stages,
     expects the stage's bytes on its full mbarrier and issues, per operand, one tensor copy
     per box of the stage, each box after the last; in a cluster, A's by the first block
     alone, multicast to every block (whose full mbarriers each expect A's bytes too). Each
-    batch's rows start ``extents``' M (A) or N (B) rows further in the stacked maps."""
+    batch's rows start ``extents``' M (A) or N (B) rows further in the stacked maps (an
+    MN-major B's, the GEMM's K rows: :func:`_coordinates`)."""
     n = stages.count
-    boxes = stages.a.boxes
     if stages.cluster > 1:
         out.line(f"const unsigned tz_rank = {protocol['cluster_rank']}();")
     with out.block(f"for (int kt = 0; kt < {stages.a.k_stages}; ++kt)"):
@@ -563,21 +668,34 @@ def _producer(out: CppWriter, protocol: dict[str, str], stages: _Stages,
         out.line(f"if (kt >= {n}) while (!{protocol['try_wait']}(&tz_empty[stage], "
                  f"(kt / {n} - 1) % 2)) {{}}")
         out.line(f"{protocol['expect_tx']}(&tz_full[stage], {stages.bytes});")
-        out.line("#pragma unroll")
-        with out.block(f"for (int col = 0; col < {boxes}; ++col)"):
-            out.line(f"const int k0 = (kt * {boxes} + col) * {stages.box};")
-            m, n, batches = extents
-            for operand, layout, row, rows in (("a", stages.a, "blockIdx.y", m),
-                                               ("b", stages.b, "blockIdx.x", n)):
-                first = f"blockIdx.z * {rows} + " if batches > 1 else ""
+        m, n, batches = extents
+        for operand, layout, row, rows in (("a", stages.a, "blockIdx.y", m),
+                                           ("b", stages.b, "blockIdx.x", n)):
+            out.line("#pragma unroll")
+            with out.block(f"for (int col = 0; col < {layout.boxes}; ++col)"):
                 args = (f"{stages.start(operand, 'stage')} + col * {layout.box_bytes}, "
-                        f"&tz_map_{operand}, k0, {first}{row} * {layout.rows}, "
+                        f"&tz_map_{operand}, "
+                        f"{_coordinates(layout, row, rows, stages.depth, batches)}, "
                         f"&tz_full[stage]")
                 if operand == "a" and stages.cluster > 1:
                     mask = (1 << stages.cluster) - 1
                     out.line(f"if (tz_rank == 0) {protocol['multicast']}({args}, {mask});")
                 else:
                     out.line(f"{protocol['copy']}({args});")
+
+
+def _coordinates(layout: _Layout, row: str, rows: int, depth: int, batches: int) -> str:
+    """The tensor coordinates (inner, outer) of box ``col`` of k stage ``kt`` in
+    ``layout``'s map, its tile's rows being block index ``row``'s, in ``batches`` stacked
+    one after another (blockIdx.z's: ``rows`` rows a batch K-major, the GEMM's ``depth``
+    MN-major). K-major: the box's k, then the tile's rows; MN-major: the box's panel of n,
+    then its step's first k (B's row)."""
+    if not layout.mn:
+        first = f"blockIdx.z * {rows} + " if batches > 1 else ""
+        return f"(kt * {layout.boxes} + col) * {layout.box[0]}, {first}{row} * {layout.rows}"
+    first = f"blockIdx.z * {depth} + " if batches > 1 else ""
+    return (f"{row} * {layout.rows} + col % {layout.panels} * {layout.box[0]}, "
+            f"{first}(kt * {layout.steps} + col / {layout.panels}) * {layout.k_step}")
 
 
 def _consumers(out: CppWriter, calls: _Calls, stages: _Stages, result: _Result) -> None:
@@ -594,7 +712,7 @@ def _consumers(out: CppWriter, calls: _Calls, stages: _Stages, result: _Result) 
     out.line(fill.render("cuda", {"dst": "tz_acc"}))
     # Each operand's descriptor is built once, at its stage-0 tile, and advanced to each
     # step's tile: an addition of a constant once the loops are unrolled.
-    out.line("unsigned tz_base_a[2], tz_base_b[2], tz_desc_a[2], tz_desc_b[2];")
+    out.line("unsigned tz_base_a[3], tz_base_b[3], tz_desc_a[3], tz_desc_b[3];")
     out.line(calls.load_a.render("cuda", {"dst": "tz_base_a", "src": stages.base("a")}))
     out.line(calls.load_b.render("cuda", {"dst": "tz_base_b", "src": stages.base("b")}))
     # Unrolled by the stages, so each copy of the body has its stage as a constant.

@@ -10,7 +10,11 @@ requantisation, a narrowing to float16 are whatever the kernel's blocks say. Eac
 evaluates it once per accumulator register, at the register's place in the tile (the store
 intrinsic's ``row`` and ``col`` helpers, :data:`.wgmma.FRAGMENT`), and stores the result
 straight into the output where it lies inside M x N: no C in global memory, no padded copy,
-no unpadding launch.
+no unpadding launch. Where N is even (so that every row starts at an even element) and the
+output's elements are of 1, 2 or 4 bytes, each register pair (r, r + 1: one row, adjacent
+columns, the store intrinsic's ``pair`` helper) is stored by one instruction of twice the
+element's width; a pair starting inside N then ends inside it too, so the bound is checked
+once a pair. Otherwise each element is stored alone.
 """
 
 from __future__ import annotations
@@ -20,12 +24,15 @@ from dataclasses import dataclass
 from intrinsics import Intrinsic
 from ir import Buffer, BufferLoad, Expr, Var, post_order_visit
 from ir.arith import Interval
-from targets.cuda.cexpr import ExprPrinter
+from targets.cuda.cexpr import ExprPrinter, ctype
 from targets.cuda.errors import EmitError
 from targets.cuda.wgmma import FRAGMENT
 from targets.cuda.writer import CppWriter
 
 __all__ = ["Epilogue", "emit_epilogue"]
+
+# The element sizes whose pairs one store writes (2, 4 or 8 bytes).
+PAIRED_BYTES = (1, 2, 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +101,9 @@ class Epilogue:
                             f"alone, got {', '.join(strange)}")
 
 
-def _fragment_helpers(store: Intrinsic) -> tuple[str, str]:
-    """The store intrinsic's ``row`` and ``col`` helpers, each checked against the one
-    :mod:`.wgmma` defines."""
+def _fragment_helpers(store: Intrinsic) -> tuple[str, str, str]:
+    """The store intrinsic's ``row``, ``col`` and ``pair`` helpers, each checked against the
+    one :mod:`.wgmma` defines."""
     names = []
     for param, helper in FRAGMENT.items():
         given = store.params.get(param)
@@ -104,7 +111,7 @@ def _fragment_helpers(store: Intrinsic) -> tuple[str, str]:
             raise EmitError(f"intrinsic {store.name} ({store.loc.file}:{store.loc.line}): "
                             f"parameter '{param}' requires the helper {helper}, got {given!r}")
         names.append(helper)
-    return names[0], names[1]
+    return names[0], names[1], names[2]
 
 
 def emit_epilogue(out: CppWriter, epilogue: Epilogue, store: Intrinsic,
@@ -114,7 +121,7 @@ def emit_epilogue(out: CppWriter, epilogue: Epilogue, store: Intrinsic,
     elements where they lie inside M x N (``extents``: M, N and the batches, the batch
     ``blockIdx.z``)."""
     m, n, batches = extents
-    row_of, col_of = _fragment_helpers(store)
+    row_of, col_of, pair_of = _fragment_helpers(store)
     registers = int(store.params["lane_registers"])
     names = {epilogue.row: "tz_row", epilogue.col: "tz_col", epilogue.batch: "tz_batch"}
     printer = ExprPrinter(names, lambda load: _address(load, epilogue, printer),
@@ -125,13 +132,25 @@ def emit_epilogue(out: CppWriter, epilogue: Epilogue, store: Intrinsic,
     first = f"static_cast<long long>(tz_batch) * {m * n} + " if batches > 1 else ""
     if batches > 1:
         out.line("const int tz_batch = blockIdx.z;")
+    row_start = f"{output.name}[{first}static_cast<long long>(tz_row) * {n} + "
     out.line("#pragma unroll")
-    with out.block(f"for (int tz_r = 0; tz_r < {registers}; ++tz_r)"):
-        out.line(f"const int tz_row = blockIdx.y * {tile_m} + {row_of}(tz_r);")
-        out.line(f"const int tz_col = blockIdx.x * {tile_n} + {col_of}(tz_r);")
-        with out.block(f"if (tz_row < {m} && tz_col < {n})"):
-            out.line(f"{output.name}[{first}static_cast<long long>(tz_row) * {n} + tz_col] = "
-                     f"{value};")
+    if n % 2 or output.dtype.numpy.itemsize not in PAIRED_BYTES:
+        with out.block(f"for (int tz_r = 0; tz_r < {registers}; ++tz_r)"):
+            out.line(f"const int tz_row = blockIdx.y * {tile_m} + {row_of}(tz_r);")
+            out.line(f"const int tz_col = blockIdx.x * {tile_n} + {col_of}(tz_r);")
+            with out.block(f"if (tz_row < {m} && tz_col < {n})"):
+                out.line(f"{row_start}tz_col] = {value};")
+        return
+    with out.block(f"for (int tz_p = 0; tz_p < {registers}; tz_p += 2)"):
+        out.line(f"const int tz_row = blockIdx.y * {tile_m} + {row_of}(tz_p);")
+        out.line(f"const int tz_first = blockIdx.x * {tile_n} + {col_of}(tz_p);")
+        with out.block(f"if (tz_row < {m} && tz_first < {n})"):
+            out.line(f"{ctype(output.dtype)} tz_pair[2];")
+            out.line("#pragma unroll")
+            with out.block("for (int tz_e = 0; tz_e < 2; ++tz_e)"):
+                out.line("const int tz_r = tz_p + tz_e, tz_col = tz_first + tz_e;")
+                out.line(f"tz_pair[tz_e] = {value};")
+            out.line(f"{pair_of}(&{row_start}tz_first], tz_pair[0], tz_pair[1]);")
 
 
 def _address(load: BufferLoad, epilogue: Epilogue, printer: ExprPrinter) -> str:

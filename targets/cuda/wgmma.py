@@ -17,7 +17,11 @@ and the fragment layout the GPU does.
 
 Descriptor (PTX ISA, "Matrix Descriptor Format"), 64 bits: the shared address of the tile
 >> 4 in bits 0-13, the leading byte offset >> 4 in bits 16-29, the stride byte offset >> 4
-in bits 32-45, the swizzle mode in bits 62-63 (0: none). Accumulator of an m64nN tile: the
+in bits 32-45, the swizzle mode in bits 62-63 (0: none). A kernel holds an operand as three
+words: the descriptor's two, and the instruction's imm-trans flag for the tile (1: MN-major,
+the 16-bit types' B alone), which is no part of the descriptor but of the wgmma instruction:
+``tz_wgmma_desc`` sets it from the load intrinsic's ``transpose``, and the wgmma call, once
+inlined, passes it as its immediate. Accumulator of an m64nN tile: the
 thread of warp ``w`` (of the warpgroup) and lane ``l`` holds, in register ``r``, row
 ``16 w + l / 4 + 8 ((r / 2) % 2)``, column ``8 (r / 4) + 2 (l % 4) + r % 2``.
 """
@@ -29,7 +33,7 @@ from collections.abc import Iterable
 from intrinsics import Intrinsic
 from targets.cuda.errors import EmitError
 
-__all__ = ["FRAGMENT", "PROTOCOL", "ptx_type", "wgmma_prelude"]
+__all__ = ["FRAGMENT", "PROTOCOL", "TRANSPOSABLE", "ptx_type", "wgmma_prelude"]
 
 # The protocol parameters of a wgmma compute intrinsic, and the helper each must name (a
 # kernel's calls come from the YAML; a name this module does not define is refused).
@@ -51,6 +55,9 @@ PROTOCOL = {
 
 _PTX_TYPES = {"float16": "f16", "bfloat16": "bf16", "int8": "s8", "float8_e4m3": "e4m3",
               "float8_e5m2": "e5m2", "float32": "f32", "int32": "s32"}
+# The input types whose wgmma takes imm-trans operands (an MN-major tile); the 8-bit ones
+# read K-major tiles alone.
+TRANSPOSABLE = ("f16", "bf16")
 
 # The fixed part: the asynchronous protocol on the GPU, and the C++ both sides share.
 _COMMON = """\
@@ -135,29 +142,47 @@ __device__ inline void tz_mbarrier_arrive_cluster(unsigned long long* bar, unsig
 }
 // Each block's dynamic shared memory (the emulation gives each block of a cluster its own).
 #define TZ_CTA_SHARED(name, bytes) extern __shared__ __align__(128) unsigned char name[]
+// Two adjacent elements at `dst` (aligned to both) by one store: their bits as one word of
+// twice the element's size (the emulation's checks the alignment and the bounds).
+template <int BYTES> struct tz_pair_word;
+template <> struct tz_pair_word<1> { using type = unsigned short; };
+template <> struct tz_pair_word<2> { using type = unsigned; };
+template <> struct tz_pair_word<4> { using type = unsigned long long; };
+template <class T> __device__ inline void tz_wgmma_store_pair(T* dst, T x, T y) {
+  using Word = typename tz_pair_word<sizeof(T)>::type;
+  const T pair[2] = {x, y};
+  Word word;
+  memcpy(&word, pair, sizeof word);
+  *reinterpret_cast<Word*>(dst) = word;
+}
 #endif
-// The descriptor of a tile at `tile` (shared memory): see targets/cuda/wgmma.py.
+// The operand of a tile at `tile` (shared memory): its descriptor (see targets/cuda/wgmma.py)
+// in d[0] and d[1], and in d[2] the instruction's imm-trans flag for it (1: MN-major), a
+// constant the wgmma call passes as its immediate once inlined.
 __device__ inline void tz_wgmma_desc(unsigned* d, const void* tile, unsigned leading,
-                                     unsigned stride, unsigned swizzle) {
+                                     unsigned stride, unsigned swizzle, unsigned transpose) {
   unsigned long long desc = (tz_shared_address(tile) & 0x3FFFFu) >> 4;
   desc |= static_cast<unsigned long long>(leading >> 4 & 0x3FFFu) << 16;
   desc |= static_cast<unsigned long long>(stride >> 4 & 0x3FFFu) << 32;
   desc |= static_cast<unsigned long long>(swizzle & 3u) << 62;
   d[0] = static_cast<unsigned>(desc);
   d[1] = static_cast<unsigned>(desc >> 32);
+  d[2] = transpose;
 }
-// The descriptor `base` with its start address `bytes` further (a multiple of 16): the
+// The operand `base` with its start address `bytes` further (a multiple of 16): the
 // address field is the low 14 bits of address >> 4, and shared addresses stay below 256 KiB,
 // so the addition never carries out of it.
 __device__ inline void tz_wgmma_desc_advance(unsigned* d, const unsigned* base, unsigned bytes) {
   d[0] = base[0] + (bytes >> 4);
   d[1] = base[1];
+  d[2] = base[2];
 }
 """
 
-# The helpers naming an accumulator register's place in the tile (the store intrinsic's
-# parameters, which a fused epilogue calls), as PROTOCOL names the compute intrinsic's.
-FRAGMENT = {"row": "tz_wgmma_acc_row", "col": "tz_wgmma_acc_col"}
+# The helpers naming an accumulator register's place in the tile and storing a register pair
+# (the store intrinsic's parameters, which a fused epilogue calls), as PROTOCOL names the
+# compute intrinsic's.
+FRAGMENT = {"row": "tz_wgmma_acc_row", "col": "tz_wgmma_acc_col", "pair": "tz_wgmma_store_pair"}
 
 # The fragment layout as a register's place, which a fused epilogue calls.
 _LAYOUT = """\
@@ -199,29 +224,43 @@ def ptx_type(dtype_name: str) -> str:
 def _instruction(intrinsic: Intrinsic) -> str:
     """The inline PTX of one wgmma compute intrinsic, named as its template calls it."""
     a, b, c = intrinsic.operands
+    n = c.buffer.shape[1]
+    k = a.buffer.shape[1]
+    ta, tb, tc = (ptx_type(o.buffer.dtype.name) for o in (a, b, c))
+    integer = tc == "s32"
+    ctype = "int" if integer else "float"
+    name = f"tz_wgmma_m64n{n}k{k}_{ta}_{tb}_{tc}"
+    head = (f"__device__ inline void {name}({ctype}* d, const unsigned* a, const unsigned* b) {{\n"
+            "  const unsigned long long da = a[0] | static_cast<unsigned long long>(a[1]) << 32;\n"
+            "  const unsigned long long db = b[0] | static_cast<unsigned long long>(b[1]) << 32;\n")
+    if ta not in TRANSPOSABLE:
+        # 8-bit floats take scale-a and scale-b immediates, integers none; both read
+        # K-major tiles alone (their descriptors' flag is 0: the emitter refuses another).
+        scales = ", 1, 1" if not integer else ""
+        return head + _asm(intrinsic, scales) + "}\n"
+    # 16-bit inputs take scale-a, scale-b, imm-trans-a and imm-trans-b: B's flag is its
+    # operand's third word, a constant once inlined, so one branch is left.
+    return (head + "  if (b[2]) {\n" + _asm(intrinsic, ", 1, 1, 0, 1", "  ")
+            + "  } else {\n" + _asm(intrinsic, ", 1, 1, 0, 0", "  ") + "  }\n}\n")
+
+
+def _asm(intrinsic: Intrinsic, immediates: str, indent: str = "") -> str:
+    """The inline PTX statement of one wgmma compute intrinsic with its trailing
+    ``immediates`` (scales and transposes), on ``d``, ``da`` and ``db``."""
+    a, b, c = intrinsic.operands
     m, n = c.buffer.shape
     k = a.buffer.shape[1]
     ta, tb, tc = (ptx_type(o.buffer.dtype.name) for o in (a, b, c))
     regs = m * n // 128
-    integer = tc == "s32"
     outs = ", ".join(f"%{r}" for r in range(regs))
-    constraint = '"+r"' if integer else '"+f"'
+    constraint = '"+r"' if tc == "s32" else '"+f"'
     bindings = ", ".join(f"{constraint}(d[{r}])" for r in range(regs))
-    # 16-bit inputs take scale-a, scale-b and transpose-a, transpose-b immediates; 8-bit
-    # floats the scales only; integers neither. Both tiles are K-major (no transpose).
-    immediates = {"f16": ", 1, 1, 0, 0", "bf16": ", 1, 1, 0, 0", "e4m3": ", 1, 1",
-                  "e5m2": ", 1, 1"}.get(ta, "")
-    ctype = "int" if integer else "float"
-    name = f"tz_wgmma_m64n{n}k{k}_{ta}_{tb}_{tc}"
-    return (f"__device__ inline void {name}({ctype}* d, const unsigned* a, const unsigned* b) {{\n"
-            f"  const unsigned long long da = a[0] | static_cast<unsigned long long>(a[1]) << 32;\n"
-            f"  const unsigned long long db = b[0] | static_cast<unsigned long long>(b[1]) << 32;\n"
-            f'  asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, 1, 0;\\n"\n'
-            f'               " wgmma.mma_async.sync.aligned.m64n{n}k{k}.{tc}.{ta}.{tb} "\n'
-            f'               "{{{outs}}}, %{regs}, %{regs + 1}, p{immediates};\\n}}"\n'
-            f"               : {bindings}\n"
-            f'               : "l"(da), "l"(db) : "memory");\n'
-            f"}}\n")
+    pad = "  " + indent
+    return (f'{pad}asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, 1, 0;\\n"\n'
+            f'{pad}             " wgmma.mma_async.sync.aligned.m64n{n}k{k}.{tc}.{ta}.{tb} "\n'
+            f'{pad}             "{{{outs}}}, %{regs}, %{regs + 1}, p{immediates};\\n}}"\n'
+            f"{pad}             : {bindings}\n"
+            f'{pad}             : "l"(da), "l"(db) : "memory");\n')
 
 
 def wgmma_prelude(computes: Iterable[Intrinsic]) -> str:

@@ -45,7 +45,7 @@ from ir.visitor import Mutator, substitute
 from targets.cuda.emit import CudaKernel
 from targets.cuda.errors import EmitError
 from targets.cuda.hopper import (SHARED_ALIGNMENT, STEP_BYTES, TILE_M, GemmOperands,
-                                 HopperTiling, choose_loads, emit_gemm)
+                                 HopperTiling, choose_loads, emit_gemm, offers_mn_major)
 from targets.cuda.hopper_epilogue import Epilogue
 from tensorize.engine.cuda_schedule import fuse_epilogue_chain
 from tensorize.engine.gemm_view import to_intrinsic_shape
@@ -143,14 +143,17 @@ def _tiling(intrinsic: Intrinsic, k: int, registry: Registry, cluster: int) -> H
     steps = min(STEPS, k_steps)
     k_stages = -(-k_steps // steps)
     stage_bytes = (TILE_M + _width(intrinsic)) * steps * STEP_BYTES
+    # The larger repeat of B's two layouts (K-major, and MN-major where the type has it):
+    # the kernel's operands, which pick one, are not known here.
+    layouts = (False, True) if offers_mn_major(intrinsic, registry) else (False,)
     try:
-        swizzle = choose_loads(intrinsic, registry, steps)[2]
+        repeat = max(choose_loads(intrinsic, registry, steps, b_mn).repeat for b_mn in layouts)
     except EmitError as err:
         raise ScheduleError("hopper_schedule", err.message) from None
     limit = registry.gpu("cuda").architectures[LIMITS_ARCH].max_shared_per_block
     # Each stage also holds its two 8-byte mbarriers (full and empty); the stages start at a
     # multiple of the swizzle pattern's repeat, up to repeat - 128 bytes into the array.
-    fitting = (limit - swizzle.repeat + SHARED_ALIGNMENT) // (stage_bytes + 16)
+    fitting = (limit - repeat + SHARED_ALIGNMENT) // (stage_bytes + 16)
     if fitting < MIN_STAGES:
         raise ScheduleError("hopper_schedule", f"requires {MIN_STAGES} stages of "
                             f"{stage_bytes} bytes within {limit} bytes of shared memory")

@@ -23,11 +23,20 @@
 //
 // wgmma. The 128 threads of a warpgroup each issue the instruction; each computes its own
 // accumulator registers (the PTX ISA's layout, targets/cuda/wgmma.py) from the tiles its
-// descriptors name, in k order (integers exactly, wrapping in 32 bits; floats in float),
+// operands name, in k order (integers exactly, wrapping in 32 bits; floats in float),
 // through the descriptor's swizzle mode as the copies apply theirs (below); bytes read
 // through one mode that a copy landed with another are reported as a swizzle mismatch.
-// The tiles' bytes are being read from the issue until the thread's wgmma.wait_group
-// retires the group holding it.
+// An operand is the descriptor's two words and the instruction's imm-trans flag (its third
+// word): K-major tiles (flag 0) are rows of the tile's m or n with k along them, MN-major
+// ones (flag 1, B of the 16-bit types) rows of k with n along them, read as the PTX ISA's
+// canonical MN-major layouts (panels of the span's bytes of n `leading` apart, groups of 8
+// k rows `stride` apart; without swizzle 8 x 16-byte core matrices, the k groups `leading`
+// apart and the 16-byte panels `stride` apart). Each product must pair A's and B's elements
+// of one k: where the copies that landed them read them at k coordinates that differ (other
+// than by whole multiples of A's extent along k, a batch's stacked rows), the tile was
+// landed in another layout than its operand reads (a transpose flag or a descriptor not the
+// copies'), reported as a layout mismatch. The tiles' bytes are being read from the issue
+// until the thread's wgmma.wait_group retires the group holding it.
 //
 // Tensor copies (cp.async.bulk.tensor.2d, "TMA"). A CUtensorMap is 128 opaque bytes that the
 // host encodes; the driver's byte layout is its own and undocumented, so this emulation
@@ -105,12 +114,14 @@ struct ByteRange {
   bool overlaps(const char* p, size_t n) const { return p < begin + bytes && begin < p + n; }
 };
 
-// A bulk copy that has landed: its bytes, the phase of its mbarrier it completed in, and the
-// swizzle span it landed with (16: none).
+// A bulk copy that has landed: its bytes, the phase of its mbarrier it completed in, the
+// swizzle span it landed with (16: none), and its map's box at tensor coordinates (x, y).
 struct Landed {
   ByteRange range;
   unsigned long long* bar;
   unsigned phase, issuer, span;
+  const TensorMapFields* map;
+  long long x, y;
 };
 
 // One thread's wgmma reads: issued since its last commit, and committed groups in order.
@@ -246,7 +257,7 @@ inline void land_bulk(const BulkCopy& copy) {
   gather_box(copy.dst, *copy.map, copy.x, copy.y);
   Mbarrier& b = mbarriers[copy.bar];
   landed.push_back({{copy.dst, copy.bytes}, copy.bar, b.phase, copy.issuer,
-                    map_span(copy.map->swizzle)});
+                    map_span(copy.map->swizzle), copy.map, copy.x, copy.y});
   b.tx -= static_cast<long long>(copy.bytes);
   complete_phase_if_done(b);
 }
@@ -356,16 +367,17 @@ inline void wgmma_read(const char* p, size_t bytes, unsigned span) {
   wgmma_reads[thread_id()].open.push_back({p, bytes});
 }
 
+// An operand: its descriptor's fields, and the instruction's imm-trans flag for it.
 struct Descriptor {
   const char* start;
-  unsigned leading, stride, span;
+  unsigned leading, stride, span, transpose;
 };
 
 inline Descriptor decode(const unsigned* d) {
   unsigned long long desc = d[0] | static_cast<unsigned long long>(d[1]) << 32;
   return Descriptor{shared_window() + ((desc & 0x3FFFu) << 4),
                     unsigned((desc >> 16 & 0x3FFFu) << 4), unsigned((desc >> 32 & 0x3FFFu) << 4),
-                    descriptor_span(unsigned(desc >> 62))};
+                    descriptor_span(unsigned(desc >> 62)), d[2]};
 }
 
 // Element (row, kbyte) of a K-major tile (kbyte < 32: one wgmma step). Without swizzle, 8 x
@@ -379,10 +391,38 @@ inline const char* tile_element(const Descriptor& d, int row, int kbyte) {
   return swizzled(d.start + (row / 8) * d.stride + (row % 8) * d.span + kbyte, d.span);
 }
 
-// The rows x 32-byte K-major tile a descriptor names, recorded as read (per 8-row group: its
-// two core matrices, or swizzled the group's 8 rows of the span, which hold the step's
-// bytes); false on a failure.
-inline bool read_tile(const Descriptor& d, int rows) {
+// Byte `nbyte` of k row `krow` of an MN-major tile (krow < the step's k). Without swizzle, 8 x
+// 16-byte core matrices: k rows 16 bytes apart, 8-row groups `leading` apart, 16-byte panels
+// of n `stride` apart. Swizzled, k rows a span apart with n along the row, 8-row groups
+// `stride` apart, panels of the span's bytes `leading` apart, the swizzle applied.
+inline const char* mn_element(const Descriptor& d, int krow, int nbyte) {
+  if (d.span == 16)
+    return d.start + (nbyte / 16) * d.stride + (krow / 8) * d.leading + (krow % 8) * 16 +
+           nbyte % 16;
+  return swizzled(d.start + (nbyte / d.span) * d.leading + (krow / 8) * d.stride +
+                  (krow % 8) * d.span + nbyte % d.span, d.span);
+}
+
+// Element (index, k) of an operand's tile of `elem`-byte elements: index its row (of m or n)
+// K-major, its byte along a row MN-major.
+inline const char* operand_element(const Descriptor& d, int index, int k, unsigned elem) {
+  return d.transpose ? mn_element(d, k, index * int(elem)) : tile_element(d, index, k * int(elem));
+}
+
+// The operand's tile of `rows` (m or n) by 32 bytes of k (`k` elements) recorded as read: K-major
+// per 8-row group its two core matrices, or swizzled the group's 8 rows of the span, which
+// hold the step's bytes; MN-major per panel and group of 8 k rows, its 8 rows. False on a
+// failure.
+inline bool read_tile(const Descriptor& d, int rows, int k) {
+  if (d.transpose) {
+    int panels = rows * (32 / k) / int(d.span);
+    for (int panel = 0; panel < panels; ++panel)
+      for (int group = 0; group < k / 8; ++group)
+        wgmma_read(d.start + panel * (d.span == 16 ? d.stride : d.leading) +
+                       group * (d.span == 16 ? d.leading : d.stride),
+                   8 * d.span, d.span);
+    return !error_text[0];
+  }
   for (int group = 0; group < rows / 8; ++group) {
     if (d.span == 16) {
       for (int core = 0; core < 2; ++core)
@@ -395,15 +435,59 @@ inline bool read_tile(const Descriptor& d, int rows) {
   return !error_text[0];
 }
 
+// The landed copy that put the byte at `p` there, and the tensor coordinates (inner, outer)
+// it read it from (its box at (x, y), unswizzled: the swizzle is its own inverse); nullptr
+// where no copy landed it.
+inline const Landed* landed_at(const char* p, long long* inner, long long* outer) {
+  for (auto at = landed.rbegin(); at != landed.rend(); ++at) {
+    if (!at->range.overlaps(p, 1)) continue;
+    size_t offset = size_t(swizzled(p, at->span) - at->range.begin);
+    size_t row = size_t(at->map->box[0]) * at->map->element;
+    *inner = at->x + static_cast<long long>(offset % row / at->map->element);
+    *outer = at->y + static_cast<long long>(offset / row);
+    return &*at;
+  }
+  return nullptr;
+}
+
+// Each product of the thread's first register pairs A's and B's elements of one k (module
+// comment): the k coordinates their copies read them at, along A's K-major map and along
+// B's as its flag reads it, agree modulo A's extent along k. Reported as a layout mismatch
+// otherwise (nothing to compare where a copy did not land them, or A is MN-major).
+inline void check_k_pairing(const Descriptor& da, const Descriptor& db, int row, int col, int k,
+                            unsigned ea, unsigned eb) {
+  if (da.transpose) return;
+  for (int kk = 0; kk < k; ++kk) {
+    long long ax, ay, bx, by;
+    const char* at_b = operand_element(db, col, kk, eb);
+    const Landed* la = landed_at(operand_element(da, row, kk, ea), &ax, &ay);
+    const Landed* lb = landed_at(at_b, &bx, &by);
+    if (!la || !lb) return;
+    long long ka = ax, kb = db.transpose ? by : bx;
+    if ((kb - ka) % static_cast<long long>(la->map->dims[0]) == 0) continue;
+    char where[96], who[64], whom[64];
+    describe_shared(at_b, where, sizeof where);
+    describe_thread(thread_id(), who, sizeof who);
+    describe_thread(lb->issuer, whom, sizeof whom);
+    fail("wgmma layout mismatch on shared %s: the wgmma of %s multiplies A's element of k = %lld "
+         "by B's of k = %lld, B's operand reading its tile %s (imm-trans-b %u): the tensor copy "
+         "that %s issued landed it in another layout", where, who, ka, kb,
+         db.transpose ? "MN-major" : "K-major", db.transpose, whom);
+    return;
+  }
+}
+
 // wgmma.mma_async m64nNkK: D += A x B on the thread's N / 2 registers of the warpgroup's
 // 64 x N tile (register r: row 16 w + l / 4 + 8 ((r / 2) % 2), column 8 (r / 4) + 2 (l % 4)
-// + r % 2), A 64 x K and B N x K (K-major) read through their descriptors.
+// + r % 2), A 64 x K and B K x N read through their operands (K-major or MN-major).
 template <class TA, class TB, int N, int K, class TC>
 inline void wgmma(TC* acc, const unsigned* a, const unsigned* b, const char* kind) {
   collective(kind, nullptr, 0, 1, acc);
   Descriptor da = decode(a), db = decode(b);
-  if (!read_tile(da, 64) || !read_tile(db, N)) return;
+  if (!read_tile(da, 64, K) || !read_tile(db, N, K)) return;
   unsigned t = linear_id(current->index) % 128, w = t / 32, l = t % 32;
+  check_k_pairing(da, db, int(16 * w + l / 4), int(2 * (l % 4)), K, sizeof(TA), sizeof(TB));
+  if (error_text[0]) return;
   using Wide = typename std::conditional<std::is_integral<TC>::value, long long, float>::type;
   for (int r = 0; r < N / 2; ++r) {
     int row = int(16 * w + l / 4 + 8 * (r / 2 % 2)), col = 8 * (r / 4) + int(2 * (l % 4)) + r % 2;
@@ -411,8 +495,8 @@ inline void wgmma(TC* acc, const unsigned* a, const unsigned* b, const char* kin
     for (int k = 0; k < K; ++k) {
       TA x;
       TB y;
-      std::memcpy(&x, tile_element(da, row, k * sizeof(TA)), sizeof x);
-      std::memcpy(&y, tile_element(db, col, k * sizeof(TB)), sizeof y);
+      std::memcpy(&x, operand_element(da, row, k, sizeof(TA)), sizeof x);
+      std::memcpy(&y, operand_element(db, col, k, sizeof(TB)), sizeof y);
       sum += static_cast<Wide>(static_cast<float>(x)) * static_cast<Wide>(static_cast<float>(y));
     }
     acc[r] = std::is_integral<TC>::value ? static_cast<TC>(static_cast<uint32_t>(sum))
@@ -685,6 +769,19 @@ inline void tz_tensor_copy_2d_multicast(void* dst, const CUtensorMap* map, int x
     tz::issue_copy(d, fields, x, y, reinterpret_cast<unsigned long long*>(b), bytes,
                    rank == tz_cluster_rank());
   }
+}
+
+// Two adjacent elements at `dst` by one store (a fused epilogue's pair): the address aligned
+// to both, the pair inside one global buffer.
+template <class T> inline void tz_wgmma_store_pair(T* dst, T x, T y) {
+  if (reinterpret_cast<uintptr_t>(dst) % (2 * sizeof(T)))
+    tz::fail("%zu-byte store to %p: the address is not %zu-byte aligned", 2 * sizeof(T),
+             static_cast<void*>(dst), 2 * sizeof(T));
+  tz::check_bounds(dst, 2 * sizeof(T), "written");
+  if (tz::error_text[0]) return;
+  tz::touch(dst, 2 * sizeof(T), tz::WRITE);
+  dst[0] = x;
+  dst[1] = y;
 }
 
 #define TZ_WGMMA(N, K, T, TYPE, ACC, ACC_TYPE)                                              \

@@ -175,16 +175,17 @@ def test_the_schedule_pads_least_and_stages_what_k_allows(m, n, k, width, steps,
 
 def test_the_kernel_calls_the_yaml_templates_in_its_pipeline():
     kernel = _kernel("float16", 100, 72, 200)
-    # A's rows (400 bytes) are a tensor map's stride as they are: only B is packed.
-    assert [l.kernel for l in kernel.launches] == [
-        "gemm_hopper_pack_b", "gemm_hopper_gemm", "gemm_hopper_unpad"]
-    gemm = kernel.launches[1]
+    # A's rows (400 bytes) and B's (144) are a tensor map's stride as they are: nothing is
+    # packed, B (K x N) being read MN-major.
+    assert [l.kernel for l in kernel.launches] == ["gemm_hopper_gemm", "gemm_hopper_unpad"]
+    gemm = kernel.launches[0]
     # One consumer warpgroup and one producer warp per 64 x 128 tile.
     assert gemm.block == (160, 1, 1) and gemm.grid == (1, 2, 1)
-    # A stage's 128 bytes of k are one box per operand, by the tile's rows, landed with the
-    # 128-byte swizzle (the map's mode 3); zero-filled past 100 x 200 and 72 x 200.
+    # A stage's 128 bytes of k are one box of A by its 64 rows, landed with the 128-byte
+    # swizzle (the map's mode 3); B's are a box per k step (16 rows of k) and panel of 64
+    # columns, in the same mode; zero-filled past 100 x 200 and 200 x 72.
     assert gemm.tensor_maps == (TensorMap("A", (200, 100), 400, (64, 64), 3),
-                                TensorMap("B_t", (200, 72), 400, (64, 128), 3))
+                                TensorMap("B", (72, 200), 144, (64, 16), 3))
     body = kernel.source[kernel.source.index("void __launch_bounds__(160) gemm_hopper_gemm"):]
     producer = body[body.index("if (threadIdx.x == 128)"):body.index("if (threadIdx.x < 128)")]
     consumers = body[body.index("if (threadIdx.x < 128)"):]
@@ -194,20 +195,21 @@ def test_the_kernel_calls_the_yaml_templates_in_its_pipeline():
     for call in ("tz_mbarrier_try_wait(&tz_empty[stage], ",
                  "tz_mbarrier_arrive_expect_tx(&tz_full[stage], 24576);",
                  "for (int col = 0; col < 1; ++col)",
-                 "tz_tensor_copy_2d(tz_tiles + stage * 24576 + col * 8192, &tz_map_a, k0, "
-                 "blockIdx.y * 64, &tz_full[stage]);",
-                 "tz_tensor_copy_2d(tz_tiles + 8192 + stage * 24576 + col * 16384, &tz_map_b, "
-                 "k0, blockIdx.x * 128, &tz_full[stage]);"):
+                 "tz_tensor_copy_2d(tz_tiles + stage * 24576 + col * 8192, &tz_map_a, "
+                 "(kt * 1 + col) * 64, blockIdx.y * 64, &tz_full[stage]);",
+                 "for (int col = 0; col < 8; ++col)",
+                 "tz_tensor_copy_2d(tz_tiles + 8192 + stage * 24576 + col * 2048, &tz_map_b, "
+                 "blockIdx.x * 128 + col % 2 * 64, (kt * 4 + col / 2) * 16, &tz_full[stage]);"):
         assert call in producer and call not in consumers, call
-    # The descriptors (128-byte swizzle: mode 1, 8-row groups 1024 bytes apart) built once
-    # and advanced to each step's 32 bytes of the box's rows.
+    # The descriptors (128-byte swizzle: mode 1, 8-row groups 1024 bytes apart; B's panels
+    # 2048 apart, its imm-trans flag 1) built once and advanced to each step's tile: A's
+    # 32 bytes of the box's rows, B's 16 rows of k (4096 bytes: both panels).
     for call in ("tz_wgmma_fill_m64n128(tz_acc);", "tz_mbarrier_try_wait(&tz_full[stage], ",
-                 "tz_wgmma_desc(tz_base_a, tz_tiles, 16, 1024, 1);",
-                 "tz_wgmma_desc(tz_base_b, tz_tiles + 8192, 16, 1024, 1);",
+                 "tz_wgmma_desc(tz_base_a, tz_tiles, 16, 1024, 1, 0);",
+                 "tz_wgmma_desc(tz_base_b, tz_tiles + 8192, 2048, 1024, 1, 1);",
                  "tz_wgmma_desc_advance(tz_desc_a, tz_base_a, stage * 24576 + s / 4 * 8192 + "
                  "s % 4 * 32);",
-                 "tz_wgmma_desc_advance(tz_desc_b, tz_base_b, stage * 24576 + s / 4 * 16384 + "
-                 "s % 4 * 32);",
+                 "tz_wgmma_desc_advance(tz_desc_b, tz_base_b, stage * 24576 + s * 4096);",
                  "tz_wgmma_m64n128k16_f16_f16_f32(tz_acc, tz_desc_a, tz_desc_b);",
                  "tz_wgmma_wait_group<1>();", "tz_mbarrier_arrive(&tz_empty[",
                  "tz_wgmma_store_m64n128(tz_c, tz_acc, 128);"):
@@ -234,13 +236,14 @@ def test_a_wrong_stride_byte_offset_in_the_yaml_gives_wrong_numbers(tmp_path):
     # A's 128-byte swizzled descriptors told its 8-row groups are 512 bytes apart (they are
     # 1024, 8 rows of 128 bytes): every read stays in A's box, so only the numbers show it.
     text = (BUILTIN_DIR / "cuda_wgmma.yaml").read_text()
-    right = 'cuda: "tz_wgmma_desc({dst}, {src}, 16, 1024, {descriptor_swizzle});"'
+    right = 'cuda: "tz_wgmma_desc({dst}, {src}, 16, 1024, {descriptor_swizzle}, {transpose});"'
     assert text.count(right) == 2  # A's entry, then B's
     (tmp_path / "cuda_wgmma.yaml").write_text(text.replace(
-        right, 'cuda: "tz_wgmma_desc({dst}, {src}, 16, 512, {descriptor_swizzle});"', 1))
+        right, 'cuda: "tz_wgmma_desc({dst}, {src}, 16, 512, {descriptor_swizzle}, '
+        '{transpose});"', 1))
     registry = load_registry([BUILTIN_DIR / "cuda.yaml", tmp_path / "cuda_wgmma.yaml"])
     kernel = hopper_gemm(128, 64, 256, dtypes.float16, registry)
-    assert "tz_wgmma_desc(tz_base_a, tz_tiles, 16, 512, 1);" in kernel.source
+    assert "tz_wgmma_desc(tz_base_a, tz_tiles, 16, 512, 1, 0);" in kernel.source
     inputs = _inputs("float16", 128, 64, 256)
     actual = cuda.emulate(kernel, inputs)["C"]
     assert not np.array_equal(actual, _reference(inputs))
@@ -271,7 +274,8 @@ DEADLOCK = r"deadlock: \d+ of 160 threads poll an mbarrier phase that never comp
 @pytest.fixture(scope="module")
 def gemm() -> tuple[cuda.CudaKernel, dict[str, np.ndarray]]:
     """A 64 x 64 x 128 f16 GEMM of 8 k stages through 2 shared stages (one k step a stage:
-    one box of 64 rows x 32 bytes per operand, the 32-byte swizzle)."""
+    one box of A, 64 rows x 32 bytes in the 32-byte swizzle, and one of B read in place,
+    16 rows of k x 64 columns in the 128-byte one), a single launch."""
     kernel = emit_gemm(default_registry().get("wgmma_m64n64k16_f16f16_f32"), default_registry(),
                        64, 64, 128, HopperTiling(steps=1, stages=2))
     return kernel, _inputs("float16", 64, 64, 128, seed=5)
@@ -355,11 +359,10 @@ def test_a_box_larger_than_its_stage_slot_is_reported(gemm, copies, pattern):
     # B's, in flight into the same bytes; landed at issue, it takes the whole stage's count
     # and B's box (2048 bytes) finds none announced.
     kernel, inputs = gemm
-    gemm_launch = kernel.launches[1]
+    (gemm_launch,) = kernel.launches
     a_map, b_map = gemm_launch.tensor_maps
     wide = dataclasses.replace(a_map, box=(a_map.box[0], 2 * a_map.box[1]))
-    launches = list(kernel.launches)
-    launches[1] = dataclasses.replace(gemm_launch, tensor_maps=(wide, b_map))
+    launches = [dataclasses.replace(gemm_launch, tensor_maps=(wide, b_map))]
     broken = dataclasses.replace(kernel, launches=tuple(launches))
     _caught(broken, inputs, pattern, copies)
 
@@ -396,11 +399,10 @@ def test_a_gpu_run_refuses_tensor_maps_it_cannot_encode():
                    r"bytes\)")])
 def test_a_tensor_map_the_driver_would_refuse_is_reported(gemm, field, value, message):
     kernel, inputs = gemm
-    gemm_launch = kernel.launches[1]
+    (gemm_launch,) = kernel.launches
     a_map, b_map = gemm_launch.tensor_maps
-    launches = list(kernel.launches)
-    launches[1] = dataclasses.replace(
-        gemm_launch, tensor_maps=(dataclasses.replace(a_map, **{field: value}), b_map))
+    launches = [dataclasses.replace(
+        gemm_launch, tensor_maps=(dataclasses.replace(a_map, **{field: value}), b_map))]
     _caught(dataclasses.replace(kernel, launches=tuple(launches)), inputs, message, "at_issue")
 
 
@@ -408,9 +410,9 @@ def test_a_tensor_map_the_driver_would_refuse_is_reported(gemm, field, value, me
 @pytest.mark.slow
 def test_a_tensor_copy_through_a_map_never_encoded_is_reported(gemm):
     kernel, inputs = gemm
-    broken = _edited(kernel, "const int k0 = (kt * 1 + col) * 16;",
-                     "const int k0 = (kt * 1 + col) * 16;\n        const CUtensorMap tz_blank{};")
-    broken = _edited(broken, "&tz_map_a, k0", "&tz_blank, k0")
+    copy = "tz_tensor_copy_2d(tz_tiles + stage * 4096 + col * 2048, &tz_map_a, "
+    broken = _edited(kernel, copy, "const CUtensorMap tz_blank{};\n        " +
+                     copy.replace("&tz_map_a", "&tz_blank"))
     _caught(broken, inputs, r"cp.async.bulk.tensor at 0x[0-9a-f]+: the tensor map was never "
                             r"encoded", "at_issue")
 
@@ -557,16 +559,17 @@ def test_a_kernels_own_layouts_are_exact_under_the_emulation(a_t, b_t, m, n, k):
 # ---- B transposed through shared tiles ----------------------------------------------------
 
 def test_b_is_transposed_a_tile_at_a_time_with_consecutive_reads_and_writes():
-    kernel = _kernel("float16", 100, 72, 200)
+    # int8's wgmma reads B K-major alone: a B stored K x N is packed transposed.
+    kernel = _kernel("int8", 100, 72, 192)
     pack = kernel.launches[0]
-    # 32 x 32 tiles of B_t (72 rows of 200): 3 x 7 blocks of one warp per tile row of 8.
-    assert (pack.kernel, pack.grid, pack.block) == ("gemm_hopper_pack_b", (3, 7, 1), (32, 8, 1))
+    # 32 x 32 tiles of B_t (72 rows of 192): 3 x 6 blocks of one warp per tile row of 8.
+    assert (pack.kernel, pack.grid, pack.block) == ("gemm_hopper_pack_b", (3, 6, 1), (32, 8, 1))
     body = kernel.source[kernel.source.index("void gemm_hopper_pack_b"):
                          kernel.source.index("void __launch_bounds__(160)")]
     # Lanes (threadIdx.x) read along B's rows and write along B_t's: both consecutive.
     for line in ("const long long kk = k0 + y, r = r0 + threadIdx.x;", "src[kk * 72 + r]",
                  "const long long r = r0 + y, kk = k0 + threadIdx.x;",
-                 "reinterpret_cast<tz_word*>(B_t)[r * 200 + kk] = tz_shared_load(tz_tile, "
+                 "reinterpret_cast<tz_word*>(B_t)[r * 192 + kk] = tz_shared_load(tz_tile, "
                  "threadIdx.x * 33 + y);", "__syncthreads();"):
         assert line in body, line
 

@@ -58,9 +58,10 @@ def test_a_cluster_multicasts_a_and_releases_each_stage_to_every_block():
     # A's box by the first block, into both (mask 0b11); B's by each block for itself.
     for line in ("const unsigned tz_rank = tz_cluster_rank();",
                  "if (tz_rank == 0) tz_tensor_copy_2d_multicast(tz_tiles + stage * 24576 + "
-                 "col * 8192, &tz_map_a, k0, blockIdx.y * 64, &tz_full[stage], 3);",
-                 "tz_tensor_copy_2d(tz_tiles + 8192 + stage * 24576 + col * 16384, &tz_map_b, "
-                 "k0, blockIdx.x * 128, &tz_full[stage]);",
+                 "col * 8192, &tz_map_a, (kt * 1 + col) * 64, blockIdx.y * 64, &tz_full[stage], "
+                 "3);",
+                 "tz_tensor_copy_2d(tz_tiles + 8192 + stage * 24576 + col * 2048, &tz_map_b, "
+                 "blockIdx.x * 128 + col % 2 * 64, (kt * 4 + col / 2) * 16, &tz_full[stage]);",
                  # Each block's full mbarrier still expects A's bytes and its own B's.
                  "tz_mbarrier_arrive_expect_tx(&tz_full[stage], 24576);",
                  "if (kt > 0) for (unsigned r = 0; r < 2; ++r) "
@@ -107,7 +108,8 @@ def test_a_run_of_a_cluster_gemm_reports_its_cluster_and_is_exact():
     np.testing.assert_array_equal(outputs["C"], reference["C"])
     (emit,) = [s for s in report.steps if s.name == "emit"]
     assert "gemm_fp16_gemm grid (2, 1, 1) block (160, 1, 1) cluster (2, 1, 1)" in emit.detail
-    assert [l["cluster"] for l in report.data["cuda"]["launches"]] == [1, 2, 1]
+    # The GEMM (B read in place, no packing launch), then the unpadding of C.
+    assert [l["cluster"] for l in report.data["cuda"]["launches"]] == [2, 1]
     # Both copy modes ran, each exact.
     emulated = [s for s in report.steps if s.name == "emulate"]
     assert len(emulated) == 2 and all(s.ok for s in emulated), emulated
@@ -175,10 +177,10 @@ def test_a_multicast_mask_missing_a_block_is_reported(gemm, copies, reverse):
 @pytest.mark.slow
 @pytest.mark.parametrize("copies", COPY_MODES)
 @pytest.mark.parametrize("reverse, pattern", [
-    # The first block's multicast has landed A's bytes on the second's phase: its own B box
-    # finds 16 bytes fewer announced than it brings.
-    (False, r"mbarrier transaction count: the tensor copy of 16384 bytes that thread "
-            r"\(128, 0, 0\) of the cluster's block 1 issues exceeds the 16368 bytes its "
+    # The first block's multicast has landed A's bytes on the second's phase: its own last
+    # B box (of 8, 2048 bytes each) finds 16 bytes fewer announced than it brings.
+    (False, r"mbarrier transaction count: the tensor copy of 2048 bytes that thread "
+            r"\(128, 0, 0\) of the cluster's block 1 issues exceeds the 2032 bytes its "
             r"phase's arrive.expect_tx still announces"),
     # The second block's copy comes first, then the multicast: the phase ends with 16 bytes
     # more than announced, and never completes.
@@ -229,16 +231,19 @@ def test_a_static_shared_array_in_a_cluster_launch_is_refused():
 @pytest.mark.slow
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not found")
 @pytest.mark.skipif(cuobjdump_path() is None, reason="cuobjdump not found (the sass extra)")
-@pytest.mark.parametrize("dtype, wgmma", [("float16", "HGMMA"), ("int8", "IGMMA")])
-def test_a_cluster_gemm_compiles_to_a_multicast_tensor_copy_without_spills(dtype, wgmma):
+@pytest.mark.parametrize("dtype, wgmma, b_boxes", [("float16", "HGMMA", 8), ("int8", "IGMMA", 1)])
+def test_a_cluster_gemm_compiles_to_a_multicast_tensor_copy_without_spills(dtype, wgmma,
+                                                                           b_boxes):
     kernel = _kernel(dtype, 4096, 4096, 4096)
     (counts,) = [c for name, c in sass_opcodes(kernel, HOPPER_ARCH, modifiers=True).items()
                  if "gemm_hopper_gemm" in name]
     (plain,) = [c for name, c in sass_opcodes(kernel, HOPPER_ARCH).items()
                 if "gemm_hopper_gemm" in name]
-    # One multicast box of A and one plain box of B a stage; the cluster barrier at the
-    # set-up and the end; the remote arrivals (a reduction on another block's mbarrier).
-    assert counts.get("UTMALDG.2D.MULTICAST") == counts.get("UTMALDG.2D") == 1, counts
+    # One multicast box of A and B's plain boxes a stage (int8's packed B one, float16's read
+    # in place MN-major 4 k steps x 2 panels); the cluster barrier at the set-up and the end;
+    # the remote arrivals (a reduction on another block's mbarrier).
+    assert counts.get("UTMALDG.2D.MULTICAST") == 1, counts
+    assert counts.get("UTMALDG.2D") == b_boxes, counts
     assert counts.get("UCGABAR_ARV") == counts.get("UCGABAR_WAIT") == 2, counts
     assert counts.get("SYNCS.ARRIVE.TRANS64.RED.A1T0", 0) > 0, counts
     assert plain.get(wgmma, 0) == 16, plain

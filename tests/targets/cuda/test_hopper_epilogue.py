@@ -234,8 +234,9 @@ def test_a_fused_epilogue_agrees_with_the_reference_executor(name, build, copies
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not found")
 @pytest.mark.skipif(cuobjdump_path() is None, reason="cuobjdump not found (the sass extra)")
 @pytest.mark.parametrize("build, opcode, store", [
-    (lambda: _requantised(4096, 4096, 4096), "IGMMA", "STG.E.U8"),
-    (lambda: _float_gemm(4096, 4096, 4096, "float16", "float16"), "HGMMA", "STG.E.U16"),
+    # Pairs of the narrow type (test_hopper_paired_store.py): 2 and 4 bytes a store.
+    (lambda: _requantised(4096, 4096, 4096), "IGMMA", "STG.E.U16"),
+    (lambda: _float_gemm(4096, 4096, 4096, "float16", "float16"), "HGMMA", "STG.E"),
 ])
 def test_a_fused_epilogue_compiles_to_wgmma_and_narrow_stores_without_spills(build, opcode,
                                                                             store):

@@ -33,17 +33,18 @@ F16 = "wgmma_m64n64k16_f16f16_f32"
 # ---- the choice, from the YAML ------------------------------------------------------------
 
 @pytest.mark.parametrize("k, span, map_mode, descriptor", [
-    (16, 32, 1, "16, 256, 3"),     # one k step a stage: 32 bytes, the 32-byte swizzle
-    (32, 64, 2, "16, 512, 2"),     # two: 64 bytes
-    (48, 32, 1, "16, 256, 3"),     # three (96 bytes): three boxes of the 32-byte swizzle
-    (256, 128, 3, "16, 1024, 1"),  # four: one box of 128 bytes a stage per operand
+    (32, 32, 1, "16, 256, 3"),     # one k step a stage: 32 bytes, the 32-byte swizzle
+    (64, 64, 2, "16, 512, 2"),     # two: 64 bytes
+    (96, 32, 1, "16, 256, 3"),     # three (96 bytes): three boxes of the 32-byte swizzle
+    (512, 128, 3, "16, 1024, 1"),  # four: one box of 128 bytes a stage per operand
 ])
 def test_the_widest_swizzle_whose_span_divides_a_stage_is_taken(k, span, map_mode, descriptor):
-    kernel = hopper_gemm(64, 64, k, dtypes.float16, default_registry())
+    # int8: both operands K-major (B packed to N rows of K), of one mode.
+    kernel = hopper_gemm(64, 64, k, dtypes.int8, default_registry())
     (gemm,) = [l for l in kernel.launches if l.tensorized]
-    # Boxes of the span's f16 elements of k by the tile's rows, in the map's numbering.
-    assert [(m.box, m.swizzle) for m in gemm.tensor_maps] == [((span // 2, 64), map_mode)] * 2
-    assert f"tz_wgmma_desc(tz_base_a, tz_tiles, {descriptor});" in kernel.source
+    # Boxes of the span's int8 elements of k by the tile's rows, in the map's numbering.
+    assert [(m.box, m.swizzle) for m in gemm.tensor_maps] == [((span, 64), map_mode)] * 2
+    assert f"tz_wgmma_desc(tz_base_a, tz_tiles, {descriptor}, 0);" in kernel.source
     # The stages start at the pattern's repeat (8 spans) within the 128-byte aligned array.
     assert f"(0u - tz_shared_address(tz_smem)) % {8 * span};" in kernel.source
 
@@ -58,9 +59,13 @@ def test_a_yaml_offering_no_swizzle_lands_16_byte_boxes(tmp_path):
     registry = load_registry([BUILTIN_DIR / "cuda.yaml", tmp_path / "cuda_wgmma.yaml"])
     kernel = emit_gemm(registry.get(F16), registry, 64, 64, 256)
     (gemm,) = [l for l in kernel.launches if l.tensorized]
-    assert [(m.box, m.swizzle) for m in gemm.tensor_maps] == [((8, 64), 0)] * 2
-    assert "tz_wgmma_desc(tz_base_a, tz_tiles, 1024, 128, 0);" in kernel.source
+    # A's boxes of 8 elements of k by 64 rows, 8 a stage; B's (MN-major) of 8 columns by a
+    # k step's 16 rows, 8 panels x 4 steps a stage.
+    assert [(m.box, m.swizzle) for m in gemm.tensor_maps] == [((8, 64), 0), ((8, 16), 0)]
+    assert "tz_wgmma_desc(tz_base_a, tz_tiles, 1024, 128, 0, 0);" in kernel.source
+    assert "tz_wgmma_desc(tz_base_b, tz_tiles + 8192, 128, 256, 0, 1);" in kernel.source
     assert "for (int col = 0; col < 8; ++col)" in kernel.source
+    assert "for (int col = 0; col < 32; ++col)" in kernel.source
 
 
 @pytest.mark.parametrize("old, new, span, message", [
@@ -75,7 +80,7 @@ def test_a_yaml_offering_no_swizzle_lands_16_byte_boxes(tmp_path):
 def test_a_swizzle_mode_the_backend_cannot_read_is_refused_at_its_yaml_line(
         tmp_path, old, new, span, message):
     text = (BUILTIN_DIR / "cuda_wgmma.yaml").read_text()
-    assert text.count(old) == 2  # A's and B's 64-byte entries
+    assert text.count(old) == 3  # A's, B's and B's MN-major 64-byte entries
     # A's entry is named by its span: the compute intrinsics' lists follow a new one.
     text = text.replace("- wgmma_desc_a_m64k{k}_{a}_sw64",
                         f"- wgmma_desc_a_m64k{{k}}_{{a}}_sw{span}")
@@ -192,12 +197,13 @@ def gemm() -> tuple[CudaKernel, dict[str, np.ndarray]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("copies", COPY_MODES)
 def test_a_descriptor_whose_mode_is_not_its_maps_is_reported(gemm, copies):
-    # B's descriptor told the 64-byte swizzle (mode 2) while its map lands 128-byte rows.
+    # B's (MN-major) descriptor told the 64-byte swizzle (mode 2) while its map lands
+    # 128-byte rows.
     kernel, inputs = gemm
-    right = "tz_wgmma_desc(tz_base_b, tz_tiles + 8192, 16, 1024, 1);"
+    right = "tz_wgmma_desc(tz_base_b, tz_tiles + 8192, 2048, 1024, 1, 1);"
     assert kernel.source.count(right) == 1
     broken = dataclasses.replace(kernel, source=kernel.source.replace(
-        right, "tz_wgmma_desc(tz_base_b, tz_tiles + 8192, 16, 1024, 2);"))
+        right, "tz_wgmma_desc(tz_base_b, tz_tiles + 8192, 2048, 1024, 2, 1);"))
     with pytest.raises(cuda.EmulationError, match=MISMATCH.format(read=64, landed=128)):
         cuda.emulate(broken, inputs, copies=copies)
 
