@@ -13,6 +13,11 @@ call-wide column block, ``tm`` rows of an input or accumulator tile, ``kb`` of a
 tile), or the whole buffer when it has two dimensions or fewer. So a copy of at most a
 bank's rows never crosses a bank, and a larger copy starts on a bank boundary and spans the
 next banks when its slab divides the bank, so that no slab crosses one (:func:`place`).
+A larger copy whose slab does not divide the bank (the 208-row blocks of a 196-pixel
+layer's tile in 1,024-row banks) lays its slabs out a *stride* apart, the least divisor of
+the bank that holds a slab (:func:`slab_stride`: 256 rows for 208), from a row whose slab
+ends inside its stride: each slab then lies in one stride-aligned cell of a bank, and a
+slab's row address stays affine in the slab's index.
 DRAM buffers are laid out one after another, 64-byte aligned.
 """
 
@@ -34,17 +39,22 @@ DRAM_ALIGN = 64
 @dataclass(frozen=True, slots=True)
 class OnChip:
     """An on-chip buffer: ``copies`` copies of ``rows`` rows, copy c at ``bases[c]``, each
-    memory row holding ``row_elems`` consecutive elements of the buffer."""
+    memory row holding ``row_elems`` consecutive elements of the buffer; its slabs of
+    ``slab`` rows lie ``stride`` rows apart (the slab itself but where :func:`slab_stride`
+    spreads them)."""
 
     buffer: Buffer
     mem: Mem
     row_elems: int
     rows: int
     bases: tuple[int, ...]
+    slab: int
+    stride: int
 
     def row_of(self, flat: int, copy: int) -> int:
         """The memory row holding flat element ``flat`` of copy ``copy``."""
-        return self.bases[copy] + flat // self.row_elems
+        row = flat // self.row_elems
+        return self.bases[copy] + row // self.slab * self.stride + row % self.slab
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +113,9 @@ def plan_on_chip(buffers: Iterable[Buffer], config: MachineConfig,
             raise ExecutionError(
                 f"the NPU's {mem.name.lower()} memory ({memory.rows} rows in {memory.banks} "
                 f"banks) cannot hold {need}; tile smaller")
-        for buffer, elems, size, bases in zip(group, per_row, sizes, placed):
-            plan[buffer] = OnChip(buffer, mem, elems, size, bases)
+        for buffer, elems, size, slab, bases in zip(group, per_row, sizes, slabs, placed):
+            stride = slab_stride(size, slab, memory.bank_rows)
+            plan[buffer] = OnChip(buffer, mem, elems, size, bases, slab, stride)
     return plan
 
 
@@ -115,24 +126,39 @@ def slab_rows(shape: tuple[int, ...], rows: int) -> int:
     return rows // math.prod(shape[:-2])
 
 
+def slab_stride(size: int, slab: int, bank: int) -> int:
+    """Rows from the start of one slab of a copy to the next (module docs): the slab's own
+    rows, but for a copy of ``size`` rows larger than a ``bank`` whose ``slab`` does not
+    divide it, the least divisor of the bank at least a slab long."""
+    if size <= bank or bank % slab == 0 or slab > bank:
+        return slab
+    return next(d for d in range(slab, bank + 1) if bank % d == 0)
+
+
 def place(sizes: Sequence[int], slabs: Sequence[int], copies: Sequence[int],
           memory: MemoryConfig) -> list[tuple[int, ...]] | None:
     """Base rows of ``copies[i]`` copies of buffer i (``sizes[i]`` rows in slabs of
     ``slabs[i]`` rows), first fit: a copy of at most a bank never across a bank, a larger
-    one from a bank boundary when its slab divides the bank (module docs). None when they
-    do not fit."""
+    one from a bank boundary when its slab divides the bank, else with its slabs a
+    :func:`slab_stride` apart, each inside its stride (module docs). None when they do not
+    fit."""
     bank = memory.bank_rows
     cursor = 0
     result = []
     for size, slab, count in zip(sizes, slabs, copies):
-        if size > bank and bank % slab:
+        if slab > bank:
             return None
+        stride = slab_stride(size, slab, bank)
+        span = (size // slab - 1) * stride + slab
         bases = []
         for _ in range(count):
-            if size > bank or cursor // bank != (cursor + size - 1) // bank:
+            if stride != slab:
+                if cursor % stride + slab > stride:
+                    cursor = -(-cursor // stride) * stride  # the next cell's first row
+            elif size > bank or cursor // bank != (cursor + size - 1) // bank:
                 cursor = -(-cursor // bank) * bank  # the next bank's first row, or this one
             bases.append(cursor)
-            cursor += size
+            cursor += span
         result.append(tuple(bases))
     return result if cursor <= memory.rows else None
 

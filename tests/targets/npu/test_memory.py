@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from intrinsics import default_registry
 from ir.buffer import Buffer
@@ -18,10 +20,10 @@ from ir.onnx.quant import requantize
 from simulator import load_machine
 from simulator.config import MemoryConfig
 from targets import npu
-from targets.npu.memory import place, plan_on_chip, slab_rows
+from targets.npu.memory import place, plan_on_chip, slab_rows, slab_stride
 from tensorize.engine import auto_tensorize
 from tensorize.engine.npu_schedule import gemm_shape
-from tensorize.engine.npu_traffic import NpuTiling, fits, in_banks, traffic
+from tensorize.engine.npu_traffic import NpuTiling, acc_copies, fits, in_banks, traffic
 from tests.tensorize.schedule.kernels import gemm_int8
 
 MACHINE_32 = Path(__file__).resolve().parents[3] / "examples" / "machines" / "npu32x32.yaml"
@@ -41,12 +43,42 @@ def test_a_copy_larger_than_a_bank_spans_banks_from_a_bank_boundary():
     assert place([10, 1536], [10, 512], [1, 1], BANKS) == [(0,), (1024,)]
 
 
-def test_a_spanning_copy_whose_blocks_would_cross_a_bank_is_refused():
-    assert place([1200], [400], [1], BANKS) is None    # 400 does not divide 1,024
+def test_a_spanning_copy_whose_blocks_do_not_divide_the_bank_lays_them_a_stride_apart():
+    # 400-row blocks in 1,024-row banks: a stride of 512 rows, so copy 0's blocks start at
+    # 0, 512 and 1,024; copy 1 starts in the next cell its first block fits (1,536).
+    assert slab_stride(1200, 400, 1024) == 512
+    assert place([1200], [400], [2], BANKS) == [(0, 1536)]
+    # A buffer before it: the first block fits in the rest of the first cell.
+    assert place([10, 1200], [10, 400], [1, 1], BANKS) == [(0,), (10,)]
+    assert slab_stride(1200, 300, 1000) == 500  # the least divisor of the bank from 300
+    assert slab_stride(600, 200, 1024) == 200  # a copy within a bank keeps its rows together
+
+
+def test_a_copy_that_cannot_keep_its_blocks_in_banks_is_refused():
     assert place([1200], [1200], [1], BANKS) is None   # one block larger than a bank
     assert place([2048], [1024], [3], BANKS) is None   # 6,144 rows in 4,096
+    assert place([2400], [400], [2], BANKS) is None    # 2 x (5 x 512 + 400) rows
 
 
+@settings(max_examples=60, deadline=None)
+@given(buffers=st.lists(st.tuples(st.integers(1, 700), st.integers(1, 8), st.integers(1, 2)),
+                        min_size=1, max_size=4),
+       banks=st.sampled_from([1, 2, 4]), bank=st.sampled_from([512, 1000, 1024]))
+def test_every_placed_block_lies_in_one_bank_and_no_two_copies_meet(buffers, banks, bank):
+    memory = MemoryConfig(rows=banks * bank, banks=banks)
+    sizes = [slab * count for slab, count, _ in buffers]
+    slabs = [slab for slab, _, _ in buffers]
+    placed = place(sizes, slabs, [copies for _, _, copies in buffers], memory)
+    assume(placed is not None)
+    used = np.zeros(memory.rows, np.int64)
+    for size, slab, bases in zip(sizes, slabs, placed):
+        stride = slab_stride(size, slab, bank)
+        for base in bases:
+            for first in range(base, base + size // slab * stride, stride):
+                assert first // bank == (first + slab - 1) // bank
+                used[first:first + slab] += 1
+    assert used.max() == 1 and used.sum() == sum(
+        size * len(bases) for size, bases in zip(sizes, placed))
 def test_a_block_is_one_index_of_the_leading_dimensions():
     assert slab_rows((3, 512, 32), 1536) == 512
     assert slab_rows((2, 4, 64, 16), 512) == 64
@@ -55,9 +87,9 @@ def test_a_block_is_one_index_of_the_leading_dimensions():
 
 def test_the_planner_names_the_buffers_it_cannot_hold():
     config = load_machine()  # acc: 2,048 rows in 2 banks of 16 int32
-    tile = Buffer("acc_tile", (3, 400, 16), "int32", scope="npu.acc")
+    tile = Buffer("acc_tile", (3, 800, 16), "int32", scope="npu.acc")
     with pytest.raises(ExecutionError, match=r"acc memory \(2048 rows in 2 banks\) cannot "
-                                             r"hold acc_tile 1200 rows"):
+                                             r"hold acc_tile 2400 rows"):
         plan_on_chip([tile], config)
 
 
@@ -86,7 +118,43 @@ def test_an_accumulator_tile_across_both_banks_runs_exactly():
     assert exact
     assert (placed["ACC"].rows, placed["ACC"].bases) == (2048, (0,))
     assert run.dram_bytes == traffic(shape, tiling)
-    assert not fits(shape, tiling, config)  # the schedule takes only double-buffered tiles
+    assert acc_copies(shape, tiling, config) == 1  # as the traffic model counts it
+
+
+def test_an_accumulator_tile_of_blocks_a_stride_apart_runs_exactly():
+    # 208 x 128 int32 on the 16x16 machine: 8 blocks of 208 rows, which do not divide the
+    # 1,024-row bank, so they lie 256 rows apart (four to a bank) in one copy.
+    config, registry = load_machine(), default_registry()
+    tiling = NpuTiling(208, 128, 16, "mn")
+    shape, run, placed, exact = _run(208, 128, 48, config, registry, tiling)
+    assert exact
+    acc = placed["ACC"]
+    assert (acc.rows, acc.bases, acc.slab, acc.stride) == (1664, (0,), 208, 256)
+    assert run.dram_bytes == traffic(shape, tiling)
+    assert acc_copies(shape, tiling, config) == 1
+
+
+def test_a_requantised_tile_of_blocks_a_stride_apart_runs_exactly():
+    # The same 208 x 128 tile with its bias and scale vectors (8 rows each) beside it: they
+    # follow the blocks (rows 2,000 to 2,015), one copy of each.
+    config, registry = load_machine(), default_registry()
+    m, n, k = 208, 128, 96
+    func = matmul_requantised(m, k, n, Requantisation(5))
+    result = auto_tensorize(func, "npu", registry=registry, config=config,
+                            tiling=NpuTiling(208, 128, 32, "mn"))
+    rng = np.random.default_rng(11)
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    bias = rng.integers(-3000, 3001, n).astype(np.int32)
+    scale = rng.uniform(1e-3, 0.05, n).astype(np.float32)
+    run = npu.run(result.func, {"A": a, "B": b, "Bias": bias, "Scale": scale}, config,
+                  lookup=registry.get)
+    (stage,) = (s.compiled for s in run.stages if s.compiled is not None)
+    placed = sorted((p.bases, p.stride) for p in stage.on_chip.values() if p.mem.name == "ACC")
+    assert placed == [((0,), 256), ((2000,), 8), ((2008,), 8)]
+    acc = a.astype(np.int32) @ b.astype(np.int32) + bias
+    np.testing.assert_array_equal(run.outputs[func.params[-1].name],
+                                  requantize(acc, scale, np.int8(5)))
 
 
 def test_double_buffered_input_tiles_across_banks_run_exactly():
