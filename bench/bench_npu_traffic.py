@@ -1,5 +1,5 @@
 """DRAM traffic and cycles of the NPU's GEMM schedule on ResNet-50's matrix layers, with the
-previous tile choice and the present one.
+narrow tile choice and the one the schedule takes.
 
 Each convolution is the implicit GEMM the NPU runs (M = batch x output pixels, N = output
 channels, K = input channels x kernel area), the classifier a GEMM of one row; extents are
@@ -8,10 +8,11 @@ int32. For the built-in 16x16 machine and the 32x32 one (examples/machines/npu32
 prints per distinct layer shape the bytes the schedule moves over the minimum (each operand
 read once, the output written once), by the traffic model (tensorize/engine/npu_traffic.py):
 
-- ``previous``: the schedule's choice before tiles spanned banks and grew wider: among
-  tiles of at most ``token_depth / 2`` column blocks, each staged copy within one bank
-  (``npu_cycles.choose_narrow``);
-- ``now``: the schedule's choice (tensorize/engine/npu_cycles.py);
+- ``narrow``: the first step of the choice, and the whole of it before tiles spanned banks
+  and grew wider: among tiles of at most ``token_depth / 2`` column blocks, each staged
+  copy within one bank (``npu_cycles.choose_narrow``);
+- ``now``: the schedule's choice (tensorize/engine/npu_cycles.py), which may take a larger
+  tile, one accumulator copy, or rows padded up to its row tile for the traffic it saves;
 
 then the whole network's totals, the shapes within 1.2x, and the least traffic of any
 fitting tiling of each layer (any width, whatever its cycles), summed. With ``--simulate``, each
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import onnx
@@ -69,20 +71,23 @@ def resnet50_gemms() -> Counter[tuple[int, int, int]]:
     return gemms
 
 
-def previous_choice(shape: GemmShape, config) -> NpuTiling:
-    """The schedule's choice before tiles spanned banks and grew wider: the narrow choice
-    among the tilings whose staged copies each fit one bank."""
+def narrow_choice(shape: GemmShape, config) -> NpuTiling:
+    """The first step of the schedule's choice: the narrow choice among the tilings whose
+    staged copies each fit one bank."""
     return choose_narrow(shape, config, [t for t in ranked(shape, config)
                                          if in_banks(shape, t, config)])
 
 
-def padded(m: int, n: int, k: int, registry) -> GemmShape:
-    """The GEMM as the schedule sees it: extents padded to the GEMM intrinsic's tile."""
+def padded(m: int, n: int, k: int, registry, config) -> GemmShape:
+    """The GEMM as the schedule sees it: extents padded to the GEMM intrinsic's tile, with
+    the bias and scale vectors of :func:`layer_kernel`'s epilogue beside the sums on a
+    machine with a requantisation stage."""
     gemm = next(i for i in registry.for_target("npu") if i.kind == "compute" and i.reduce_vars()
                 and not i.resets)
     ti, tj, tk = gemm_axes(gemm).extents
     up = lambda x, t: -(-x // t) * t  # noqa: E731
-    return gemm_shape(gemm, (up(m, ti), up(n, tj), up(k, tk)))
+    shape = gemm_shape(gemm, (up(m, ti), up(n, tj), up(k, tk)))
+    return replace(shape, acc_vectors=2 if config.requant is not None else 0)
 
 
 def layer_kernel(shape: GemmShape, config):
@@ -105,17 +110,17 @@ def report(label: str, path: Path | None, simulate: bool) -> None:
     config = load_machine() if path is None else npu.load_machine(path)
     registry = default_registry() if path is None else npu.machine_registry(path)
     print(f"\n{label} ({config.name}): bytes moved / minimum bytes")
-    header = (f"{'M x N x K':>20} {'count':>5} {'previous':>8} {'now':>6}  "
-              f"{'previous tiling':>16} {'now tiling':>16}")
-    print(header + ("   cycles previous -> now" if simulate else ""))
+    header = (f"{'M x N x K':>20} {'count':>5} {'narrow':>8} {'now':>6}  "
+              f"{'narrow tiling':>16} {'now tiling':>16}")
+    print(header + ("   cycles narrow -> now" if simulate else ""))
     totals: Counter[str] = Counter()
     start, cpu = time.perf_counter(), time.process_time()
     for (m, n, k), count in sorted(resnet50_gemms().items()):
-        shape = padded(m, n, k, registry)
-        before = previous_choice(shape, config)
+        shape = padded(m, n, k, registry, config)
+        before = narrow_choice(shape, config)
         now = choose_tiling(shape, config)
         least = shape.minimum
-        for name, tiling in (("previous", before), ("now", now)):
+        for name, tiling in (("narrow", before), ("now", now)):
             totals.update({name: count * traffic(shape, tiling),
                            f"{name} within": int(traffic(shape, tiling) <= 1.2 * least)})
         totals.update({"min": count * least, "shapes": 1,
@@ -126,18 +131,18 @@ def report(label: str, path: Path | None, simulate: bool) -> None:
         if simulate:
             old = simulated_cycles(shape, before, config, registry)
             new = old if now == before else simulated_cycles(shape, now, config, registry)
-            totals.update({"cycles previous": count * old, "cycles now": count * new})
+            totals.update({"cycles narrow": count * old, "cycles now": count * new})
             line += f"   {old:,} -> {new:,}"
         print(line)
-    print(f"{'network':>20} {'':>5} {totals['previous'] / totals['min']:>8.2f} "
+    print(f"{'network':>20} {'':>5} {totals['narrow'] / totals['min']:>8.2f} "
           f"{totals['now'] / totals['min']:>6.2f}  "
           f"({totals['now']:,} of {totals['min']:,} bytes at least)")
-    print(f"{'within 1.2x':>20} {'':>5} {totals['previous within']:>8} "
+    print(f"{'within 1.2x':>20} {'':>5} {totals['narrow within']:>8} "
           f"{totals['now within']:>6}  of {totals['shapes']} shapes")
     print(f"{'least fitting':>20} {'':>5} {'':>8} {totals['fitting'] / totals['min']:>6.2f}  "
           f"(each layer's least-traffic tiling that fits)")
     if simulate:
-        print(f"{'network cycles':>20}: {totals['cycles previous']:,} -> "
+        print(f"{'network cycles':>20}: {totals['cycles narrow']:,} -> "
               f"{totals['cycles now']:,} ({time.perf_counter() - start:.0f} s wall, "
               f"{time.process_time() - cpu:.0f} s CPU)")
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import difflib
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 from dataclasses import dataclass, replace
 
 from intrinsics import Intrinsic, Registry, feature_names
@@ -27,7 +28,7 @@ from simulator import MachineConfig
 from tensorize.engine import (cpu_epilogue, cpu_schedule, cuda_grouped, cuda_hopper,
                               cuda_schedule, cuda_split, npu_schedule, npu_vector)
 from tensorize.engine.count import count_calls
-from tensorize.engine.gemm_view import to_intrinsic_shape
+from tensorize.engine.gemm_view import pad_to_multiples, to_intrinsic_layout
 from tensorize.engine.generic_schedule import schedule_generic
 from tensorize.engine.npu_schedule import NpuTiling
 from tensorize.match import Match, Mismatch, match_block
@@ -51,6 +52,15 @@ SCHEDULES: Mapping[str, Callable[..., str | None]] = {
     "cpu": cpu_schedule.schedule,
     "npu": npu_schedule.schedule,
     "cuda": cuda_split.schedule,
+}
+
+# A target's padding of a block in the intrinsic's layout, where it pads beyond the
+# intrinsic's multiples: ``padding(sch, match, extents, registry, options) -> (multiples,
+# options)``, given the extents of the intrinsic's iterators before padding; it returns a
+# multiple for each and the options its schedule then takes (the NPU pads M to the row
+# tile it chooses here, and hands the tiling on).
+PADDINGS: Mapping[str, Callable[..., tuple[list[int], dict[str, Any]]]] = {
+    "npu": npu_schedule.padding,
 }
 
 # The kinds whose schedule tiles for a machine (the NPU's array and memories): for a target
@@ -394,14 +404,20 @@ def _rewrite(sch: Schedule, match: Match, target: str, registry: Registry,
     before = sch.snapshot()
     mapping = _mapping([match])
     count = len(match.intrinsic.iter_vars)
+    kind = registry.target_kind(target)
+    options: dict[str, Any] = {"config": config, "tiling": tiling, "arch": arch}
     try:
-        to_intrinsic_shape(sch, match)
+        unpadded = to_intrinsic_layout(sch, match)
+        multiples = [iv.extent for iv in match.intrinsic.iter_vars]
+        target_padding = PADDINGS.get(kind)
+        if target_padding is not None:
+            multiples, options = target_padding(sch, match, unpadded, registry, options)
+        pad_to_multiples(sch, match, multiples)
         ivs = sch.get(sch.get_block(match.block)).block.iter_vars
         extents = tuple(iv.extent for iv in ivs[-count:])
-        target_schedule = SCHEDULES.get(registry.target_kind(target))
+        target_schedule = SCHEDULES.get(kind)
         if target_schedule is not None:
-            note = target_schedule(sch, match, extents, registry,
-                                   {"config": config, "tiling": tiling, "arch": arch})
+            note = target_schedule(sch, match, extents, registry, options)
             mapping = f"{mapping}; {note}" if note else mapping
         else:
             schedule_generic(sch, match.block, match.intrinsic)

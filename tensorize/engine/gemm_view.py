@@ -39,6 +39,14 @@ def to_intrinsic_shape(sch: Schedule, match: Match) -> None:
     Afterwards the block's iterators are the outer ones (``match.outer``) followed by one per
     intrinsic iterator, in the intrinsic's order, padded to its extents.
     """
+    to_intrinsic_layout(sch, match)
+    pad_to_multiples(sch, match, [iv.extent for iv in match.intrinsic.iter_vars])
+
+
+def to_intrinsic_layout(sch: Schedule, match: Match) -> tuple[int, ...]:
+    """Steps 1 to 3 of :func:`to_intrinsic_shape` (module docs): the block's iterators
+    become the outer ones followed by one per intrinsic iterator, unpadded. Returns the
+    extents of the intrinsic iterators."""
     intrinsic = match.intrinsic
     block = sch.get_block(match.block)
     _loops_in_iterator_order(sch, block)
@@ -68,7 +76,16 @@ def to_intrinsic_shape(sch: Schedule, match: Match) -> None:
     new_iters = outer + [_fuse(g, extents) for g in groups]
     if new_iters != iters:
         sch.transform_block_layout(block, _lambda(iters, new_iters))
-    sch.pad_einsum(block, [1] * len(outer) + [iv.extent for iv in intrinsic.iter_vars])
+    count = len(intrinsic.iter_vars)
+    return tuple(iv.extent for iv in sch.get(block).block.iter_vars[-count:])
+
+
+def pad_to_multiples(sch: Schedule, match: Match, multiples: list[int]) -> None:
+    """Step 4 of :func:`to_intrinsic_shape`: pad the block in the intrinsic's layout to
+    ``multiples``, one per intrinsic iterator (each a multiple of the intrinsic's extent:
+    a target tiling beyond one call pads to its tile)."""
+    block = sch.get_block(match.block)
+    sch.pad_einsum(block, [1] * len(match.outer) + list(multiples))
 
 
 def _loops_in_iterator_order(sch: Schedule, block) -> None:

@@ -39,8 +39,11 @@ tiles and DRAM traffic*).
 The choice (:func:`choose`) starts from tiles whose staged copies each fit a bank and whose
 accumulator tile has at most ``most_blocks`` column blocks; a larger tile (wider, or with
 copies spanning banks, and no fewer rows, so no more GEMM instructions) replaces that choice
-only where it moves less and the model, with what its width costs an epilogue
-(``WIDE_TILE_LATENCIES``), runs it as fast.
+where it moves less and the model, with what its width costs an epilogue
+(``WIDE_TILE_LATENCIES``), runs it slower by no more than the bytes it saves are worth
+(:func:`trade_bound`). Such a tile may keep
+one copy of the accumulator (:func:`npu_traffic.acc_copies`) or pad M up to its rows
+(:func:`npu_traffic.padded_m`); the model counts the padded rows' GEMMs and bytes.
 """
 
 from __future__ import annotations
@@ -48,13 +51,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator import MachineConfig, timing
-from tensorize.engine.npu_traffic import (GemmShape, NpuTiling, in_banks, most_blocks, ranked,
-                                          reads, traffic)
+from tensorize.engine.npu_traffic import (GemmShape, NpuTiling, in_banks, most_blocks, padded_m,
+                                          ranked, reads, traffic)
 
 # How far above the least traffic a tiling may move and still be chosen for its cycles.
 TRAFFIC_SLACK = 0.10
 # Modelled cycles this close to the fewest count as equal: the model's resolution.
 CYCLE_SLACK = 0.01
+# What a larger tile may cost in modelled cycles for the DRAM traffic it saves, against the
+# narrow choice: a fraction TRAFFIC_TRADE of the fraction of bytes saved (1% more cycles for
+# 4% fewer bytes), at most TRADE_LIMIT. A tile of more blocks, one accumulator copy or
+# padded rows moves up to a third less on ResNet-50's deep layers for 0.5-5% of a layer's
+# cycles (docs/simulator.md, *GEMM tiles and DRAM traffic*).
+TRAFFIC_TRADE = 0.25
+TRADE_LIMIT = 0.05
 # What an accumulator tile of more column blocks than ``most_blocks`` costs, in DRAM
 # latencies per tile, once a requantising epilogue is on it: its vector instructions and
 # stores exchange tokens merged per run (targets.npu.tokens). Measured on the 16x16 machine
@@ -129,12 +139,12 @@ def gemm_work(shape: GemmShape, tiling: NpuTiling) -> Work:
     accumulated (no epilogue)."""
     s = shape
     tm, tn, kb = tiling.rows, tiling.cols or s.tj, tiling.depth or s.tk
-    row_tiles, col_tiles, k_steps = s.m // tm, s.n // tn, s.k // kb
+    row_tiles, col_tiles, k_steps = padded_m(s, tiling) // tm, s.n // tn, s.k // kb
     a_reads, b_reads = reads(s, tiling)
     # A read once is one tm x kb tile per row tile and step; B likewise per column tile.
     a_loads = a_reads * row_tiles * k_steps
     b_loads = b_reads * col_tiles * k_steps
-    c_bytes = s.m * s.n * s.c_bytes
+    c_bytes = padded_m(s, tiling) * s.n * s.c_bytes
     return Work(tiles=row_tiles * col_tiles, steps=row_tiles * col_tiles * k_steps,
                 per_step=kb // s.tk * (tn // s.tj), rows=tm, tk=s.tk,
                 load_bytes=traffic(s, tiling) - c_bytes,
@@ -154,16 +164,24 @@ def choose(shape: GemmShape, config: MachineConfig) -> NpuTiling:
     staged tiles each fit a bank (:func:`npu_traffic.in_banks`), then a larger tile in its
     place (more column blocks, :func:`widest` at most, or staged copies that span banks;
     as many rows or more) when it moves less and the model, with the cost of its width
-    (:func:`wide_cycles`), puts it within ``1 + CYCLE_SLACK`` of the narrow one: of those,
+    (:func:`wide_cycles`), runs it within :func:`trade_bound` of the narrow one: of those,
     the least traffic, then the fewest modelled cycles."""
     fitting = ranked(shape, config)
     narrow = choose_narrow(shape, config, [t for t in fitting if in_banks(shape, t, config)])
-    bound = gemm_cycles(shape, narrow, config) * (1 + CYCLE_SLACK)
+    cycles_narrow, bytes_narrow = gemm_cycles(shape, narrow, config), traffic(shape, narrow)
     larger = {t: wide_cycles(shape, t, config) for t in fitting
-              if _larger(shape, t, narrow, config)
-              and traffic(shape, t) < traffic(shape, narrow)}
-    return min((t for t in larger if larger[t] <= bound),
+              if _larger(shape, t, narrow, config) and traffic(shape, t) < bytes_narrow}
+    return min((t for t in larger
+                if larger[t] <= trade_bound(cycles_narrow, bytes_narrow, traffic(shape, t))),
                key=lambda t: (traffic(shape, t), larger[t]), default=narrow)
+
+
+def trade_bound(cycles: int, nbytes: int, fewer: int) -> float:
+    """The most modelled cycles a tiling moving ``fewer`` bytes may take in the place of one
+    taking ``cycles`` for ``nbytes``: ``TRAFFIC_TRADE`` of the fraction of bytes it saves
+    more, at most ``TRADE_LIMIT`` more, and within ``CYCLE_SLACK`` in any case."""
+    saved = 1 - fewer / nbytes
+    return cycles * (1 + max(CYCLE_SLACK, min(TRADE_LIMIT, TRAFFIC_TRADE * saved)))
 
 
 def choose_narrow(shape: GemmShape, config: MachineConfig, tilings: list[NpuTiling]

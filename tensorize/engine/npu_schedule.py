@@ -106,15 +106,34 @@ def machine(options: Mapping[str, Any]) -> MachineConfig:
     return config
 
 
+def padding(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Registry,
+            options: Mapping[str, Any]) -> tuple[list[int], dict[str, Any]]:
+    """The engine's padding hook (see ``tensorize.engine``): the tiling, ``options["tiling"]``
+    or :func:`choose_tiling` on the GEMM padded to the intrinsic's multiples, and the
+    multiples to pad the block's ``extents`` (the intrinsic iterators', unpadded) to: the
+    intrinsic's, but M's the row tile, which need not divide M (``npu_traffic.padded_m``).
+    Returns them with ``options`` naming the tiling, for :func:`schedule`."""
+    config = machine(options)
+    axes = check_executable(match.intrinsic, config)
+    multiples = [iv.extent for iv in match.intrinsic.iter_vars]
+    padded = tuple(-(-e // u) * u for e, u in zip(extents, multiples))
+    shape = replace(gemm_shape(match.intrinsic, padded),
+                    acc_tiles=1 + len(_tile_inputs(sch, match.block)),
+                    acc_vectors=len(_column_inputs(sch, match.block)))
+    tiling = options.get("tiling") or choose_tiling(shape, config)
+    if tiling.rows % shape.ti == 0:
+        multiples[axes.positions[0]] = tiling.rows
+    return multiples, {**options, "tiling": tiling}
+
+
 def schedule(sch: Schedule, match: Match, extents: tuple[int, ...], registry: Registry,
              options: Mapping[str, Any]) -> None:
-    """The engine's entry (see ``tensorize.engine``): tile by ``options["tiling"]`` or by
-    :func:`choose_tiling` on ``options["config"]``, the machine (required)."""
+    """The engine's entry (see ``tensorize.engine``): tile by ``options["tiling"]`` (which
+    :func:`padding` chose where the caller did not) on ``options["config"]``, the machine
+    (required)."""
     config = machine(options)
     check_executable(match.intrinsic, config)
-    shape = replace(gemm_shape(match.intrinsic, extents),
-                    acc_tiles=1 + len(_tile_inputs(sch, match.block)))
-    tiling = options.get("tiling") or choose_tiling(shape, config)
+    tiling = options.get("tiling") or padding(sch, match, extents, registry, options)[1]["tiling"]
     schedule_npu(sch, match.block, match.intrinsic, registry, tiling, config)
 
 
@@ -126,6 +145,15 @@ def _tile_inputs(sch: Schedule, block_name: str) -> list[str]:
     operands = {r.buffer for r in block.reads}
     return [p.name for p in sch.func.params[:-1]
             if p.shape == out.shape and p not in operands and p is not out]
+
+
+def _column_inputs(sch: Schedule, block_name: str) -> list[str]:
+    """The kernel's one-dimensional inputs that the GEMM does not read: vectors over the
+    output's columns an epilogue fused onto the accumulator tile keeps beside it (a bias, a
+    requantisation's scale)."""
+    block = sch.get(sch.get_block(block_name)).block
+    operands = {r.buffer for r in block.reads}
+    return [p.name for p in sch.func.params[:-1] if len(p.shape) == 1 and p not in operands]
 
 
 def reshape(sch: Schedule, block_name: str, candidates: list[Intrinsic],

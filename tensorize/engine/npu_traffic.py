@@ -15,11 +15,20 @@ input panel is loaded once per row tile, so ``A`` is read once; in order ``"nm"`
 ``K x tn`` weight panel, so ``B`` is. The least any schedule moves reads each operand once
 and writes the output once: ``A + B + C``.
 
+A row tile ``tm`` need not divide M: the schedule then pads M up to the next multiple
+(:func:`padded_m`; ``M = 784`` in four 208-row tiles is 832 rows), whose extra rows are
+moved as real ones (A's and C's bytes above are of the padded rows). Only the row tiles
+that leave no smaller tile with as few tiles are candidates (:func:`row_tiles`).
+
 A candidate fits when the NPU backend's memory planner (``targets.npu.memory.place``) puts
-two copies of each staged tile in its memory (so the next tile's load overlaps the current
-tile's use): on-chip tiles are stored in ``tk``- or ``tj``-wide column blocks, one block row
-per memory row, and a copy larger than a bank spans banks when its column block divides a
-bank, since an instruction walks one block and must stay in one bank.
+two copies of each staged operand tile in its memory (so the next tile's load overlaps the
+current tile's use), and one or two copies of the accumulator's buffers (the tile, the
+tiles an epilogue loads beside it and its per-column vectors): on-chip tiles are stored in
+``tk``- or ``tj``-wide column blocks, one block row per memory row, and a copy larger than a
+bank spans banks, each block inside one bank, since an instruction walks one block and must
+stay in one bank. With one accumulator copy the next tile's GEMMs overwrite each block once
+its store has read it, which costs the schedule little: the blocks are stored in the order
+the next tile's first step writes them (docs/simulator.md, *GEMM tiles and DRAM traffic*).
 """
 
 from __future__ import annotations
@@ -40,7 +49,8 @@ class GemmShape:
     """A GEMM as the schedule sees it: padded extents ``m x n x k``, the intrinsic's tile
     ``ti x tj x tk``, the bytes per element of A, B and C in DRAM, and the accumulator
     tiles a step keeps on chip: the sums and each tile its epilogue loads beside them (a
-    residual add's skip input)."""
+    residual add's skip input), and the per-column vectors of ``n`` elements the epilogue
+    keeps in the accumulator memory beside them (a bias, a requantisation's scale)."""
 
     m: int
     n: int
@@ -52,6 +62,7 @@ class GemmShape:
     b_bytes: int = 1
     c_bytes: int = 4
     acc_tiles: int = 1
+    acc_vectors: int = 0
 
     @property
     def minimum(self) -> int:
@@ -76,13 +87,19 @@ class NpuTiling:
         return f"{self.rows}x{self.cols}x{self.depth} {self.order}"
 
 
+def padded_m(shape: GemmShape, tiling: NpuTiling) -> int:
+    """M padded up to a multiple of the row tile: the rows the schedule runs."""
+    return -(-shape.m // tiling.rows) * tiling.rows
+
+
 def reads(shape: GemmShape, tiling: NpuTiling) -> tuple[int, int]:
-    """How many times the schedule with ``tiling`` reads all of A and all of B: once each
-    column tile and once each row tile, but once when the operand's panel stays on chip."""
+    """How many times the schedule with ``tiling`` reads all of A (its padded rows) and all
+    of B: once each column tile and once each row tile, but once when the operand's panel
+    stays on chip."""
     s = shape
     whole_k = (tiling.depth or s.tk) == s.k
     a_reads = 1 if tiling.order == "mn" and whole_k else s.n // (tiling.cols or s.tj)
-    b_reads = 1 if tiling.order == "nm" and whole_k else s.m // tiling.rows
+    b_reads = 1 if tiling.order == "nm" and whole_k else padded_m(s, tiling) // tiling.rows
     return a_reads, b_reads
 
 
@@ -90,8 +107,9 @@ def traffic(shape: GemmShape, tiling: NpuTiling) -> int:
     """Bytes the schedule with ``tiling`` moves across the DRAM port (module docs)."""
     s = shape
     a_reads, b_reads = reads(shape, tiling)
-    return (s.m * s.k * s.a_bytes * a_reads + s.k * s.n * s.b_bytes * b_reads
-            + s.m * s.n * s.c_bytes)
+    m = padded_m(shape, tiling)
+    return (m * s.k * s.a_bytes * a_reads + s.k * s.n * s.b_bytes * b_reads
+            + m * s.n * s.c_bytes)
 
 
 def tile_rows(shape: GemmShape, tiling: NpuTiling, config: MachineConfig
@@ -108,12 +126,26 @@ def tile_rows(shape: GemmShape, tiling: NpuTiling, config: MachineConfig
 
 
 def fits(shape: GemmShape, tiling: NpuTiling, config: MachineConfig) -> bool:
-    """Whether the memory planner places two copies of each staged tile in its memory."""
-    memories = {"inp": config.inp, "wgt": config.wgt, "acc": config.acc}
-    tiles = {"inp": 1, "wgt": 1, "acc": shape.acc_tiles}
-    return all(place([rows] * tiles[name], [block] * tiles[name], [2] * tiles[name],
-                     memories[name]) is not None
-               for name, (rows, block) in tile_rows(shape, tiling, config).items())
+    """Whether the memory planner places two copies of each staged operand tile and at
+    least one of the accumulator's buffers (:func:`acc_copies`)."""
+    rows = tile_rows(shape, tiling, config)
+    return (all(place([rows[name][0]], [rows[name][1]], [2], memory) is not None
+                for name, memory in (("inp", config.inp), ("wgt", config.wgt)))
+            and acc_copies(shape, tiling, config) > 0)
+
+
+def acc_copies(shape: GemmShape, tiling: NpuTiling, config: MachineConfig) -> int:
+    """Copies of the accumulator's buffers the memory planner keeps (2, 1, or 0 when one
+    copy does not fit): ``shape.acc_tiles`` tiles and ``shape.acc_vectors`` vectors of the
+    tile's columns, two copies of each where all fit, as the planner decides."""
+    tile, block = tile_rows(shape, tiling, config)["acc"]
+    vector = _rows((tiling.cols or shape.tj,), row_width(config.array, "acc"))
+    sizes = [tile] * shape.acc_tiles + [vector[0]] * shape.acc_vectors
+    slabs = [block] * shape.acc_tiles + [vector[1]] * shape.acc_vectors
+    for copies in (2, 1):
+        if place(sizes, slabs, [copies] * len(sizes), config.acc) is not None:
+            return copies
+    return 0
 
 
 def in_banks(shape: GemmShape, tiling: NpuTiling, config: MachineConfig) -> bool:
@@ -124,10 +156,10 @@ def in_banks(shape: GemmShape, tiling: NpuTiling, config: MachineConfig) -> bool
 
 
 def candidates(shape: GemmShape, config: MachineConfig) -> Iterator[NpuTiling]:
-    """Every tiling that fits: tm, tn and kb multiples of the call's tile dividing the
-    extents, in both orders."""
+    """Every tiling that fits: tm one of :func:`row_tiles`, tn and kb multiples of the
+    call's tile dividing the extents, in both orders."""
     s = shape
-    for rows in _multiples(s.m, s.ti):
+    for rows in row_tiles(s.m, s.ti):
         for cols in _multiples(s.n, s.tj):
             for depth in _multiples(s.k, s.tk):
                 for order in ORDERS:
@@ -155,6 +187,12 @@ def ranked(shape: GemmShape, config: MachineConfig) -> list[NpuTiling]:
     return sorted(candidates(shape, config),
                   key=lambda t: (traffic(shape, t), -t.rows * t.cols, -t.depth,
                                  t.order != "mn", -t.rows))
+
+
+def row_tiles(extent: int, unit: int) -> list[int]:
+    """Row tiles worth padding ``extent`` for: for each count of tiles, the least multiple
+    of ``unit`` that many tiles cover ``extent`` with (every divisor among them)."""
+    return sorted({-(-extent // (count * unit)) * unit for count in range(1, extent // unit + 1)})
 
 
 def _multiples(extent: int, unit: int) -> list[int]:

@@ -15,7 +15,8 @@ from simulator import load_machine
 from targets import npu
 from tensorize.engine import auto_tensorize
 from tensorize.engine.npu_schedule import choose_tiling, gemm_shape
-from tensorize.engine.npu_traffic import GemmShape, NpuTiling, candidates, fits, traffic
+from tensorize.engine.npu_traffic import (GemmShape, NpuTiling, acc_copies, candidates, fits,
+                                          traffic)
 from tests.tensorize.schedule.kernels import gemm_int8
 
 MACHINES = Path(__file__).resolve().parents[3] / "examples" / "machines"
@@ -84,23 +85,27 @@ def test_the_least_traffic_of_a_resnet_layer_reads_each_operand_about_once():
     assert least <= 1.2 * shape.minimum
 
 
-def test_a_tile_too_big_for_a_bank_does_not_fit():
+def test_an_accumulator_tile_two_copies_of_which_do_not_fit_is_kept_once():
     config = load_machine()  # acc banks of 1,024 rows of 16 int32
     shape = GemmShape(256, 256, 256, 16, 16, 16)
-    assert fits(shape, NpuTiling(128, 128, 16), config)
-    assert not fits(shape, NpuTiling(256, 128, 16), config)
-    assert all(t.rows * t.cols <= 128 * 128 for t in candidates(shape, config))
+    assert acc_copies(shape, NpuTiling(128, 128, 16), config) == 2  # 1,024 rows each
+    assert acc_copies(shape, NpuTiling(256, 128, 16), config) == 1  # 2,048 rows
+    assert not fits(shape, NpuTiling(256, 256, 16), config)  # 4,096 rows
+    assert all(t.rows * t.cols <= 256 * 128 for t in candidates(shape, config))
 
 
-def test_a_tile_the_epilogue_loads_beside_the_sums_counts_against_the_accumulator():
+def test_what_the_epilogue_keeps_beside_the_sums_counts_against_the_accumulator():
     config = load_machine()  # acc: 2,048 rows of 16 int32 in 2 banks
     alone = GemmShape(256, 256, 256, 16, 16, 16)
     joined = GemmShape(256, 256, 256, 16, 16, 16, acc_tiles=2)
-    # 128 x 128 int32 takes 1,024 rows: two copies of the sums fill the memory, and two
-    # copies of a skip tile beside them do not fit.
-    assert fits(alone, NpuTiling(128, 128, 16), config)
-    assert not fits(joined, NpuTiling(128, 128, 16), config)
-    assert fits(joined, NpuTiling(64, 128, 16), config)
+    requantised = GemmShape(256, 256, 256, 16, 16, 16, acc_vectors=2)
+    # 128 x 128 int32 takes 1,024 rows: two copies of the sums fill the memory; with a
+    # skip tile beside them one copy of each fits, and with two 8-row vectors one copy.
+    assert acc_copies(alone, NpuTiling(128, 128, 16), config) == 2
+    assert acc_copies(joined, NpuTiling(128, 128, 16), config) == 1
+    assert acc_copies(requantised, NpuTiling(128, 128, 16), config) == 1
+    assert acc_copies(joined, NpuTiling(64, 128, 16), config) == 2
+    assert not fits(joined, NpuTiling(256, 128, 16), config)
 
 
 def test_a_residual_add_joined_to_a_wide_layer_gets_a_tile_with_room_for_its_skip(registry,
