@@ -58,6 +58,8 @@ def simulate(m: int, n: int, k: int, name: str | None, tiling: NpuTiling | None)
     (31, 130, 40, "npu8x64.yaml", NpuTiling(16, 64, 16, "mn")),
     (64, 128, 96, "npu8x64.yaml", None),
     (64, 128, 4096, None, None),                          # chosen: 8 blocks, wider than 4
+    (196, 128, 64, None, NpuTiling(208, 128, 32, "mn")),  # one accumulator copy, strided
+    (100, 64, 48, None, NpuTiling(48, 64, 16, "mn")),     # M padded to 3 tiles of 48 rows
 ])
 def test_the_models_bytes_are_the_simulators(m, n, k, name, tiling):
     shape, config, run, exact = simulate(m, n, k, name, tiling)
