@@ -51,6 +51,7 @@ def test_the_input_panel_of_each_row_is_loaded_a_step_at_a_time(registry) -> Non
     assert _input_loads(result.func) == {"arm_ld1_4x4_s8": calls["arm_sdot_lane"]}
 
 
+@pytest.mark.slow
 def test_the_grouped_convolution_runs_exactly_under_the_emulator(registry) -> None:
     inputs = random_inputs(grouped)
     run = cpu.run(cpu.emit(auto_tensorize(grouped, "arm", registry=registry).func, "arm",

@@ -46,6 +46,7 @@ def test_a_smmla_k_step_loads_each_input_with_one_ld1_of_four_registers(registry
     assert len(loads) * 8 == len(smmla)
 
 
+@pytest.mark.slow
 def test_the_tuner_counts_i8mm_kernels_and_keeps_the_fewest(registry) -> None:
     func = _smmla(32, 32, 64, registry)
     kernel, counts = choose_tune_cpu(func, "arm", I8MM, registry=registry)

@@ -58,6 +58,7 @@ def _tune(gemm: str, capsys, *features: str) -> tuple[str, dict[tuple[str, int, 
     return out, measured
 
 
+@pytest.mark.slow
 def test_tune_keeps_the_tile_that_executed_fewest_instructions(gemm, capsys):
     out, measured = _tune(gemm, capsys)
     assert len(TUNE_LINE.findall(out)) == out.count("ok   tune ")
@@ -87,6 +88,7 @@ def test_a_later_run_takes_the_tile_from_the_cache_without_measuring(gemm, capsy
     _checked_run(out, fewest)
 
 
+@pytest.mark.slow
 def test_a_corrupt_cache_file_is_ignored_with_a_warning(gemm, capsys, tmp_path):
     path = tmp_path / "cache" / "cpu_tiles" / "arm.json"
     path.parent.mkdir(parents=True)

@@ -154,6 +154,7 @@ extern "C" __global__ void probe(signed char* __restrict__ X, signed char* __res
     return CudaKernel("probe", source, (launch,), ("X", "Y"), (x, y), ("Y",))
 
 
+@pytest.mark.slow
 @needs_gxx
 def test_tensor_copies_land_boxes_in_the_swizzled_layout():
     x = np.random.default_rng(7).integers(-128, 128, (16, 128)).astype(np.int8)

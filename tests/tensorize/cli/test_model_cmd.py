@@ -118,6 +118,7 @@ def test_machine_file_is_used(qdq_path, capsys):
     assert all(r["intrinsic"] == "os32_gemm" and r["check"] == "exact" for r in convs)
 
 
+@pytest.mark.slow
 def test_npu_report_names_the_machine_and_one_bound_everywhere(qdq_path, tmp_path, capsys):
     import csv
 

@@ -80,6 +80,7 @@ def test_required_intrinsic_that_does_not_fire_fails_with_the_reason(kernel, cap
     assert "block 'C' is not tensorized: C is float32, npu_gemm's C is int32" in err
 
 
+@pytest.mark.slow
 def test_named_intrinsic_is_used(kernel, capsys):
     assert main(["run", kernel(SMALL_GEMM), "--target", "arm", "--quiet",
                  "--intrinsic", "arm_sdot_lane"]) == 0

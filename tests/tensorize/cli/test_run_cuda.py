@@ -69,6 +69,7 @@ def test_cuda_run_reports_ptxas_resources_and_occupancy(gemm, capsys):
                              r"drains at \d+ of \d+) barrier\(s\)", out)
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_json_report_carries_the_ptxas_records(gemm, capsys):
     assert main(["run", gemm, *CUDA, "--json"]) == 0

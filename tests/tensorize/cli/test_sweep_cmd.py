@@ -25,6 +25,7 @@ def sweep_file(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_a_sweep_with_a_failed_point_exits_1_and_reports_it(sweep_file, tmp_path, capsys,
                                                             monkeypatch):
     out = tmp_path / "out"

@@ -465,6 +465,7 @@ def _host_lacks_vnni() -> bool:
         missing_features(default_registry().cpu("x86"), features))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_host_lacks_vnni(), reason="the host lacks AVX-512 VNNI")
 def test_x86_tuning_records_rounds_of_runs_and_the_load(tmp_path):
     registry = default_registry()

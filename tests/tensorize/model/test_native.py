@@ -137,6 +137,7 @@ def test_convolutions_hand_each_other_their_outputs_channels_last(tmp_path, cont
         np.testing.assert_array_equal(ours[name], want)
 
 
+@pytest.mark.slow
 def test_a_layers_rows_split_over_threads_give_the_same_outputs(tmp_path, context):
     # The 3x3 layer: 1024 rows x 576 x 64, 37.7M MACs, enough for two threads; the 1x1
     # layers are one part each.
@@ -170,6 +171,7 @@ def test_a_matrix_products_rows_split_over_threads_give_the_same_outputs(tmp_pat
         np.testing.assert_array_equal(network(inputs)[name], want)
 
 
+@pytest.mark.slow
 def test_a_max_pool_between_convolutions_keeps_them_channels_last(cnn, context):
     network = compile_network(cnn, context("x86"))
     inputs = random_inputs(cnn, 4)

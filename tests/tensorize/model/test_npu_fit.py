@@ -3,6 +3,8 @@ goes on with the layer on the host, named with why, every layer still exact."""
 
 from __future__ import annotations
 
+import pytest
+
 import tensorize.runners.npu as npu_runner
 from ir import ExecutionError
 from ir.onnx import import_model
@@ -10,6 +12,7 @@ from tensorize.model import run_model
 from tests.ir.onnx import models
 
 
+@pytest.mark.slow
 def test_a_program_the_machine_cannot_hold_sends_its_layer_to_the_host(tmp_path, context,
                                                                      monkeypatch):
     def refuse(func, config, registry):
