@@ -15,7 +15,8 @@ Two launches, and up to two more:
    place, K-major, where its rows are a multiple of 16 bytes, and an A stored K rows of M
    is packed transposed as B is.
 2. ``gemm``: one block per 64 x n tile of C, warp-specialised: a consumer warpgroup
-   (threads 0-127) and a producer warp (128-159, lane 0 issuing). Each of the ``stages``
+   (threads 0-127) and a producer warp (128-159, lane 0 issuing); or per 128 x n tile,
+   two consumer warpgroups and a producer warpgroup (below). Each of the ``stages``
    shared stages has a full mbarrier (one arrival and the stage's bytes: the producer's
    ``arrive.expect_tx`` and its TMA tensor copies) and an empty one (one arrival per
    consumer thread). A stage holds, per operand, its rows of the stage's bytes of k as
@@ -31,6 +32,16 @@ Two launches, and up to two more:
    once and advanced by the step's offset. The producer refills a stage once its empty
    phase completes; the consumers wait on its full phase, issue the stage's wgmmas, commit
    them, wait for the previous stage's group (``wait_group 1``) and release that stage.
+   With two consumer warpgroups (``HopperTiling.consumers``) a block computes a 128 x n
+   tile: a stage holds A's two 64-row tiles one after another (each landed and read as the
+   one warpgroup's tile is), then B's, which both warpgroups' wgmmas read; each warpgroup
+   builds its descriptor of A at its own tile and stores its 64 rows; the empty mbarriers
+   expect both warpgroups' arrivals. The producer is then a warpgroup (threads 256-383,
+   the first issuing), which lowers its registers by ``setmaxnreg.dec`` while the
+   consumers raise theirs by ``setmaxnreg.inc``, to the compute intrinsic's
+   ``producer_registers`` and ``consumer_registers``; the kernel is launched one block an
+   SM (``__launch_bounds__(384, 1)``: 168 registers a thread at launch), which the counts
+   must fit.
    The accumulators go to C (or its padded copy) through the YAML's store; or, where
    elementwise blocks follow the GEMM (:class:`GemmOperands`' ``epilogue``), through their
    expression, computed on the
@@ -79,12 +90,17 @@ from targets.cuda.ptx import MMA_PRELUDE
 from targets.cuda.wgmma import PROTOCOL, TRANSPOSABLE, ptx_type, wgmma_prelude
 from targets.cuda.writer import CppWriter
 
-__all__ = ["GemmOperands", "HopperTiling", "Loads", "Swizzle", "choose_loads", "emit_gemm",
-           "offers_mn_major", "swizzle_of", "transpose_of"]
+__all__ = ["GemmOperands", "HopperTiling", "Loads", "Registers", "Swizzle", "block_threads",
+           "choose_loads", "emit_gemm", "offers_mn_major", "registers_of", "swizzle_of",
+           "transpose_of"]
 
 WARPGROUP = 128
-# The consumer warpgroup and the producer warp.
-BLOCK_THREADS = WARPGROUP + 32
+# The consumer warpgroups of a block, at most: each owns 64 rows of the block's tile.
+MAX_CONSUMERS = 2
+# The register counts setmaxnreg may name (PTX ISA): multiples of 8 in this range.
+REGISTER_STEP = 8
+MIN_REGISTERS = 24
+MAX_REGISTERS = 256
 PACK_THREADS = 256
 # A transposing pack moves tiles of TRANSPOSE_TILE x TRANSPOSE_TILE elements through shared
 # memory, with blocks of TRANSPOSE_TILE x TRANSPOSE_ROWS threads.
@@ -109,11 +125,15 @@ class HopperTiling:
     ``stages`` stages in shared memory (at least 2: the producer fills one while the
     warpgroup reads another; at most the GEMM's stages, but never under 2), ``cluster``
     blocks of a thread-block cluster along N (1: none), which share their tile of A: the
-    first block's tensor copy of it is multicast to all."""
+    first block's tensor copy of it is multicast to all. ``consumers``: the consumer
+    warpgroups of a block (1 or 2), each owning 64 rows of its tile and issuing its own
+    wgmmas on the shared stage of B; two have a producer warpgroup that gives registers
+    back to them (setmaxnreg)."""
 
     steps: int = 4
     stages: int = 4
     cluster: int = 1
+    consumers: int = 1
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -123,6 +143,56 @@ class HopperTiling:
         if not 1 <= self.cluster <= MAX_CLUSTER:
             raise EmitError(f"HopperTiling requires a cluster of 1 to {MAX_CLUSTER} blocks, "
                             f"got {self.cluster}")
+        if not 1 <= self.consumers <= MAX_CONSUMERS:
+            raise EmitError(f"HopperTiling requires 1 to {MAX_CONSUMERS} consumer warpgroups, "
+                            f"got {self.consumers}")
+
+    @property
+    def block_m(self) -> int:
+        """The rows of a block's tile: 64 per consumer warpgroup."""
+        return TILE_M * self.consumers
+
+
+def block_threads(consumers: int) -> int:
+    """The threads of a block of ``consumers`` consumer warpgroups: one has a producer warp
+    beside it, two a producer warpgroup (the unit setmaxnreg moves registers of)."""
+    return WARPGROUP + 32 if consumers == 1 else (consumers + 1) * WARPGROUP
+
+
+@dataclass(frozen=True, slots=True)
+class Registers:
+    """The setmaxnreg counts of a block with a producer warpgroup, from the compute
+    intrinsic's parameters: ``producer`` (setmaxnreg.dec: it holds no accumulators) and
+    ``consumer`` (setmaxnreg.inc) registers a thread."""
+
+    producer: int
+    consumer: int
+
+    def total(self, consumers: int) -> int:
+        """The registers of the block's warpgroups after both setmaxnreg."""
+        return WARPGROUP * (self.producer + consumers * self.consumer)
+
+
+def registers_of(intrinsic: Intrinsic) -> Registers:
+    """The setmaxnreg counts of a wgmma compute intrinsic (``producer_registers``,
+    ``consumer_registers``); EmitError naming its YAML line and the parameter when one is
+    not a multiple of 8 in [24, 256], or the producer's is not below the consumers'."""
+    where = f"intrinsic {intrinsic.name} ({intrinsic.loc.file}:{intrinsic.loc.line})"
+    counts = []
+    for param in ("producer_registers", "consumer_registers"):
+        value = intrinsic.params.get(param)
+        if (not isinstance(value, int) or isinstance(value, bool) or value % REGISTER_STEP
+                or not MIN_REGISTERS <= value <= MAX_REGISTERS):
+            raise EmitError(f"{where}: parameter '{param}' requires a multiple of "
+                            f"{REGISTER_STEP} in [{MIN_REGISTERS}, {MAX_REGISTERS}] "
+                            f"(setmaxnreg's count), got {value!r}")
+        counts.append(value)
+    producer, consumer = counts
+    if producer >= consumer:
+        raise EmitError(f"{where}: parameters 'producer_registers' and 'consumer_registers' "
+                        f"require the producer's below the consumers' (it gives registers "
+                        f"back to them), got {producer} and {consumer}")
+    return Registers(producer, consumer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +374,8 @@ class _Layout:
     of ``elem``-byte elements; ``k_stages`` stages along k. K-major, landed as boxes of rows
     x ``span`` bytes of k (the swizzle's), one after another; MN-major (``mn``, B from K x N),
     as boxes of a k step's rows of k x ``span`` bytes of n (a panel), each step's panels one
-    after another."""
+    after another. ``tiles``: such tiles one after another in a stage (A's, one per consumer
+    warpgroup, each its own 64 rows)."""
 
     rows: int
     steps: int
@@ -312,6 +383,7 @@ class _Layout:
     span: int
     elem: int
     mn: bool = False
+    tiles: int = 1
 
     @property
     def k_step(self) -> int:
@@ -340,9 +412,14 @@ class _Layout:
         return self.steps * self.panels if self.mn else self.steps * STEP_BYTES // self.span
 
     @property
-    def stage_bytes(self) -> int:
+    def tile_bytes(self) -> int:
         """Bytes of one stage of one tile."""
         return self.boxes * self.box_bytes
+
+    @property
+    def stage_bytes(self) -> int:
+        """Bytes of one stage of the operand: its tiles."""
+        return self.tiles * self.tile_bytes
 
 
 def _protocol(intrinsic: Intrinsic) -> dict[str, str]:
@@ -358,7 +435,8 @@ def _protocol(intrinsic: Intrinsic) -> dict[str, str]:
     return names
 
 
-def _check_gemm(intrinsic: Intrinsic, m: int, n: int, k: int, batch: int) -> None:
+def _check_gemm(intrinsic: Intrinsic, m: int, n: int, k: int, batch: int, block_m: int
+                ) -> None:
     if intrinsic.kind != "compute" or "warpgroup" not in intrinsic.params:
         raise EmitError(f"emit_gemm requires a wgmma compute intrinsic, got {intrinsic.name}")
     if intrinsic.params["warpgroup"] != WARPGROUP:
@@ -366,8 +444,8 @@ def _check_gemm(intrinsic: Intrinsic, m: int, n: int, k: int, batch: int) -> Non
                         f"{WARPGROUP}, got {intrinsic.params['warpgroup']}")
     if min(m, n, k) < 1:
         raise EmitError(f"emit_gemm requires positive extents, got {m} x {n} x {k}")
-    if -(-m // TILE_M) > MAX_GRID:
-        raise EmitError(f"emit_gemm requires at most {MAX_GRID} row tiles of {TILE_M} "
+    if -(-m // block_m) > MAX_GRID:
+        raise EmitError(f"emit_gemm requires at most {MAX_GRID} row tiles of {block_m} "
                         f"(gridDim.y), got m = {m}")
     if not 1 <= batch <= MAX_GRID:
         raise EmitError(f"emit_gemm requires 1 to {MAX_GRID} batches (gridDim.z), got {batch}")
@@ -383,8 +461,9 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
     parameter naming a helper this backend does not define, a bad tiling, or operands that
     are not the GEMM's."""
     batch = operands.batch if operands is not None else 1
-    _check_gemm(intrinsic, m, n, k, batch)
+    _check_gemm(intrinsic, m, n, k, batch, tiling.block_m)
     protocol = _protocol(intrinsic)
+    registers = registers_of(intrinsic) if tiling.consumers > 1 else None
     a_op, b_op, c_op = intrinsic.operands
     tile_n = c_op.buffer.shape[1]
     in_dtype, acc_dtype = a_op.buffer.dtype, c_op.buffer.dtype
@@ -394,7 +473,8 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
     operands.check(m, n, k)
     elem = in_dtype.numpy.itemsize
     k_step = a_op.buffer.shape[1]
-    m_tiles = -(-m // TILE_M)
+    block_m = tiling.block_m
+    m_tiles = -(-m // block_m)
     # Whole clusters along N: a block past N's tiles reads zeros and writes the padding.
     n_tiles = -(-n // (tile_n * tiling.cluster)) * tiling.cluster
     k_steps = -(-k // k_step)
@@ -407,14 +487,15 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
     b_mn = (not operands.b_transposed and offers_mn_major(intrinsic, registry)
             and n * elem % CORE_BYTES == 0 and (batch == 1 or k % (steps * k_step) == 0))
     loads = choose_loads(intrinsic, registry, steps, b_mn)
-    layout_a = _Layout(TILE_M, steps, k_stages, loads.swizzle_a.bytes, elem)
+    layout_a = _Layout(TILE_M, steps, k_stages, loads.swizzle_a.bytes, elem,
+                       tiles=tiling.consumers)
     layout_b = _Layout(tile_n, steps, k_stages, loads.swizzle_b.bytes, elem, b_mn)
     # A fused epilogue stores only the elements inside M x N; a plain store writes whole
     # tiles, into a padded copy where the tiles overhang.
     # Batches store through the bounded store too: their tiles would overhang into the next.
     epilogue = operands.epilogue or (Epilogue.store_of(operands.c, m, n) if batch > 1
                                      else None)
-    padded = epilogue is None and (m % TILE_M != 0 or n != n_tiles * tile_n)
+    padded = epilogue is None and (m % block_m != 0 or n != n_tiles * tile_n)
     # A tensor map's row stride is a multiple of 16 bytes: rows of k padded to that.
     k_row = -(-k * elem // CORE_BYTES) * CORE_BYTES // elem
     a, b, c = operands.a, operands.b, operands.c
@@ -425,7 +506,7 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
         Buffer(f"{a.name}_k", (batch * m, k_row), in_dtype)
     b_rows = b if b_mn or (operands.b_transposed and k_row == k) else \
         Buffer(f"{b.name}_t", (batch * n, k_row), in_dtype)
-    c_pad = Buffer(f"{c.name}_padded", (m_tiles * TILE_M, n_tiles * tile_n), acc_dtype)
+    c_pad = Buffer(f"{c.name}_padded", (m_tiles * block_m, n_tiles * tile_n), acc_dtype)
     order = operands.params or tuple(x.name for x in operands.own)
     own = {x.name: x for x in operands.own}
     extra = [x for x in (a_rows, b_rows) if x is not a and x is not b] + \
@@ -455,9 +536,10 @@ def emit_gemm(intrinsic: Intrinsic, registry: Registry, m: int, n: int, k: int,
         f", const __grid_constant__ CUtensorMap tz_map_{x}" for x in ("a", "b"))
     result = _Result(c_pad if padded else c, c_pad.shape[1] if padded else n, epilogue,
                      (m, n, batch))
-    _gemm(out, kernel, gemm_signature, _Calls(intrinsic, loads.a, loads.b, registry, protocol),
-          staged, result)
-    launches.append(Launch(kernel, (n_tiles, m_tiles, batch), (BLOCK_THREADS, 1, 1), tiled=True,
+    _gemm(out, kernel, gemm_signature,
+          _Calls(intrinsic, loads.a, loads.b, registry, protocol, registers), staged, result)
+    launches.append(Launch(kernel, (n_tiles, m_tiles, batch),
+                           (block_threads(tiling.consumers), 1, 1), tiled=True,
                            dynamic_shared=staged.shared, stages=stages, tensor_maps=maps,
                            tensorized=True, cluster=tiling.cluster))
     if padded:
@@ -557,6 +639,11 @@ class _Stages:
     depth: int
 
     @property
+    def consumers(self) -> int:
+        """The consumer warpgroups: one per tile of A."""
+        return self.a.tiles
+
+    @property
     def bytes(self) -> int:
         """One stage's tiles: the bytes its mbarrier's phase expects."""
         return self.a.stage_bytes + self.b.stage_bytes
@@ -569,12 +656,15 @@ class _Stages:
 
     def base(self, operand: str) -> str:
         """The shared address of ``operand``'s (``a`` or ``b``) tile in stage 0 (a C++
-        expression)."""
-        return "tz_tiles" if operand == "a" else f"tz_tiles + {self.a.stage_bytes}"
+        expression); of A's, the consumer warpgroup ``tz_group``'s where there are several."""
+        if operand == "b":
+            return f"tz_tiles + {self.a.stage_bytes}"
+        return "tz_tiles" if self.consumers == 1 else f"tz_tiles + tz_group * {self.a.tile_bytes}"
 
     def start(self, operand: str, stage: str) -> str:
-        """The shared address of ``operand``'s tile in stage ``stage``."""
-        return f"{self.base(operand)} + {stage} * {self.bytes}"
+        """The shared address of ``operand``'s tiles in stage ``stage``."""
+        base = "tz_tiles" if operand == "a" else self.base(operand)
+        return f"{base} + {stage} * {self.bytes}"
 
     def offset(self, operand: str, stage: str, step: str) -> str:
         """The bytes from ``operand``'s :meth:`base` to its tile of k step ``step`` in stage
@@ -595,13 +685,15 @@ class _Stages:
 class _Calls:
     """What the kernel calls, from the YAML: the wgmma ``compute`` intrinsic, A's and B's
     descriptor ``load_a``, ``load_b`` (of one swizzle mode), the ``registry`` holding its
-    store and fill, and the ``protocol``'s helpers."""
+    store and fill, the ``protocol``'s helpers, and the setmaxnreg counts (``registers``)
+    of a block with a producer warpgroup (None: a producer warp, no setmaxnreg)."""
 
     compute: Intrinsic
     load_a: Intrinsic
     load_b: Intrinsic
     registry: Registry
     protocol: dict[str, str]
+    registers: Registers | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -619,10 +711,15 @@ class _Result:
 def _gemm(out: CppWriter, kernel: str, signature: str, calls: _Calls, stages: _Stages,
           result: _Result) -> None:
     """The warp-specialised kernel (module docstring): its shared memory and mbarriers,
-    then the producer's and the consumers' loops, which end in ``result``'s store."""
+    then the producer's and the consumers' loops, which end in ``result``'s store. With a
+    producer warpgroup, one block an SM (``__launch_bounds__``' second argument), so that
+    ptxas gives each thread the registers the warpgroups then move by setmaxnreg."""
     protocol = calls.protocol
+    consumers = stages.consumers
+    threads = block_threads(consumers)
+    bounds = f"{threads}, 1" if consumers > 1 else f"{threads}"
     dims = f" __cluster_dims__({stages.cluster}, 1, 1)" if stages.cluster > 1 else ""
-    out.line(f'extern "C" __global__ void __launch_bounds__({BLOCK_THREADS}){dims} {kernel}('
+    out.line(f'extern "C" __global__ void __launch_bounds__({bounds}){dims} {kernel}('
              f"{signature})")
     # In a cluster the set-up ends at the cluster's barrier: no block multicasts into
     # another, or arrives on its mbarriers, before that block has initialised them.
@@ -640,11 +737,20 @@ def _gemm(out: CppWriter, kernel: str, signature: str, calls: _Calls, stages: _S
             with out.block(f"for (int s = 0; s < {stages.count}; ++s)"):
                 out.line(f"{protocol['barrier_init']}(&tz_full[s], 1);")
                 out.line(f"{protocol['barrier_init']}(&tz_empty[s], "
-                         f"{WARPGROUP * stages.cluster});")
+                         f"{WARPGROUP * consumers * stages.cluster});")
         out.line(sync)
-        with out.block(f"if (threadIdx.x == {WARPGROUP})"):
-            _producer(out, protocol, stages, result.extents)
-        with out.block(f"if (threadIdx.x < {WARPGROUP})"):
+        producer = WARPGROUP * consumers
+        if calls.registers is None:
+            with out.block(f"if (threadIdx.x == {producer})"):
+                _producer(out, protocol, stages, result.extents)
+        else:
+            # The producer warpgroup gives back what it does not need, all of its threads;
+            # its first alone issues the copies.
+            with out.block(f"if (threadIdx.x >= {producer})"):
+                out.line(f"{protocol['setmaxnreg_dec']}<{calls.registers.producer}>();")
+                with out.block(f"if (threadIdx.x == {producer})"):
+                    _producer(out, protocol, stages, result.extents)
+        with out.block(f"if (threadIdx.x < {producer})"):
             _consumers(out, calls, stages, result)
         if stages.cluster > 1:
             # No block leaves while another may still arrive on its mbarriers.
@@ -656,8 +762,9 @@ def _producer(out: CppWriter, protocol: dict[str, str], stages: _Stages,
     """The producer's loop: each k stage waits until the consumers have released the
     stage it refills (its empty mbarrier; from the second round of stages on), then
     expects the stage's bytes on its full mbarrier and issues, per operand, one tensor copy
-    per box of the stage, each box after the last; in a cluster, A's by the first block
-    alone, multicast to every block (whose full mbarriers each expect A's bytes too). Each
+    per box of the stage (of each of A's tiles), each box after the last; in a cluster,
+    A's by the first block alone, multicast to every block (whose full mbarriers each
+    expect A's bytes too). Each
     batch's rows start ``extents``' M (A) or N (B) rows further in the stacked maps (an
     MN-major B's, the GEMM's K rows: :func:`_coordinates`)."""
     n = stages.count
@@ -672,7 +779,7 @@ def _producer(out: CppWriter, protocol: dict[str, str], stages: _Stages,
         for operand, layout, row, rows in (("a", stages.a, "blockIdx.y", m),
                                            ("b", stages.b, "blockIdx.x", n)):
             out.line("#pragma unroll")
-            with out.block(f"for (int col = 0; col < {layout.boxes}; ++col)"):
+            with out.block(f"for (int col = 0; col < {layout.tiles * layout.boxes}; ++col)"):
                 args = (f"{stages.start(operand, 'stage')} + col * {layout.box_bytes}, "
                         f"&tz_map_{operand}, "
                         f"{_coordinates(layout, row, rows, stages.depth, batches)}, "
@@ -688,26 +795,41 @@ def _coordinates(layout: _Layout, row: str, rows: int, depth: int, batches: int)
     """The tensor coordinates (inner, outer) of box ``col`` of k stage ``kt`` in
     ``layout``'s map, its tile's rows being block index ``row``'s, in ``batches`` stacked
     one after another (blockIdx.z's: ``rows`` rows a batch K-major, the GEMM's ``depth``
-    MN-major). K-major: the box's k, then the tile's rows; MN-major: the box's panel of n,
-    then its step's first k (B's row)."""
+    MN-major). K-major: the box's k, then the tile's rows (of several tiles, the boxes of
+    tile ``col / boxes`` after the previous tiles'); MN-major: the box's panel of n, then
+    its step's first k (B's row)."""
     if not layout.mn:
         first = f"blockIdx.z * {rows} + " if batches > 1 else ""
-        return f"(kt * {layout.boxes} + col) * {layout.box[0]}, {first}{row} * {layout.rows}"
+        if layout.tiles == 1:
+            return (f"(kt * {layout.boxes} + col) * {layout.box[0]}, "
+                    f"{first}{row} * {layout.rows}")
+        if layout.boxes == 1:
+            return f"kt * {layout.box[0]}, {first}({row} * {layout.tiles} + col) * {layout.rows}"
+        return (f"(kt * {layout.boxes} + col % {layout.boxes}) * {layout.box[0]}, "
+                f"{first}({row} * {layout.tiles} + col / {layout.boxes}) * {layout.rows}")
     first = f"blockIdx.z * {depth} + " if batches > 1 else ""
     return (f"{row} * {layout.rows} + col % {layout.panels} * {layout.box[0]}, "
             f"{first}(kt * {layout.steps} + col / {layout.panels}) * {layout.k_step}")
 
 
 def _consumers(out: CppWriter, calls: _Calls, stages: _Stages, result: _Result) -> None:
-    """The consumer warpgroup's loop: each k stage waits for its full mbarrier's phase,
+    """The consumer warpgroups' loop: each k stage waits for its full mbarrier's phase,
     issues the stage's wgmmas, commits them, waits for the previous stage's group and
     releases that stage (one arrival per thread on its empty mbarrier); then the store, or
-    the fused epilogue (:mod:`.hopper_epilogue`)."""
+    the fused epilogue (:mod:`.hopper_epilogue`), of the warpgroup's 64 rows. Where the
+    producer is a warpgroup (``calls.registers``), the consumers first take their
+    registers (setmaxnreg.inc)."""
     protocol = calls.protocol
     fill = calls.registry.get(calls.compute.fill["C"][0])
     store = calls.registry.get(calls.compute.stores["C"][0])
     acc = ctype(result.buffer.dtype)
     n = stages.count
+    tile = "blockIdx.y"
+    if calls.registers is not None:
+        out.line(f"{protocol['setmaxnreg_inc']}<{calls.registers.consumer}>();")
+        # This warpgroup's 64 rows of the block's tile.
+        out.line(f"const int tz_group = {protocol['warpgroup_index']}();")
+        tile = f"(blockIdx.y * {stages.consumers} + tz_group)"
     out.line(f"{acc} tz_acc[{int(fill.params['lane_registers'])}];")
     out.line(fill.render("cuda", {"dst": "tz_acc"}))
     # Each operand's descriptor is built once, at its stage-0 tile, and advanced to each
@@ -740,10 +862,11 @@ def _consumers(out: CppWriter, calls: _Calls, stages: _Stages, result: _Result) 
             out.line(f"if (kt > 0) {protocol['arrive']}({previous});")
     out.line(f"{protocol['wait']}<0>();")
     if result.epilogue is not None:
-        emit_epilogue(out, result.epilogue, store, result.extents, stages.b.rows, TILE_M)
+        emit_epilogue(out, result.epilogue, store, result.extents, stages.b.rows,
+                      f"{tile} * {TILE_M}")
         return
     ld = result.ld
-    out.line(f"{acc}* tz_c = {result.buffer.name} + blockIdx.y * {TILE_M * ld}LL + "
+    out.line(f"{acc}* tz_c = {result.buffer.name} + {tile} * {TILE_M * ld}LL + "
              f"blockIdx.x * {stages.b.rows};")
     out.line(store.render("cuda", {"dst": "tz_c", "src": "tz_acc", "dst.ld": str(ld)}))
 

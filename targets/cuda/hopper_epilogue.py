@@ -115,11 +115,11 @@ def _fragment_helpers(store: Intrinsic) -> tuple[str, str, str]:
 
 
 def emit_epilogue(out: CppWriter, epilogue: Epilogue, store: Intrinsic,
-                  extents: tuple[int, int, int], tile_n: int, tile_m: int) -> None:
+                  extents: tuple[int, int, int], tile_n: int, row0: str) -> None:
     """The consumers' store with ``epilogue`` fused: each thread's accumulator registers
-    (``tz_acc``, ``store``'s layout) of the block's ``tile_m x tile_n`` tile become output
-    elements where they lie inside M x N (``extents``: M, N and the batches, the batch
-    ``blockIdx.z``)."""
+    (``tz_acc``, ``store``'s layout) of the warpgroup's 64 x ``tile_n`` tile, its first row
+    ``row0`` (a C++ expression), become output elements where they lie inside M x N
+    (``extents``: M, N and the batches, the batch ``blockIdx.z``)."""
     m, n, batches = extents
     row_of, col_of, pair_of = _fragment_helpers(store)
     registers = int(store.params["lane_registers"])
@@ -136,13 +136,13 @@ def emit_epilogue(out: CppWriter, epilogue: Epilogue, store: Intrinsic,
     out.line("#pragma unroll")
     if n % 2 or output.dtype.numpy.itemsize not in PAIRED_BYTES:
         with out.block(f"for (int tz_r = 0; tz_r < {registers}; ++tz_r)"):
-            out.line(f"const int tz_row = blockIdx.y * {tile_m} + {row_of}(tz_r);")
+            out.line(f"const int tz_row = {row0} + {row_of}(tz_r);")
             out.line(f"const int tz_col = blockIdx.x * {tile_n} + {col_of}(tz_r);")
             with out.block(f"if (tz_row < {m} && tz_col < {n})"):
                 out.line(f"{row_start}tz_col] = {value};")
         return
     with out.block(f"for (int tz_p = 0; tz_p < {registers}; tz_p += 2)"):
-        out.line(f"const int tz_row = blockIdx.y * {tile_m} + {row_of}(tz_p);")
+        out.line(f"const int tz_row = {row0} + {row_of}(tz_p);")
         out.line(f"const int tz_first = blockIdx.x * {tile_n} + {col_of}(tz_p);")
         with out.block(f"if (tz_row < {m} && tz_first < {n})"):
             out.line(f"{ctype(output.dtype)} tz_pair[2];")

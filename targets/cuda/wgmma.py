@@ -5,7 +5,9 @@ YAML names a helper and never holds PTX text.
 
 Two layers, as in :mod:`.ptx`. The **instructions** (``tz_wgmma_m64n*`` and the fence, commit
 and wait around them; ``tz_mbarrier_*``, ``tz_tensor_copy_2d`` and its multicast to a
-thread-block cluster, the cluster's rank and barrier) are inline PTX on the GPU;
+thread-block cluster, the cluster's rank and barrier; ``tz_setmaxnreg_dec``/``_inc``, a
+warpgroup giving back or taking registers; ``tz_warpgroup_index``, a shuffle from lane 0)
+are inline PTX or intrinsics on the GPU;
 the host emulation (``emulation/wgmma.h``) defines its own, which model the asynchrony (a
 tensor copy is in flight until its mbarrier phase completes, a wgmma reads its tiles until
 its group is waited for) and encode a tensor map in a layout of their own, not the
@@ -51,6 +53,9 @@ PROTOCOL = {
     "cluster_sync": "tz_cluster_sync",
     "remote_arrive": "tz_mbarrier_arrive_cluster",
     "multicast": "tz_tensor_copy_2d_multicast",
+    "setmaxnreg_dec": "tz_setmaxnreg_dec",
+    "setmaxnreg_inc": "tz_setmaxnreg_inc",
+    "warpgroup_index": "tz_warpgroup_index",
 }
 
 _PTX_TYPES = {"float16": "f16", "bfloat16": "bf16", "int8": "s8", "float8_e4m3": "e4m3",
@@ -139,6 +144,20 @@ __device__ inline void tz_mbarrier_arrive_cluster(unsigned long long* bar, unsig
                : "=r"(remote) : "r"(tz_shared_address(bar)), "r"(rank));
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];"
                :: "r"(remote) : "memory");
+}
+// The warpgroup's registers a thread lowered (dec) or raised (inc) to N, a multiple of 8 in
+// [24, 256]; every thread of the warpgroup executes it with the same N.
+template <unsigned N> __device__ inline void tz_setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N));
+}
+template <unsigned N> __device__ inline void tz_setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
+}
+// The thread's warpgroup in its block, from lane 0 (CUTLASS's canonical_warp_group_idx): the
+// same value, but one ptxas knows is uniform across the warp, so that what is computed from
+// it (a descriptor) stays in uniform registers rather than moving there before each wgmma.
+__device__ inline int tz_warpgroup_index() {
+  return __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
 }
 // Each block's dynamic shared memory (the emulation gives each block of a cluster its own).
 #define TZ_CTA_SHARED(name, bytes) extern __shared__ __align__(128) unsigned char name[]

@@ -4,7 +4,9 @@ registry (``intrinsics/cuda_wgmma.yaml``), and how the k loop is staged.
 A block computes a 64 x n tile of C: a producer warp issues the TMA tensor copies of each k
 stage into one of ``stages`` shared stages once the consumers have released it, and one
 consumer warpgroup (128 threads) consumes each stage with ``steps`` wgmmas
-(``targets/cuda/hopper.py``, full and empty mbarriers per stage).
+(``targets/cuda/hopper.py``, full and empty mbarriers per stage). Or a 128 x n tile: two
+consumer warpgroups, each its 64 rows on the stage's shared tile of B, and a producer
+warpgroup that gives them registers (setmaxnreg, the counts from the YAML).
 
 Choices, in order:
 
@@ -12,6 +14,14 @@ Choices, in order:
   pads N least, ties to the wider (a 128-wide tile reads A once for twice the columns);
 - ``steps``: 4 wgmma k steps a stage (128 bytes of k: 64 f16 or 128 8-bit values), fewer
   when K is shorter;
+- the consumer warpgroups: two where the 128-row tiles still give every SM of the
+  architecture (``sm_count`` of the ``gpu:`` section) a block, pad M no more than 64-row
+  ones, their stages fit shared memory (at least 2) and the setmaxnreg counts fit the
+  registers a block of 384 threads has at launch; else one. Two read B once for 128 rows
+  (a stage's bytes per multiply-accumulate fall by a third at n = 128: 256 rows of k for
+  128 x 128 against 192 for 64 x 128) and feed two warpgroups from one producer; a GEMM of
+  fewer such blocks than SMs keeps the 64-row tiles, whose twice as many blocks reach more
+  SMs;
 - ``stages``: 4, fewer when K has fewer stages (never under 2) or when the stages would not
   fit the architecture's ``max_shared_per_block`` (the ``gpu:`` section);
 - thread-block clusters: the caller's option (``cluster``, 1 by default: none), blocks
@@ -37,6 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from intrinsics import Intrinsic, Registry
+from intrinsics.gpu_target import GpuArchitecture
 from ir import (Block, BlockRealize, Buffer, BufferLoad, BufferStore, Cast, FloatImm, IntImm,
                 IterKind, PrimFunc, Stmt, Var, dtypes, post_order_visit)
 from ir.dtypes import DType
@@ -44,8 +55,9 @@ from ir.errors import ScheduleError
 from ir.visitor import Mutator, substitute
 from targets.cuda.emit import CudaKernel
 from targets.cuda.errors import EmitError
-from targets.cuda.hopper import (SHARED_ALIGNMENT, STEP_BYTES, TILE_M, GemmOperands,
-                                 HopperTiling, choose_loads, emit_gemm, offers_mn_major)
+from targets.cuda.hopper import (REGISTER_STEP, SHARED_ALIGNMENT, STEP_BYTES, TILE_M,
+                                 GemmOperands, HopperTiling, block_threads, choose_loads,
+                                 emit_gemm, offers_mn_major, registers_of)
 from targets.cuda.hopper_epilogue import Epilogue
 from tensorize.engine.cuda_schedule import fuse_epilogue_chain
 from tensorize.engine.gemm_view import to_intrinsic_shape
@@ -102,9 +114,16 @@ class HopperGemm:
         size = f"{self.m} x {self.n} x {self.k}"
         if batches > 1:
             size = f"{batches} batches (blockIdx.z) of {size}"
-        return (f"block {self.block}: {size} on {TILE_M} x {width} tiles, "
-                f"{self.tiling.steps} wgmma k steps x {self.tiling.stages} stages, one "
-                f"consumer warpgroup and one TMA producer warp per block{cluster}{fused}")
+        if self.tiling.consumers == 1:
+            roles = "one consumer warpgroup and one TMA producer warp"
+        else:
+            registers = registers_of(self.intrinsic)
+            roles = (f"two consumer warpgroups (setmaxnreg.inc to {registers.consumer} "
+                     f"registers) and one TMA producer warpgroup (setmaxnreg.dec to "
+                     f"{registers.producer})")
+        return (f"block {self.block}: {size} on {self.tiling.block_m} x {width} tiles, "
+                f"{self.tiling.steps} wgmma k steps x {self.tiling.stages} stages, "
+                f"{roles} per block{cluster}{fused}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,27 +141,87 @@ def _candidates(registry: Registry, in_dtype: DType) -> list[Intrinsic]:
 
 
 def hopper_schedule(m: int, n: int, k: int, in_dtype: DType, registry: Registry,
-                    cluster: int = 1) -> tuple[Intrinsic, HopperTiling]:
-    """The wgmma intrinsic and tiling for an ``m x n x k`` GEMM of ``in_dtype`` inputs (the
-    module docstring's choices), in thread-block clusters of ``cluster`` blocks along N.
-    Raises ScheduleError naming the input type when the registry has no wgmma intrinsic
-    for it, or the shared memory needed when even 2 stages do not fit."""
+                    cluster: int = 1, batch: int = 1) -> tuple[Intrinsic, HopperTiling]:
+    """The wgmma intrinsic and tiling for ``batch`` GEMMs of ``m x n x k`` of ``in_dtype``
+    inputs (the module docstring's choices), in thread-block clusters of ``cluster`` blocks
+    along N. Raises ScheduleError naming the input type when the registry has no wgmma
+    intrinsic for it, or the shared memory needed when even 2 stages do not fit."""
     candidates = _candidates(registry, in_dtype)
     if not candidates:
         raise ScheduleError("hopper_schedule", f"requires a wgmma intrinsic (feature "
                             f"{HOPPER_ARCH}) for {in_dtype} inputs, got none in the registry")
     intrinsic = min(candidates, key=lambda i: (-(-n // _width(i)) * _width(i), -_width(i)))
-    return intrinsic, _tiling(intrinsic, k, registry, cluster)
+    return intrinsic, _tiling(intrinsic, (m, n, k, batch), registry, cluster)
 
 
-def _tiling(intrinsic: Intrinsic, k: int, registry: Registry, cluster: int) -> HopperTiling:
-    """The steps and stages of ``intrinsic``'s GEMM over ``k`` (the module docstring), in
-    clusters of ``cluster`` blocks; ScheduleError for a cluster the backend refuses."""
+def _tiling(intrinsic: Intrinsic, extents: tuple[int, int, int, int], registry: Registry,
+            cluster: int) -> HopperTiling:
+    """The steps, stages and consumer warpgroups of ``intrinsic``'s GEMM (``extents``: M,
+    N, K and the batches; the module docstring), in clusters of ``cluster`` blocks;
+    ScheduleError for a cluster the backend refuses or setmaxnreg counts it rejects."""
+    m, n, k, batch = extents
     k_step = intrinsic.operands[0].buffer.shape[1]
     k_steps = -(-k // k_step)
     steps = min(STEPS, k_steps)
     k_stages = -(-k_steps // steps)
-    stage_bytes = (TILE_M + _width(intrinsic)) * steps * STEP_BYTES
+    limits = registry.gpu("cuda").architectures[LIMITS_ARCH]
+    consumers = _consumers(intrinsic, (m, n, batch), registry, steps)
+    fitting = _stages_fitting(intrinsic, registry, steps, consumers)
+    if fitting < MIN_STAGES:
+        raise ScheduleError("hopper_schedule", f"requires {MIN_STAGES} stages of "
+                            f"{_stage_bytes(intrinsic, steps, consumers)} bytes within "
+                            f"{limits.max_shared_per_block} bytes of shared memory")
+    stages = max(MIN_STAGES, min(STAGES, k_stages, fitting))
+    try:
+        return HopperTiling(steps=steps, stages=stages, cluster=cluster, consumers=consumers)
+    except EmitError as err:
+        raise ScheduleError("hopper_schedule", err.message) from None
+
+
+def _consumers(intrinsic: Intrinsic, extents: tuple[int, int, int], registry: Registry,
+               steps: int) -> int:
+    """The consumer warpgroups of a block for ``intrinsic``'s GEMM (``extents``: M, N and
+    the batches) with stages of ``steps`` k steps: 2 where the module docstring's
+    conditions hold, else 1."""
+    m, n, batch = extents
+    limits = registry.gpu("cuda").architectures[LIMITS_ARCH]
+    tall = 2 * TILE_M
+    # Fewer 128-row blocks than SMs: the 64-row tiles' twice as many blocks reach more SMs.
+    if -(-m // tall) * -(-n // _width(intrinsic)) * batch < limits.sm_count:
+        return 1
+    # 128-row tiles padding M further than 64-row ones would compute rows nobody reads.
+    if -(-m // tall) * tall != -(-m // TILE_M) * TILE_M:
+        return 1
+    if not _registers_fit(intrinsic, limits):
+        return 1
+    return 2 if _stages_fitting(intrinsic, registry, steps, 2) >= MIN_STAGES else 1
+
+
+def _registers_fit(intrinsic: Intrinsic, limits: GpuArchitecture) -> bool:
+    """Whether the YAML's setmaxnreg counts for two consumer warpgroups and a producer one
+    fit the registers such a block gets at launch, one block an SM (``__launch_bounds__``:
+    the register file over its threads, in steps of 8, at most the thread's limit).
+    ScheduleError naming the YAML's line for counts setmaxnreg cannot take."""
+    try:
+        registers = registers_of(intrinsic)
+    except EmitError as err:
+        raise ScheduleError("hopper_schedule", err.message) from None
+    threads = block_threads(2)
+    at_launch = min(limits.max_registers_per_thread,
+                    limits.registers_per_sm // threads) // REGISTER_STEP * REGISTER_STEP
+    return registers.total(2) <= threads * at_launch
+
+
+def _stage_bytes(intrinsic: Intrinsic, steps: int, consumers: int) -> int:
+    """A stage's tiles: A's 64 rows per consumer warpgroup and B's, of ``steps`` k steps."""
+    return (TILE_M * consumers + _width(intrinsic)) * steps * STEP_BYTES
+
+
+def _stages_fitting(intrinsic: Intrinsic, registry: Registry, steps: int, consumers: int
+                    ) -> int:
+    """How many stages of ``steps`` k steps for ``consumers`` warpgroups fit the
+    architecture's ``max_shared_per_block``."""
+    stage_bytes = _stage_bytes(intrinsic, steps, consumers)
     # The larger repeat of B's two layouts (K-major, and MN-major where the type has it):
     # the kernel's operands, which pick one, are not known here.
     layouts = (False, True) if offers_mn_major(intrinsic, registry) else (False,)
@@ -153,15 +232,7 @@ def _tiling(intrinsic: Intrinsic, k: int, registry: Registry, cluster: int) -> H
     limit = registry.gpu("cuda").architectures[LIMITS_ARCH].max_shared_per_block
     # Each stage also holds its two 8-byte mbarriers (full and empty); the stages start at a
     # multiple of the swizzle pattern's repeat, up to repeat - 128 bytes into the array.
-    fitting = (limit - repeat + SHARED_ALIGNMENT) // (stage_bytes + 16)
-    if fitting < MIN_STAGES:
-        raise ScheduleError("hopper_schedule", f"requires {MIN_STAGES} stages of "
-                            f"{stage_bytes} bytes within {limit} bytes of shared memory")
-    stages = max(MIN_STAGES, min(STAGES, k_stages, fitting))
-    try:
-        return HopperTiling(steps=steps, stages=stages, cluster=cluster)
-    except EmitError as err:
-        raise ScheduleError("hopper_schedule", err.message) from None
+    return (limit - repeat + SHARED_ALIGNMENT) // (stage_bytes + 16)
 
 
 def _width(intrinsic: Intrinsic) -> int:
@@ -227,10 +298,12 @@ def hopper_view(func: PrimFunc, registry: Registry, intrinsic: str | None = None
                         "one, the others of extent 1")
     m, n, k = (extents[views[0][0].iter_map[iv.var.name][0]]
                for iv in views[0][0].intrinsic.iter_vars)
+    batch = views[0][1].batch
     if intrinsic is None:
-        chosen, tiling = hopper_schedule(m, n, k, in_dtype, registry, cluster)
+        chosen, tiling = hopper_schedule(m, n, k, in_dtype, registry, cluster, batch)
     else:
-        chosen, tiling = candidates[0], _tiling(candidates[0], k, registry, cluster)
+        chosen, tiling = candidates[0], _tiling(candidates[0], (m, n, k, batch), registry,
+                                                cluster)
     match, operands = next(((mt, ops) for mt, ops in views if mt.intrinsic is chosen),
                            (None, None))
     _check(match is not None and operands is not None,

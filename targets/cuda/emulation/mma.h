@@ -87,7 +87,7 @@
 #define __host__
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 
 struct tz_dim3 {
   unsigned x, y, z;

@@ -62,6 +62,12 @@
 // bytes announced. A deadlock whose phase awaits bytes no copy in flight will bring, or has
 // received more than announced, is reported as such, naming the mbarrier and its block.
 //
+// setmaxnreg (.dec and .inc, sm_90a) changes no value here; its rules are checked, each
+// violation reported by name: the count a multiple of 8 in [24, 256], the block whole
+// warpgroups, every thread of a warpgroup executing each of its warpgroup's setmaxnreg with the
+// same kind and count (.sync.aligned: checked in order, and at the block's end that none
+// skipped one).
+//
 // Races, reported by name: a wgmma reading bytes a bulk copy has in flight (a consumer
 // reading a stage before its mbarrier phase completes); a bulk copy into bytes a thread's
 // wgmma still reads (a producer overwriting a stage still being read); two bulk copies in
@@ -272,7 +278,19 @@ inline void land_bulk_for(unsigned long long* bar) {
   bulk_in_flight.swap(still);
 }
 
+// One setmaxnreg of a warpgroup: its kind and count, as its first thread executed it.
+struct RegisterRequest {
+  bool inc;
+  unsigned count;
+};
+// Per warpgroup (of the running block or cluster), its setmaxnreg in order; per thread, how
+// many of them it has executed.
+inline std::vector<std::vector<RegisterRequest>> warpgroup_requests;
+inline std::vector<size_t> requests_made;
+
 inline void hopper_block_start(unsigned threads) {
+  warpgroup_requests.assign((threads + 127) / 128, {});
+  requests_made.assign(threads, 0);
   mbarriers.clear();
   bulk_in_flight.clear();
   landed.clear();
@@ -281,8 +299,24 @@ inline void hopper_block_start(unsigned threads) {
   cta_windows.clear();
 }
 
+inline void describe_thread(unsigned slot, char* text, size_t size);
+
+// Each thread executed every setmaxnreg of its warpgroup (the first that skipped one named).
+inline void check_register_requests() {
+  for (unsigned t = 0; t < requests_made.size(); ++t) {
+    size_t expected = warpgroup_requests[t / 128].size();
+    if (requests_made[t] == expected) continue;
+    char who[64];
+    describe_thread(t, who, sizeof who);
+    fail("setmaxnreg: %s executed %zu of the %zu setmaxnreg of its warpgroup %u (.sync.aligned: "
+         "the whole warpgroup executes each)", who, requests_made[t], expected, t / 128);
+    return;
+  }
+}
+
 // (A race already reported explains copies left in flight.)
 inline void hopper_block_end() {
+  check_register_requests();
   if (!bulk_in_flight.empty() && !race_text[0])
     fail("%zu bulk copies still in flight at the end of the block (their mbarrier phase "
          "was never waited for)", bulk_in_flight.size());
@@ -302,6 +336,32 @@ inline const bool hopper_hooks = [] {
 }();
 
 inline unsigned thread_id() { return thread_slot(); }
+
+// setmaxnreg.{dec,inc}.sync.aligned.u32 `count` by the running thread (the rules above).
+inline void setmaxnreg(bool inc, unsigned count) {
+  const char* kind = inc ? "setmaxnreg.inc" : "setmaxnreg.dec";
+  if (count % 8 || count < 24 || count > 256) {
+    fail("%s.sync.aligned.u32 %u: the register count must be a multiple of 8 in [24, 256]",
+         kind, count);
+    return;
+  }
+  if (block_threads % 128) {
+    fail("%s in a block of %u threads: a warpgroup executes it, and the block is not whole "
+         "warpgroups of 128", kind, block_threads);
+    return;
+  }
+  unsigned slot = thread_id();
+  auto& log = warpgroup_requests[slot / 128];
+  size_t n = requests_made[slot]++;
+  if (n == log.size()) {
+    log.push_back({inc, count});
+    return;
+  }
+  if (log[n].inc == inc && log[n].count == count) return;
+  fail("%s.sync.aligned.u32 %u: the threads of warpgroup %u disagree at its setmaxnreg #%zu, "
+       "which another thread executed as %s %u", kind, count, slot / 128, n,
+       log[n].inc ? "setmaxnreg.inc" : "setmaxnreg.dec", log[n].count);
+}
 
 // A scheduling point: the thread runs again in the scheduler's next round.
 inline void step_aside() {
@@ -732,6 +792,13 @@ inline const bool cluster_hooks = [] {
 #define TZ_CTA_SHARED(name, bytes) unsigned char* name = tz::cta_shared(bytes)
 
 inline unsigned tz_cluster_rank() { return tz::current->cta; }
+// The thread's warpgroup (lane 0's on a GPU: the same in every lane).
+inline int tz_warpgroup_index() { return int(threadIdx.x / 128); }
+
+// setmaxnreg: no value changes, its rules checked (tz::setmaxnreg).
+template <unsigned N> inline void tz_setmaxnreg_dec() { tz::setmaxnreg(false, N); }
+template <unsigned N> inline void tz_setmaxnreg_inc() { tz::setmaxnreg(true, N); }
+
 // barrier.cluster.arrive and wait: here __syncthreads(), which waits for the whole cluster.
 inline void tz_cluster_sync() { __syncthreads(); }
 

@@ -162,15 +162,16 @@ def test_an_input_type_without_wgmma_is_refused_by_the_schedule():
         hopper_schedule(64, 64, 64, dtypes.float32, default_registry())
 
 
-@pytest.mark.parametrize("m, n, k, width, steps, stages", [
-    (4096, 4096, 4096, 128, 4, 4),   # wide tiles, 4 stages of 4 k steps
-    (100, 72, 100, 128, 4, 2),       # 72 pads to 128 either way: the wider; 2 k stages
-    (128, 64, 16, 64, 1, 2),         # one k step: still 2 stages
+@pytest.mark.parametrize("m, n, k, width, steps, stages, consumers", [
+    (4096, 4096, 4096, 128, 4, 4, 2),  # wide tiles, 4 stages of 4 k steps, 2 warpgroups
+    (100, 72, 100, 128, 4, 2, 1),      # 72 pads to 128 either way: the wider; 2 k stages
+    (128, 64, 16, 64, 1, 2, 1),        # one k step: still 2 stages
 ])
-def test_the_schedule_pads_least_and_stages_what_k_allows(m, n, k, width, steps, stages):
+def test_the_schedule_pads_least_and_stages_what_k_allows(m, n, k, width, steps, stages,
+                                                          consumers):
     intrinsic, tiling = hopper_schedule(m, n, k, dtypes.float16, default_registry())
     assert intrinsic.operands[2].buffer.shape[1] == width
-    assert tiling == HopperTiling(steps=steps, stages=stages)
+    assert tiling == HopperTiling(steps=steps, stages=stages, consumers=consumers)
 
 
 def test_the_kernel_calls_the_yaml_templates_in_its_pipeline():
@@ -487,6 +488,8 @@ def test_the_documented_sass_table_is_what_the_bench_prints():
         assert bench.row(name, cluster) in page, (name, cluster)
     for name in bench.EPILOGUES:
         assert bench.epilogue_row(name) in page, name
+    for name, consumers in bench.CONSUMER_ROWS:
+        assert bench.consumers_row(name, consumers) in page, (name, consumers)
 
 
 # ---- a kernel's own operands --------------------------------------------------------------

@@ -239,10 +239,11 @@ def test_a_cluster_gemm_compiles_to_a_multicast_tensor_copy_without_spills(dtype
                  if "gemm_hopper_gemm" in name]
     (plain,) = [c for name, c in sass_opcodes(kernel, HOPPER_ARCH).items()
                 if "gemm_hopper_gemm" in name]
-    # One multicast box of A and B's plain boxes a stage (int8's packed B one, float16's read
-    # in place MN-major 4 k steps x 2 panels); the cluster barrier at the set-up and the end;
-    # the remote arrivals (a reduction on another block's mbarrier).
-    assert counts.get("UTMALDG.2D.MULTICAST") == 1, counts
+    # A multicast box of each of A's two 64-row tiles (two consumer warpgroups at 4096^3)
+    # and B's plain boxes a stage (int8's packed B one, float16's read in place MN-major 4 k
+    # steps x 2 panels); the cluster barrier at the set-up and the end; the remote arrivals
+    # (a reduction on another block's mbarrier).
+    assert counts.get("UTMALDG.2D.MULTICAST") == 2, counts
     assert counts.get("UTMALDG.2D") == b_boxes, counts
     assert counts.get("UCGABAR_ARV") == counts.get("UCGABAR_WAIT") == 2, counts
     assert counts.get("SYNCS.ARRIVE.TRANS64.RED.A1T0", 0) > 0, counts

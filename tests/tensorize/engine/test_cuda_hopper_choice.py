@@ -8,11 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import ir
 from intrinsics import default_registry, lowerer
+from ir import dtypes, te
 from ir import script as T
 from targets import host
 from tensorize.engine import auto_tensorize, count_calls
-from tensorize.engine.cuda_hopper import HOPPER_ARCH
+from tensorize.engine.cuda_hopper import HOPPER_ARCH, hopper_schedule, hopper_view
 from tests.tensorize.engine.suite import suite
 
 # A GEMM of M x N x K int8 inputs whose operands are indexed as the placeholders say.
@@ -201,3 +203,40 @@ def test_an_architecture_for_another_kind_of_target_is_refused():
     with pytest.raises(TypeError, match=r"auto_tensorize\(arch=\.\.\.\) applies to a target of "
                                         r"kind cuda, got target arm of kind cpu"):
         auto_tensorize(_kernel(), "arm", registry=default_registry(), arch=HOPPER_ARCH)
+
+
+@pytest.mark.parametrize("m, n, batch, consumers", [
+    (4096, 4096, 1, 2),   # 1024 blocks of 128 x 128: two warpgroups a block
+    (1536, 1408, 1, 2),   # 12 x 11 = 132 blocks: one for each SM of sm_90's 132
+    (1536, 1280, 1, 1),   # 120 blocks would leave SMs idle: 240 of 64 x 128 reach them all
+    (256, 256, 33, 2),    # 4 blocks a batch, 132 in all
+    (4160, 4096, 1, 1),   # 128-row tiles would pad M by 64 more rows than 64-row ones
+])
+def test_two_consumer_warpgroups_where_their_blocks_fill_the_sms(m, n, batch, consumers):
+    registry = default_registry()
+    _, tiling = hopper_schedule(m, n, 256, dtypes.float16, registry, batch=batch)
+    assert tiling.consumers == consumers
+    assert tiling.block_m == 64 * consumers
+
+
+def test_the_report_line_says_which_warpgroups_a_block_has():
+    registry = default_registry()
+    big = te_gemm(4096, 4096, 4096)
+    assert hopper_view(big, registry).describe() == (
+        "block C: 4096 x 4096 x 4096 on 128 x 128 tiles, 4 wgmma k steps x 4 stages, two "
+        "consumer warpgroups (setmaxnreg.inc to 232 registers) and one TMA producer "
+        "warpgroup (setmaxnreg.dec to 40) per block")
+    small = te_gemm(256, 256, 256)
+    assert hopper_view(small, registry).describe() == (
+        "block C: 256 x 256 x 256 on 64 x 128 tiles, 4 wgmma k steps x 2 stages, one "
+        "consumer warpgroup and one TMA producer warp per block")
+
+
+def te_gemm(m: int, n: int, k: int):
+    """An m x n x k int8 GEMM into int32 through the TE builder."""
+    A = te.placeholder((m, k), "int8", "A")
+    B = te.placeholder((k, n), "int8", "B")
+    r = te.reduce_axis(k, "k")
+    C = te.compute((m, n), lambda i, j: te.sum(
+        ir.cast("int32", A[i, r]) * ir.cast("int32", B[r, j]), axis=r), "C")
+    return te.create_prim_func([A, B, C], "gemm")
