@@ -74,7 +74,9 @@ def tune_npu(func: PrimFunc, config: MachineConfig, registry: Registry,
     tilings of the first tensorized block that move the least DRAM traffic
     (:func:`npu_traffic.ranked`): each is ranked by :func:`model_cycles`, the best
     ``simulated`` are simulated, and the fastest simulated wins (ties go to the earlier in
-    traffic order). Returns it and one trial per candidate, in traffic order."""
+    traffic order), unless the schedule's own choice, simulated too, is as fast: tuning
+    never returns a slower program than no tuning. Returns it and one trial per candidate,
+    in traffic order."""
     first = auto_tensorize(func, "npu", registry=registry, intrinsic=intrinsic, config=config)
     done = first.tensorized
     if not done:
@@ -93,6 +95,8 @@ def tune_npu(func: PrimFunc, config: MachineConfig, registry: Registry,
     if not measured:
         return first, trials
     best = min(ranked, key=lambda c: (measured[c[0]], order[c[0]]))
+    if simulated_cycles(first.func, config, registry) <= measured[best[0]]:
+        return first, trials
     return best[1], trials
 
 
