@@ -21,7 +21,8 @@ as bench_sweep.py builds it, unless ``--model`` names one) and a network sweep o
 (ResNet-50's four 3x3 convolution kernels on the 16 array shapes of bench_sweep.py's grid,
 8 to 64 rows and columns, on two local workers), in points per second of the sweep's own
 wall time, with the seconds the workers spent in the points (the pool's processes are not
-this one's children, so their CPU time is not counted). Each runs ``--repeat`` times
+this one's children, so their CPU time is not counted), and the 1-minute load average as
+each run starts (other jobs' share of the cores). Each runs ``--repeat`` times
 (default 1); every run is printed. ``--figures`` picks some of the three (``gemm``,
 ``model``, ``sweep``); ``--before DIR`` runs each figure also with the source tree in DIR
 (a checkout of an earlier commit, put first on the import path), alternating with this one,
@@ -172,22 +173,26 @@ def end_to_end(model: str | None, repeat: int, figures: tuple[str, ...],
                 bench_sweep.write_resnet50(onnx_file)
             else:
                 os.symlink(Path(model).resolve(), onnx_file)
-        print(f"{'figure':<51}{'wall s':>8}{'cpu s':>8}  result")
+        # The load: the 1-minute load average as each run starts (other jobs' share of the
+        # cores, which the wall time includes and the CPU time does not).
+        print(f"{'figure':<51}{'wall s':>8}{'cpu s':>8}{'load':>6}  result")
         # Both commands exit 0 only when every check passed: exact against the references.
         for _ in range(repeat if "gemm" in figures else 0):
             for mark, tree in trees:
+                load = os.getloadavg()[0]
                 wall, cpu, _ = timed([tool, "run", str(kernel), "--target", "npu", "--quiet"],
                                      tree)
                 label = f"{mark}GEMM {GEMM_SIZE}^3 int8, tensorize run --target npu"
-                print(f"{label:<51}{wall:>8.1f}{cpu:>8.1f}  exact", flush=True)
+                print(f"{label:<51}{wall:>8.1f}{cpu:>8.1f}{load:>6.1f}  exact", flush=True)
         for _ in range(repeat if "model" in figures else 0):
             for mark, tree in trees:
+                load = os.getloadavg()[0]
                 wall, cpu, out = timed([tool, "model", str(onnx_file), "--target", "npu",
                                         "--json"], tree)
                 cycles = json.loads(out)["totals"]["cycles"]
                 label = f"{mark}ResNet-50 int8, tensorize model --target npu"
-                print(f"{label:<51}{wall:>8.1f}{cpu:>8.1f}  {cycles:,} cycles, every layer "
-                      "exact", flush=True)
+                print(f"{label:<51}{wall:>8.1f}{cpu:>8.1f}{load:>6.1f}  {cycles:,} cycles, "
+                      "every layer exact", flush=True)
         for _ in range(repeat if "sweep" in figures else 0):
             for mark, tree in trees:
                 _, _, out = timed([sys.executable, __file__, "--sweep-in", directory], tree)
@@ -196,7 +201,7 @@ def end_to_end(model: str | None, repeat: int, figures: tuple[str, ...],
                 # The sweep's own wall time (not the child's start-up). The pool's workers
                 # are the forkserver's children, not this process's, so their CPU time is
                 # not counted: the points' own time in the workers is.
-                print(f"{label:<51}{row['wall']:>8.1f}{'-':>8}  "
+                print(f"{label:<51}{row['wall']:>8.1f}{'-':>8}{'-':>6}  "
                       f"{row['points'] / row['wall']:.2f} points/s, {row['failed']} failed, "
                       f"{row['compute']:.1f} s in the points", flush=True)
 

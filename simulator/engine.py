@@ -9,9 +9,11 @@ served. docs/simulator.md derives every formula used here.
 
 Loop words are expanded as instructions are fetched (:mod:`simulator.loops`): each iteration's
 instructions enter their queues exactly as the straight-line program spelling them out would,
-and each is checked, timed and recorded on its own. The state kept per instruction lasts only
-while it is in a queue, so a run's memory does not grow with its length (but for the trace
-records).
+and each is checked, timed and recorded on its own, but where an innermost loop's timing
+settles into a period that repeats: the periods left are then skipped, their figures and
+records worked out from the last one and their values still computed (simulator.steady).
+The state kept per instruction lasts only while it is in a queue, so a run's memory does
+not grow with its length (but for the trace records).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ir.errors import SimulatorFault
-from simulator import datapath, timing
+from simulator import datapath, steady, timing
 from simulator.config import MachineConfig, element_bytes
 from simulator.isa import (
     Finish,
@@ -44,7 +46,7 @@ from simulator.isa import (
     VecOp,
     decode,
 )
-from simulator.loops import Node, Placed, placed, structure, walk
+from simulator.loops import LoopNode, Node, Placed, placed, structure, walk
 from simulator.memory import QUEUE_NAMES, MemoryFault, OnChipMemory
 from simulator.products import Products
 from simulator.result import SimResult, UnitStats
@@ -68,6 +70,10 @@ _MAX_VIEWS = 4096
 _KEEP_READY = True
 # How many GEMMs of a group (simulator.products) are computed in one stacked product.
 _GROUP = 8
+# Whether an innermost loop whose timing settles into a repeating period skips the whole
+# periods left before its last iteration (simulator.steady); their values are computed all
+# the same.
+_FAST_FORWARD = True
 
 # One instruction on its way through a queue: (its number among executed instructions, its
 # word, its address fields, its loop iteration, its dispatch time).
@@ -78,11 +84,11 @@ class _Word:
     """One instruction word of the program with what the engine asks of it on every
     execution, worked out once (a loop body's words execute up to millions of times):
     its queue, its handler, its four dependency flags, how its address fields are found
-    (``fields`` of the iteration where a step advances them, else ``base``), and its
-    handler's ``plan``."""
+    (``fields`` of the iteration where a step advances them, else ``base``), its
+    handler's ``plan``, and the loop it is the first instruction of (``head``)."""
 
-    __slots__ = ("base", "fields", "handler", "insn", "node", "plan", "pop_next", "pop_prev",
-                 "push_next", "push_prev", "queue")
+    __slots__ = ("base", "fields", "handler", "head", "insn", "node", "plan", "pop_next",
+                 "pop_prev", "push_next", "push_prev", "queue")
 
     def __init__(self, node: Placed, queue: _Queue,
                  handler: Callable[..., tuple[int, int, int]]) -> None:
@@ -98,6 +104,22 @@ class _Word:
         # What its handler works out of the word alone, on its first execution (which
         # raises any fault the word itself causes, as every execution would).
         self.plan: tuple[Any, ...] | None = None
+        # The loop this word begins, where it may be fast-forwarded (simulator.steady).
+        self.head: steady.LoopShape | None = None
+
+
+def _mark_heads(nodes: Sequence[Node], words: dict[int, _Word], depth: int) -> None:
+    """Give the first word of each innermost loop that may be fast-forwarded its
+    :class:`~simulator.steady.LoopShape` (``depth``: the loops around ``nodes``)."""
+    for node in nodes:
+        if type(node) is not LoopNode:
+            continue
+        if any(type(inner) is not Placed for inner in node.body):
+            _mark_heads(node.body, words, depth + 1)
+            continue
+        shape = steady.loop_shape(node, words, depth)
+        if shape is not None:
+            shape.body[0].head = shape
 
 
 def _stream(nodes: Sequence[Node], words: dict[int, _Word], iteration: tuple[int, ...] = ()
@@ -458,6 +480,36 @@ class _Machine:
                  for node in placed(self.nodes)}
         self.stream: Iterator[tuple[_Word, tuple[int, ...]]] = _stream(self.nodes, words)
         self.next: tuple[_Word, tuple[int, ...]] | None = next(self.stream, None)
+        self.fast_forward = steady.FastForward(self, self.stream)
+        if _FAST_FORWARD:
+            _mark_heads(self.nodes, words, 0)
+
+    def load_values(self, word: _Word, fields: tuple[int, ...]) -> None:
+        """A checked LOAD's values: DRAM rows into on-chip rows."""
+        sram, dram = fields
+        memory, rows, _, row_bytes = word.plan[:4]  # type: ignore[index]
+        self.products.before_write(memory.data, sram, sram + rows)
+        self._copy_in(word.insn, memory, sram, dram, row_bytes)  # type: ignore[arg-type]
+
+    def gemm_values(self, word: _Word, fields: tuple[int, ...]) -> None:
+        """A checked GEMM's values: the tile product into (or onto) the accumulator rows."""
+        rows, k, reset = word.plan[:3]  # type: ignore[index]
+        acc_row, inp_row, wgt_row = fields
+        self.products.add(acc_row, inp_row, wgt_row, rows, k, reset)
+
+    def store_values(self, word: _Word, fields: tuple[int, ...]) -> None:
+        """A checked STORE's values: accumulator rows into DRAM, narrowed to int8 if
+        asked."""
+        insn: Store = word.insn  # type: ignore[assignment]
+        sram, dram = fields
+        rows = insn.rows
+        self.products.flush()
+        values = self.acc.data[sram:sram + rows, :insn.cols]
+        data = (datapath.narrow(values) if insn.narrow
+                else values.astype("<f4" if self.float_array else "<i4"))
+        row_bytes = insn.cols * (1 if insn.narrow else 4)
+        target = datapath.dram_rows(self.dram, dram, rows, row_bytes, insn.stride)
+        target[...] = data.view(np.uint8)
 
     def _connect_tokens(self) -> None:
         """Create the four token queues and wire each instruction queue's flags to them."""
@@ -504,6 +556,7 @@ class _Machine:
         fetched = 0
         dispatched_at = 0
         keep_ready = _KEEP_READY
+        fast_forward = self.fast_forward
         while True:
             # Fetch: instructions enter their queues in program order while there is room,
             # instruction j fetch_cycles after j - 1, and not before the one
@@ -514,6 +567,11 @@ class _Machine:
                 pending = q.pending
                 if len(pending) >= depth:
                     break
+                if word.head is not None:
+                    jump = fast_forward.at_head(word.head, iteration, fetched, dispatched_at)
+                    if jump is not None:
+                        fetched, dispatched_at, upcoming = jump
+                        continue
                 if not pending:
                     q.stale = True  # a new head
                 if fetched:
@@ -676,9 +734,8 @@ class _Machine:
         if into_wgt:
             self._invalidate_weights(sram, hi)
         if self.functional:
-            self.products.before_write(memory.data, sram, hi)
             memory.write(sram, hi, q.kind, q.clock, number)
-            self._copy_in(word.insn, memory, sram, dram, row_bytes)  # type: ignore[arg-type]
+            self.load_values(word, fields)
         return self._transfer(number, t, q, cycles, LOAD_UNIT)
 
     def _load_plan(self, word: _Word) -> tuple[Any, ...]:
@@ -766,13 +823,8 @@ class _Machine:
         self.traffic[ACC_READ] += rows * insn.cols * 4
         self.traffic[DRAM_WRITE] += nbytes
         if self.functional:
-            self.products.flush()
             acc.read(sram, sram + rows, q.kind, q.clock, number)
-            values = acc.data[sram:sram + rows, :insn.cols]
-            data = (datapath.narrow(values) if insn.narrow
-                    else values.astype("<f4" if self.float_array else "<i4"))
-            target = datapath.dram_rows(self.dram, dram, rows, row_bytes, insn.stride)
-            target[...] = data.view(np.uint8)
+            self.store_values(word, fields)
         return self._transfer(number, t, q, math.ceil(nbytes / self.bandwidth), STORE_UNIT)
 
     def _invalidate_weights(self, lo: int, hi: int) -> None:

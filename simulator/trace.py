@@ -61,6 +61,20 @@ class Records(Sequence[Record]):
         for n in range(0, len(data), 4):
             yield (data[n], data[n + 1], data[n + 2], data[n + 3])
 
+    def rows(self, first: int, last: int) -> np.ndarray:
+        """Records [first, last) as an ``(n, 4)`` int64 array (a copy)."""
+        values = np.frombuffer(self._data, dtype=np.int64)[4 * first:4 * last]
+        return values.reshape(-1, 4).copy()
+
+    def repeat(self, first: int, last: int, copies: int, cycles: int, numbers: int) -> None:
+        """Append records [first, last) ``copies`` times more, copy j (1-based) with its
+        begin and end ``j * cycles`` later and its instruction numbers ``j * numbers``
+        on (a loop's periods, :mod:`simulator.steady`)."""
+        block = self.rows(first, last)
+        later = np.arange(1, copies + 1, dtype=np.int64)[:, None, None] * \
+            np.array([0, cycles, cycles, numbers], dtype=np.int64)
+        self._data.frombytes((block[None] + later).tobytes())
+
     def table(self) -> np.ndarray:
         """The records as an ``(n, 4)`` int64 array (a copy): unit, begin, end, number."""
         return np.frombuffer(self._data, dtype=np.int64).reshape(-1, 4).copy()

@@ -158,10 +158,11 @@ class HostRuns:
     copies of the same inputs.
 
     Both are compiled on the calling thread (compiling walks the IR, which may need that
-    thread's deep stack) and run one after the other on a thread of their own, which the
-    compiled code runs without the interpreter lock: a runner's own work (the NPU's
-    simulation) goes on beside them, so a large kernel waits for the longer of the two
-    rather than their sum. :meth:`outputs` waits for them.
+    thread's deep stack) and each runs on a thread of its own, which the compiled code runs
+    without the interpreter lock: a runner's own work (the NPU's simulation) goes on beside
+    them, so a large kernel waits for the longest of the three rather than their sum, and
+    where the runner's work ends first the two runs take a core each rather than one after
+    the other. :meth:`outputs` waits for them.
     """
 
     def __init__(self, original: PrimFunc, tensorized: PrimFunc,
@@ -172,24 +173,29 @@ class HostRuns:
         self._runs = [(host.compile(original), gather_inputs(original, inputs)),
                       (host.compile(tensorized, lower_intrinsic),
                        gather_inputs(tensorized, inputs))]
-        self._error: BaseException | None = None
-        # A daemon: a run that fails elsewhere does not wait for it to exit.
-        self._thread = threading.Thread(target=self._run, name="validate", daemon=True)
-        self._thread.start()
+        self._errors: list[BaseException | None] = [None] * len(self._runs)
+        # Daemons: a run that fails elsewhere does not wait for them to exit.
+        self._threads = [threading.Thread(target=self._run, args=(n,), name=f"validate-{n}",
+                                          daemon=True) for n in range(len(self._runs))]
+        for thread in self._threads:
+            thread.start()
 
-    def _run(self) -> None:
+    def _run(self, n: int) -> None:
+        compiled, arrays = self._runs[n]
         try:
-            for compiled, arrays in self._runs:
-                compiled(*arrays)
+            compiled(*arrays)
         except BaseException as err:  # handed to the thread that waits in outputs()
-            self._error = err
+            self._errors[n] = err
 
     def outputs(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Wait for both runs: the arrays each writes, by parameter name (the untouched
-        kernel's, then the tensorized one's); what a run raised is raised here."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
+        kernel's, then the tensorized one's); what a run raised is raised here (the
+        untouched kernel's first)."""
+        for thread in self._threads:
+            thread.join()
+        for error in self._errors:
+            if error is not None:
+                raise error
         written = []
         for compiled, arrays in self._runs:
             names = {id(p) for p in compiled.written}

@@ -69,18 +69,19 @@ class Trial:
 
 def tune_npu(func: PrimFunc, config: MachineConfig, registry: Registry,
              intrinsic: str | None = None, simulated: int = SIMULATED
-             ) -> tuple[Tensorized, list[Trial]]:
+             ) -> tuple[Tensorized, list[Trial], int | None]:
     """The fastest tensorization of ``func`` on the NPU ``config`` among the ``RANKED``
     tilings of the first tensorized block that move the least DRAM traffic
     (:func:`npu_traffic.ranked`): each is ranked by :func:`model_cycles`, the best
     ``simulated`` are simulated, and the fastest simulated wins (ties go to the earlier in
     traffic order), unless the schedule's own choice, simulated too, is as fast: tuning
-    never returns a slower program than no tuning. Returns it and one trial per candidate,
-    in traffic order."""
+    never returns a slower program than no tuning. Returns it, one trial per candidate in
+    traffic order, and the simulated cycles of the schedule's own choice (None when nothing
+    was simulated)."""
     first = auto_tensorize(func, "npu", registry=registry, intrinsic=intrinsic, config=config)
     done = first.tensorized
     if not done:
-        return first, []
+        return first, [], None
     shape = gemm_shape(registry.get(done[0].intrinsic), done[0].extents)
     candidates = []
     for tiling in npu_traffic.ranked(shape, config)[:RANKED]:
@@ -93,11 +94,10 @@ def tune_npu(func: PrimFunc, config: MachineConfig, registry: Registry,
     measured = {c[0]: simulated_cycles(c[1].func, config, registry) for c in ranked}
     trials = [Trial(tiling, model, measured.get(tiling)) for tiling, _, model in candidates]
     if not measured:
-        return first, trials
+        return first, trials, None
     best = min(ranked, key=lambda c: (measured[c[0]], order[c[0]]))
-    if simulated_cycles(first.func, config, registry) <= measured[best[0]]:
-        return first, trials
-    return best[1], trials
+    own = simulated_cycles(first.func, config, registry)
+    return (first if own <= measured[best[0]] else best[1]), trials, own
 
 
 def model_cycles(func: PrimFunc, tiling: NpuTiling, config: MachineConfig,

@@ -143,17 +143,24 @@ def run_planned(planned: Any, inputs: Mapping[str, np.ndarray], config: MachineC
 
 def tensorize_npu(ctx: RunContext, func: PrimFunc, intrinsic: str | None, tune: bool,
                   report: RunReport) -> Tensorized:
-    """Tensorize ``func`` for the context's machine; with ``tune``, the tile height that
-    simulates fastest among the cost model's best few (one ``tune`` line per trial)."""
+    """Tensorize ``func`` for the context's machine; with ``tune``, the tiling that
+    simulates fastest among the cost model's best few and the schedule's own (one ``tune``
+    line per trial, and one saying which was kept)."""
     if not tune:
         return auto_tensorize(func, ctx.target, registry=ctx.registry, intrinsic=intrinsic,
                               config=ctx.machine)
     from tensorize.engine.tune import tune_npu
 
-    result, trials = tune_npu(func, _machine(ctx), ctx.registry, intrinsic)
+    result, trials, own = tune_npu(func, _machine(ctx), ctx.registry, intrinsic)
     for trial in trials:
         report.step("tune", True, trial.describe())
+    if own is not None:
+        fastest = min(t.cycles for t in trials if t.cycles is not None)
+        kept = ("kept" if own <= fastest else
+                f"the fastest trial ({fastest:,}) kept instead")
+        report.step("tune", True, f"the schedule's own tiling: simulated {own:,}, {kept}")
     report.data["tune"] = [trial.to_dict() for trial in trials]
+    report.data["tune_own_cycles"] = own
     return result
 
 

@@ -8,7 +8,8 @@ merges the segments it covers, as before the in-place update; the GEMM bounds ar
 on every instruction; each GEMM's values are computed as it runs, not in groups of
 simulator.products; each queue's ready time is worked out on every step, not kept until
 what it depends on changes; a LOAD takes DRAM through datapath.dram_rows, not through the
-engine's views of DRAM as rows; a group's operand views are taken anew, not kept). The two
+engine's views of DRAM as rows; a group's operand views are taken anew, not kept; no loop
+is fast-forwarded, simulator.steady, every iteration timed instruction by instruction). The two
 runs must agree on every figure (cycles, per-unit busy and stall, traffic, DRAM wait, MACs,
 the trace records) and on the DRAM image; the output must equal numpy's product exactly.
 (tests/simulator/test_memory_segments.py checks that the segments' verdicts, faults
@@ -51,6 +52,7 @@ def both_ways(program, config, image, monkeypatch) -> SimResult:
         plain_paths.setattr(engine, "_KEEP_READY", False)
         plain_paths.setattr(engine, "_MAX_VIEWS", 0)
         plain_paths.setattr(products, "_MAX_VIEWS", 0)
+        plain_paths.setattr(engine, "_FAST_FORWARD", False)
         plain = simulate(program, config, image)
     assert figures(fast) == figures(plain)
     return fast
@@ -73,6 +75,7 @@ def test_fast_paths_give_the_figures_of_the_plain_ones(machine, shape, monkeypat
 
 @pytest.mark.parametrize(("machine", "shape"), [
     (None, (64, 48, 80)),
+    (None, (100, 40, 3000)),  # a K loop long enough to be fast-forwarded (simulator.steady)
     ("npu32x32.yaml", (64, 96, 96)),
     ("npu8x64.yaml", (24, 192, 40)),
 ])
