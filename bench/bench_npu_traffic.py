@@ -43,7 +43,8 @@ from targets import npu
 from tensorize.engine import auto_tensorize
 from tensorize.engine.npu_cycles import choose_narrow
 from tensorize.engine.npu_schedule import choose_tiling, gemm_axes, gemm_shape
-from tensorize.engine.npu_traffic import GemmShape, NpuTiling, in_banks, ranked, traffic
+from tensorize.engine.npu_traffic import (GemmShape, NpuTiling, in_banks, padded_m, ranked,
+                                          traffic)
 from tensorize.engine.tune import timed_runs
 from tensorize.model.networks import resnet50
 
@@ -90,18 +91,24 @@ def padded(m: int, n: int, k: int, registry, config) -> GemmShape:
     return replace(shape, acc_vectors=2 if config.requant is not None else 0)
 
 
-def layer_kernel(shape: GemmShape, config):
-    """The layer's kernel as the model path runs it: the GEMM with its bias and
-    requantisation when the machine has a requantisation stage, else the GEMM alone."""
+def layer_kernel(shape: GemmShape, config, rows: int):
+    """The layer's kernel as the model path runs it, its rows padded to ``rows`` (the
+    schedule's row tile, in the kernel as ``tensorize model`` pads them, so that the
+    epilogue stays in the program): the GEMM with its bias and requantisation when the
+    machine has a requantisation stage, else the GEMM alone."""
     if config.requant is not None:
-        return matmul_requantised(shape.m, shape.k, shape.n, Requantisation(0))
-    return suite_kernels.builders()["gemm_int8"](shape.m, shape.n, shape.k)
+        return matmul_requantised(rows, shape.k, shape.n, Requantisation(0))
+    return suite_kernels.builders()["gemm_int8"](rows, shape.n, shape.k)
 
 
 def simulated_cycles(shape: GemmShape, tiling: NpuTiling, config, registry) -> int:
-    """Cycles of the layer's kernel under ``tiling``, simulated for time only."""
-    func = auto_tensorize(layer_kernel(shape, config), "npu", registry=registry,
-                          config=config, tiling=tiling).func
+    """Cycles of the layer's kernel under ``tiling``, simulated for time only (every
+    stage on the NPU: none is left on the host)."""
+    func = auto_tensorize(layer_kernel(shape, config, padded_m(shape, tiling)), "npu",
+                          registry=registry, config=config, tiling=tiling).func
+    if not all(stage.on_npu for stage in npu.split_stages(func, registry.get)):
+        raise SystemExit(f"{shape.m} x {shape.n} x {shape.k} under {tiling.describe()}: a "
+                         "stage runs on the host, whose time the figure would leave out")
     return sum(run.cycles for run in timed_runs(func, config, registry))
 
 

@@ -348,16 +348,40 @@ class NpuExecutor(Executor):
         why not, for the report."""
         if isinstance(self._tile, str):
             return self._tile
-        tile = self._tile
-        implicit = _cached_form(self._implicit_layers, layer,
-                                lambda base: base.fused.implicit_layer(base, tile)
-                                if isinstance(base.fused, FusedGemm) else None)
+        implicit = _cached_form(self._implicit_layers, layer, lambda base: self._row_tiled(
+            lambda tile: base.fused.implicit_layer(base, tile)
+            if isinstance(base.fused, FusedGemm) else None))
         if implicit is not None:
             device = self._on_device(implicit)
             if not isinstance(device, str):
                 return device
-        return self._on_device(_cached_form(self._fused_layers, layer,
-                                            lambda base: base.fused.layer(base, tile)))
+        return self._on_device(_cached_form(self._fused_layers, layer, lambda base:
+                                            self._row_tiled(lambda t: base.fused.layer(base, t))))
+
+    def _row_tiled(self, build: Callable[[tuple[int, int, int]], Layer | None]
+                   ) -> Layer | None:
+        """The form ``build`` makes padded to the machine's GEMM tile; or, where the NPU
+        schedule pads its GEMM's rows further (to a row tile that does not divide them,
+        ``npu_traffic.padded_m``), the form ``build`` makes with its rows padded so in the
+        kernel: the padding then comes before the epilogue rather than between the GEMM and
+        it, which would leave the epilogue on the host. The first form where the second's
+        schedule would pad again."""
+        form = build(self._tile)
+        rows = None if form is None else self._scheduled_rows(form)
+        if rows is None:
+            return form
+        padded = build((rows, *self._tile[1:]))
+        return padded if padded is not None and self._scheduled_rows(padded) is None else form
+
+    def _scheduled_rows(self, form: Layer) -> int | None:
+        """The rows the NPU schedule runs ``form``'s GEMM on, where they are more than the
+        kernel's (its output's rows); None where they are not, or it is not tensorized."""
+        outcome, plan = self._family_plan(form)
+        if plan is None or outcome.intrinsic is None or not outcome.extents:
+            return None
+        axes = runnable.gemm_axes(self.registry.get(outcome.intrinsic))
+        rows = None if axes is None else axes.of(outcome.extents)[0]
+        return rows if rows is not None and rows > form.func.params[-1].shape[0] else None
 
     def _joined_form(self, base: Layer, add: Layer, tile: tuple[int, int, int],
                      runs: Callable[[Layer], bool]) -> Layer:
@@ -365,10 +389,10 @@ class NpuExecutor(Executor):
         the convolution's rows gathered by the program's loads) where it runs whole on the
         device, else the joined form on gathered rows."""
         if isinstance(base.fused, FusedGemm):
-            implicit = base.fused.implicit_layer(base, tile, add)
+            implicit = self._row_tiled(lambda t: base.fused.implicit_layer(base, t, add))
             if implicit is not None and runs(implicit):
                 return implicit
-        return super()._joined_form(base, add, tile, runs)
+        return self._row_tiled(lambda t: base.fused.joined(base, add, t))
 
     def _on_device(self, form: Layer) -> tuple[Layer, Any, Any] | str:
         """``form`` (a layer's device form) tensorized with every block on the NPU:
