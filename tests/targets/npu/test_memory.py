@@ -134,15 +134,13 @@ def test_an_accumulator_tile_of_blocks_a_stride_apart_runs_exactly():
     assert acc_copies(shape, tiling, config) == 1
 
 
-def test_a_requantised_tile_of_blocks_a_stride_apart_runs_exactly():
-    # The same 208 x 128 tile with its bias and scale vectors (8 rows each) beside it: they
-    # follow the blocks (rows 2,000 to 2,015), one copy of each.
+def _requantised(m: int, n: int, k: int, zero: int, tiling: NpuTiling, seed: int):
+    """A random requantised GEMM tensorized with ``tiling`` and simulated: its one stage's
+    on-chip plan, and whether its output equals the host's requantisation exactly."""
     config, registry = load_machine(), default_registry()
-    m, n, k = 208, 128, 96
-    func = matmul_requantised(m, k, n, Requantisation(5))
-    result = auto_tensorize(func, "npu", registry=registry, config=config,
-                            tiling=NpuTiling(208, 128, 32, "mn"))
-    rng = np.random.default_rng(11)
+    func = matmul_requantised(m, k, n, Requantisation(zero))
+    result = auto_tensorize(func, "npu", registry=registry, config=config, tiling=tiling)
+    rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (k, n), dtype=np.int8)
     bias = rng.integers(-3000, 3001, n).astype(np.int32)
@@ -150,11 +148,19 @@ def test_a_requantised_tile_of_blocks_a_stride_apart_runs_exactly():
     run = npu.run(result.func, {"A": a, "B": b, "Bias": bias, "Scale": scale}, config,
                   lookup=registry.get)
     (stage,) = (s.compiled for s in run.stages if s.compiled is not None)
-    placed = sorted((p.bases, p.stride) for p in stage.on_chip.values() if p.mem.name == "ACC")
-    assert placed == [((0,), 256), ((2000,), 8), ((2008,), 8)]
     acc = a.astype(np.int32) @ b.astype(np.int32) + bias
-    np.testing.assert_array_equal(run.outputs[func.params[-1].name],
-                                  requantize(acc, scale, np.int8(5)))
+    exact = np.array_equal(run.outputs[func.params[-1].name],
+                           requantize(acc, scale, np.int8(zero)))
+    return stage.on_chip, exact
+
+
+def test_a_requantised_tile_of_blocks_a_stride_apart_runs_exactly():
+    # The 208 x 128 tile of the test before, its bias and scale vectors (8 rows each) beside it:
+    # they follow the blocks (rows 2,000 to 2,015), one copy of each.
+    on_chip, exact = _requantised(208, 128, 96, 5, NpuTiling(208, 128, 32, "mn"), 11)
+    assert exact
+    placed = sorted((p.bases, p.stride) for p in on_chip.values() if p.mem.name == "ACC")
+    assert placed == [((0,), 256), ((2000,), 8), ((2008,), 8)]
 
 
 def test_double_buffered_input_tiles_across_banks_run_exactly():
@@ -174,20 +180,6 @@ def test_a_requantised_tile_filling_a_bank_runs_exactly_in_one_copy():
     # A 64 x 256 accumulator tile (16 blocks of 64 rows) fills a 1,024-row bank, so with the
     # epilogue's bias and scale rows beside it two copies of each do not fit: the planner
     # keeps one copy of every accumulator buffer (ResNet-50's 49 x 512 x 4608 takes it).
-    config, registry = load_machine(), default_registry()
-    m, n, k = 64, 256, 64
-    func = matmul_requantised(m, k, n, Requantisation(-3))
-    result = auto_tensorize(func, "npu", registry=registry, config=config,
-                            tiling=NpuTiling(64, 256, 32, "mn"))
-    rng = np.random.default_rng(7)
-    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
-    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-    bias = rng.integers(-3000, 3001, n).astype(np.int32)
-    scale = rng.uniform(1e-3, 0.05, n).astype(np.float32)
-    run = npu.run(result.func, {"A": a, "B": b, "Bias": bias, "Scale": scale}, config,
-                  lookup=registry.get)
-    (stage,) = (s.compiled for s in run.stages if s.compiled is not None)
-    assert all(len(p.bases) == 1 for p in stage.on_chip.values() if p.mem.name == "ACC")
-    acc = a.astype(np.int32) @ b.astype(np.int32) + bias
-    np.testing.assert_array_equal(run.outputs[func.params[-1].name],
-                                  requantize(acc, scale, np.int8(-3)))
+    on_chip, exact = _requantised(64, 256, 64, -3, NpuTiling(64, 256, 32, "mn"), 7)
+    assert exact
+    assert all(len(p.bases) == 1 for p in on_chip.values() if p.mem.name == "ACC")
