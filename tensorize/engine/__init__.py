@@ -19,8 +19,8 @@ from __future__ import annotations
 import difflib
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 from dataclasses import dataclass, replace
+from typing import Any
 
 from intrinsics import Intrinsic, Registry, feature_names
 from ir import BlockRealize, IterKind, PrimFunc, ScheduleError, TensorizeError

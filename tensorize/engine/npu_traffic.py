@@ -26,9 +26,9 @@ current tile's use), and one or two copies of the accumulator's buffers (the til
 tiles an epilogue loads beside it and its per-column vectors): on-chip tiles are stored in
 ``tk``- or ``tj``-wide column blocks, one block row per memory row, and a copy larger than a
 bank spans banks, each block inside one bank, since an instruction walks one block and must
-stay in one bank. With one accumulator copy the next tile's GEMMs overwrite each block once
-its store has read it, which costs the schedule little: the blocks are stored in the order
-the next tile's first step writes them (docs/simulator.md, *GEMM tiles and DRAM traffic*).
+stay in one bank. With one accumulator copy the next tile's GEMMs overwrite each block only
+once its store has read it; on ResNet-50's layers that measured 0.2-2% of a layer's cycles
+(docs/simulator.md, *GEMM tiles and DRAM traffic*).
 """
 
 from __future__ import annotations
