@@ -105,9 +105,7 @@ def plan_on_chip(buffers: Iterable[Buffer], config: MachineConfig,
             sizes.append(layout[1])
             slabs.append(slab_rows(buffer.shape, layout[1]))
         memory = _memory(mem, config)
-        placed = place(sizes, slabs, [1 if b in single else 2 for b in group], memory)
-        if placed is None:
-            placed = place(sizes, slabs, [1] * len(group), memory)
+        placed = place_copies(sizes, slabs, [b not in single for b in group], memory)
         if placed is None:
             need = ", ".join(f"{b.name} {s} rows" for b, s in zip(group, sizes))
             raise ExecutionError(
@@ -161,6 +159,15 @@ def place(sizes: Sequence[int], slabs: Sequence[int], copies: Sequence[int],
             cursor += span
         result.append(tuple(bases))
     return result if cursor <= memory.rows else None
+
+
+def place_copies(sizes: Sequence[int], slabs: Sequence[int], doubled: Sequence[bool],
+                 memory: MemoryConfig) -> list[tuple[int, ...]] | None:
+    """The planner's rule for one memory's buffers (:func:`place`'s arguments): two copies
+    of each buffer i where ``doubled[i]``, one of the others, where they all fit; else one
+    copy of each; None when not even that fits."""
+    placed = place(sizes, slabs, [2 if d else 1 for d in doubled], memory)
+    return placed if placed is not None else place(sizes, slabs, [1] * len(sizes), memory)
 
 
 def plan_dram(buffers: Iterable[Buffer]) -> tuple[dict[Buffer, InDram], int]:

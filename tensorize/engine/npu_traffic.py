@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from intrinsics.runnable import row_layout
 from simulator import MachineConfig
 from simulator.config import row_width
-from targets.npu.memory import place, slab_rows
+from targets.npu.memory import place, place_copies, slab_rows
 
 ORDERS = ("mn", "nm")
 
@@ -137,15 +137,13 @@ def fits(shape: GemmShape, tiling: NpuTiling, config: MachineConfig) -> bool:
 def acc_copies(shape: GemmShape, tiling: NpuTiling, config: MachineConfig) -> int:
     """Copies of the accumulator's buffers the memory planner keeps (2, 1, or 0 when one
     copy does not fit): ``shape.acc_tiles`` tiles and ``shape.acc_vectors`` vectors of the
-    tile's columns, two copies of each where all fit, as the planner decides."""
+    tile's columns, as the planner decides (``targets.npu.memory.place_copies``)."""
     tile, block = tile_rows(shape, tiling, config)["acc"]
     vector = _rows((tiling.cols or shape.tj,), row_width(config.array, "acc"))
     sizes = [tile] * shape.acc_tiles + [vector[0]] * shape.acc_vectors
     slabs = [block] * shape.acc_tiles + [vector[1]] * shape.acc_vectors
-    for copies in (2, 1):
-        if place(sizes, slabs, [copies] * len(sizes), config.acc) is not None:
-            return copies
-    return 0
+    placed = place_copies(sizes, slabs, [True] * len(sizes), config.acc)
+    return 0 if placed is None else len(placed[0])
 
 
 def in_banks(shape: GemmShape, tiling: NpuTiling, config: MachineConfig) -> bool:
