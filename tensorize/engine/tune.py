@@ -67,17 +67,36 @@ class Trial:
                 "model_cycles": self.model, "simulated_cycles": self.cycles}
 
 
+@dataclass(frozen=True, slots=True)
+class OwnChoice:
+    """The schedule's own tiling, simulated beside the trials: its cycles, and the fewest
+    any simulated trial took. The search keeps it unless a trial ran faster."""
+
+    cycles: int
+    fastest: int
+
+    @property
+    def kept(self) -> bool:
+        """Whether the search kept the schedule's own tiling."""
+        return self.cycles <= self.fastest
+
+    def describe(self) -> str:
+        """One line for the run's report."""
+        kept = "kept" if self.kept else f"the fastest trial ({self.fastest:,}) kept instead"
+        return f"the schedule's own tiling: simulated {self.cycles:,}, {kept}"
+
+
 def tune_npu(func: PrimFunc, config: MachineConfig, registry: Registry,
              intrinsic: str | None = None, simulated: int = SIMULATED
-             ) -> tuple[Tensorized, list[Trial], int | None]:
+             ) -> tuple[Tensorized, list[Trial], OwnChoice | None]:
     """The fastest tensorization of ``func`` on the NPU ``config`` among the ``RANKED``
     tilings of the first tensorized block that move the least DRAM traffic
     (:func:`npu_traffic.ranked`): each is ranked by :func:`model_cycles`, the best
     ``simulated`` are simulated, and the fastest simulated wins (ties go to the earlier in
     traffic order), unless the schedule's own choice, simulated too, is as fast: tuning
     never returns a slower program than no tuning. Returns it, one trial per candidate in
-    traffic order, and the simulated cycles of the schedule's own choice (None when nothing
-    was simulated)."""
+    traffic order, and the schedule's own choice against them (None when nothing was
+    simulated)."""
     first = auto_tensorize(func, "npu", registry=registry, intrinsic=intrinsic, config=config)
     done = first.tensorized
     if not done:
@@ -96,8 +115,8 @@ def tune_npu(func: PrimFunc, config: MachineConfig, registry: Registry,
     if not measured:
         return first, trials, None
     best = min(ranked, key=lambda c: (measured[c[0]], order[c[0]]))
-    own = simulated_cycles(first.func, config, registry)
-    return (first if own <= measured[best[0]] else best[1]), trials, own
+    own = OwnChoice(simulated_cycles(first.func, config, registry), measured[best[0]])
+    return (first if own.kept else best[1]), trials, own
 
 
 def model_cycles(func: PrimFunc, tiling: NpuTiling, config: MachineConfig,

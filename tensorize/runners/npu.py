@@ -155,12 +155,9 @@ def tensorize_npu(ctx: RunContext, func: PrimFunc, intrinsic: str | None, tune: 
     for trial in trials:
         report.step("tune", True, trial.describe())
     if own is not None:
-        fastest = min(t.cycles for t in trials if t.cycles is not None)
-        kept = ("kept" if own <= fastest else
-                f"the fastest trial ({fastest:,}) kept instead")
-        report.step("tune", True, f"the schedule's own tiling: simulated {own:,}, {kept}")
+        report.step("tune", True, own.describe())
     report.data["tune"] = [trial.to_dict() for trial in trials]
-    report.data["tune_own_cycles"] = own
+    report.data["tune_own_cycles"] = None if own is None else own.cycles
     return result
 
 

@@ -9,7 +9,8 @@ from ir import te
 from simulator import load_machine
 from tensorize.engine import auto_tensorize, npu_traffic
 from tensorize.engine.npu_traffic import GemmShape, NpuTiling
-from tensorize.engine.tune import RANKED, model_cycles, simulated_cycles, tune_npu
+from tensorize.engine.tune import (RANKED, OwnChoice, model_cycles, simulated_cycles,
+                                   tune_npu)
 
 
 def gemm(m: int, n: int, k: int) -> ir.PrimFunc:
@@ -30,9 +31,9 @@ def test_only_the_models_best_are_simulated_and_the_fastest_wins():
     assert len(simulated) == 2
     assert max(t.model for t in simulated) <= min(t.model for t in trials if t.cycles is None)
     untuned = auto_tensorize(gemm(128, 32, 128), "npu", registry=registry, config=config)
-    assert own == simulated_cycles(untuned.func, config, registry)
-    assert simulated_cycles(result.func, config, registry) == min(
-        min(t.cycles for t in simulated), own)
+    assert own.cycles == simulated_cycles(untuned.func, config, registry)
+    assert own.fastest == min(t.cycles for t in simulated)
+    assert simulated_cycles(result.func, config, registry) == min(own.fastest, own.cycles)
     for trial in simulated:
         assert abs(trial.model - trial.cycles) <= 0.05 * trial.cycles
         assert f"model {trial.model:,} cycles, simulated {trial.cycles:,}" in trial.describe()
@@ -43,8 +44,16 @@ def test_tuning_keeps_the_schedules_choice_when_no_candidate_runs_faster():
     # tilings the search simulates (one accumulator copy of 256 x 128) all run longer.
     config, registry = load_machine(), default_registry()
     result, trials, own = tune_npu(gemm(256, 256, 256), config, registry)
-    assert min(t.cycles for t in trials if t.cycles is not None) > 66698 == own
-    assert simulated_cycles(result.func, config, registry) == 66698
+    assert min(t.cycles for t in trials if t.cycles is not None) > 66698 == own.cycles
+    assert own.kept and simulated_cycles(result.func, config, registry) == 66698
+
+
+def test_the_report_says_which_tiling_the_search_kept():
+    assert OwnChoice(66698, 69072).describe() == (
+        "the schedule's own tiling: simulated 66,698, kept")
+    faster = OwnChoice(70000, 69072)
+    assert not faster.kept and faster.describe() == (
+        "the schedule's own tiling: simulated 70,000, the fastest trial (69,072) kept instead")
 
 
 def test_a_function_without_an_npu_gemm_is_modelled_as_nothing():
