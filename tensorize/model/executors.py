@@ -70,6 +70,27 @@ class LayerRun:
     kernel_check: tuple[bool, str] | None = None
 
 
+@dataclass(frozen=True)
+class DeviceForm:
+    """A layer's form that runs on the NPU as one plan: the form, the engine's outcome, the
+    plan (:class:`targets.npu.NpuPlan`), the compute intrinsic's calls, and the note the
+    report gives it."""
+
+    form: Layer
+    outcome: Any
+    planned: Any
+    calls: int
+    note: str | None
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A layer the NPU runs no form of: the form to run on the host, and why."""
+
+    form: Layer
+    reason: str
+
+
 class Timings(dict):
     """Seconds spent per kind of work (tensorize, compile, simulate, host ...), summed over
     the layers."""
@@ -406,60 +427,71 @@ class NpuExecutor(Executor):
                     f"{', '.join(on_host)}")
         return form, outcome, plan
 
-    def run_func(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
-        """The layer's kernel on the simulated NPU, as one program with its epilogue on
-        the vector unit where the machine can (:meth:`_fused`), else with the epilogue on
-        the host (or its first variant that tensorizes); the host when none tensorizes.
-        Without fusion, a layer with a fused form runs it as two programs where the
-        machine can (:meth:`_unfused`)."""
-        start = time.perf_counter()
-        if not self.fusion and layer.fused is not None:
-            stages = self._unfused(layer)
-            if not isinstance(stages, str):
-                return self._run_stages(layer, arrays, stages, start)
+    def device_form(self, layer: Layer) -> DeviceForm | Refused:
+        """The form of ``layer`` this machine runs as one plan, with its note; or, where it
+        runs none, the form to run on the host and why. A kernel layer runs as one program
+        with its epilogue on the vector unit where the machine can (:meth:`_fused`), else
+        with the epilogue on the host (or its first variant that tensorizes). A host layer
+        with a device form runs that: its vector kernel (a quantised add, a max pool:
+        :attr:`Layer.vector`) as a program of its own on the vector unit, a pool with a GEMM
+        form (its ``fused``) as that GEMM."""
+        if layer.func is None:
+            if layer.vector is not None:
+                device = self._vector_layer(layer)
+                note = "on the vector unit, a program of its own"
+            else:
+                device = self._fused(layer)
+                note = ("as a GEMM by a column of ones on the array, requantised on the "
+                        "vector unit, in the program")
+            if isinstance(device, str):
+                return Refused(layer, f"{layer.epilogue}; not on the NPU: {device}")
+            form, outcome, (planned, calls) = device
+            return DeviceForm(form, outcome, planned, calls, note)
         fused = self._fused(layer) if layer.fused is not None else None
         if isinstance(fused, tuple):
-            layer, outcome, plan = fused
-            epilogue_note = "bias and requantisation on the vector unit, in the program"
+            form, outcome, plan = fused
+            note = "bias and requantisation on the vector unit, in the program"
         else:
-            layer, outcome, plan = self._first_taken(layer, self._plan)
-            epilogue_note = None if fused is None else f"epilogue on the host: {fused}"
-            if id(layer) in self._joined:
-                epilogue_note = ("bias, requantisation and the residual add on the vector "
-                                 "unit, in the program")
+            form, outcome, plan = self._first_taken(layer, self._plan)
+            note = None if fused is None else f"epilogue on the host: {fused}"
+            if id(form) in self._joined:
+                note = ("bias, requantisation and the residual add on the vector unit, in "
+                        "the program")
         if plan is None:
             reason = _reason(outcome)
             if isinstance(fused, str):
                 reason = f"{fused}; the layer's own kernel: {reason}"
-            return self._fallback(layer, arrays, reason)
-        return self._run_plan(layer, arrays, outcome, plan, epilogue_note, start)
+            return Refused(form, reason)
+        return DeviceForm(form, outcome, plan[0], plan[1], note)
 
     def run(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
-        """Run ``layer``. A host layer with a device form runs that form where the machine
-        can: its vector kernel (a quantised add, a max pool: :attr:`Layer.vector`) as a
-        program of its own on the vector unit, a pool with a GEMM form (its ``fused``) as
-        that GEMM; else, and every other layer, as :meth:`Executor.run` runs it."""
-        if layer.func is not None or (layer.vector is None and layer.fused is None):
+        """Run ``layer``: its device form (:meth:`device_form`) simulated; without fusion, a
+        layer with a fused form as two programs where the machine can (:meth:`_unfused`);
+        the host where the machine runs neither (a kernel layer placed ``fallback``)."""
+        if layer.func is None and layer.vector is None and layer.fused is None:
             return super().run(layer, arrays)
         start = time.perf_counter()
-        if layer.vector is not None:
-            device = self._vector_layer(layer)
-            note = "on the vector unit, a program of its own"
-        elif not self.fusion:
-            device = self._unfused(layer)
-            if not isinstance(device, str):
-                return self._run_stages(layer, arrays, device, start)
-        else:
-            device = self._fused(layer)
-            note = ("as a GEMM by a column of ones on the array, requantised on the vector "
-                    "unit, in the program")
-        if isinstance(device, str):
-            with self.timings.measure("host layers"):
-                output = run_on_host(layer, arrays)
-            return LayerRun(output, "host", why_not=f"{layer.epilogue}; not on the NPU: "
-                            f"{device}", seconds=time.perf_counter() - start)
-        device_layer, outcome, plan = device
-        return self._run_plan(device_layer, arrays, outcome, plan, note, start)
+        if not self.fusion and layer.fused is not None and layer.vector is None:
+            stages = self._unfused(layer)
+            if not isinstance(stages, str):
+                return self._run_stages(layer, arrays, stages, start)
+            if layer.func is None:
+                return self._on_host(layer, arrays, f"{layer.epilogue}; not on the NPU: "
+                                                    f"{stages}", start)
+        choice = self.device_form(layer)
+        if isinstance(choice, Refused):
+            if layer.func is None:
+                return self._on_host(layer, arrays, choice.reason, start)
+            return self._fallback(choice.form, arrays, choice.reason)
+        return self._run_plan(choice.form, arrays, choice.outcome,
+                              (choice.planned, choice.calls), choice.note, start)
+
+    def _on_host(self, layer: Layer, arrays: list[np.ndarray], why: str, start: float
+                 ) -> LayerRun:
+        """A host layer computed on the host, placed ``host`` with ``why``."""
+        with self.timings.measure("host layers"):
+            output = run_on_host(layer, arrays)
+        return LayerRun(output, "host", why_not=why, seconds=time.perf_counter() - start)
 
     def _vector_layer(self, layer: Layer) -> tuple[Layer, Any, Any] | str:
         """The host ``layer`` as its vector kernel (:attr:`Layer.vector`) with every block

@@ -14,7 +14,7 @@ layer is still checked on its own. The records follow the schema the report
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,13 +23,16 @@ import numpy as np
 
 from ir.onnx import Graph, Layer
 from tensorize.model.check import compare
-from tensorize.model.executors import LayerRun, executor_for
+from tensorize.model.executors import Executor, LayerRun, executor_for
 from tensorize.model.reference import fused_nodes, run_reference
 from tensorize.model.report import compute_totals, roofline_bound
 from tensorize.model.timeline import LayerTimeline
 
 if TYPE_CHECKING:
     from tensorize.runners.context import RunContext
+
+# How an NPU run's layers become programs: one each, or one per stage of linked layers.
+PROGRAMS = ("layer", "stage")
 
 Progress = Callable[[int, int, Layer, dict[str, Any]], None]
 # Wraps a long phase (a name) in a context manager: :mod:`tensorize.cli.progress`.
@@ -55,6 +58,8 @@ class ModelRun:
     machine: dict[str, Any] = field(default_factory=dict)
     # Per layer, where its NPU cycles went (None: not simulated): the network's timeline.
     timelines: list[LayerTimeline | None] = field(default_factory=list)
+    # With programs per stage, the stages (tensorize.model.npu_stages.StageSummary).
+    stages: list[Any] = field(default_factory=list)
 
     @property
     def tensorized(self) -> int:
@@ -67,7 +72,8 @@ class ModelRun:
                 "ok": self.ok, "layers": self.records, "totals": self.totals,
                 "roofline": self.roofline,
                 "notes": {r["name"]: n for r, n in zip(self.records, self.notes) if n},
-                "timings": {k: round(v, 3) for k, v in self.timings.items()}}
+                "timings": {k: round(v, 3) for k, v in self.timings.items()},
+                **({"stages": [s.to_dict() for s in self.stages]} if self.stages else {})}
 
 
 def random_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
@@ -86,12 +92,24 @@ def random_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
 
 
 def run_model(graph: Graph, ctx: RunContext, progress: Progress | None = None,
-              phase: PhaseHook | None = None, fusion: bool = True) -> ModelRun:
+              phase: PhaseHook | None = None, fusion: bool = True,
+              programs: str = "layer") -> ModelRun:
     """Run ``graph`` on the context's target layer by layer (its registry, machine and
     seed) and check every layer against onnxruntime on the same random inputs. ``progress``
     sees each layer as it finishes; ``phase`` wraps onnxruntime's reference run
     (:func:`tensorize.model.reference.run_reference`); ``fusion`` False runs each NPU
-    layer's epilogue as a program of its own (the figure without fusion)."""
+    layer's epilogue as a program of its own (the figure without fusion). ``programs``
+    ``stage`` links an NPU's consecutive layers into one program per stage
+    (:mod:`tensorize.model.npu_stages`), each layer checked on what it left in the stage's
+    DRAM; ``layer`` (the default) runs each layer as a program of its own."""
+    if programs not in PROGRAMS:
+        raise ValueError(f"run_model requires programs in {PROGRAMS}, got {programs!r}")
+    if programs == "stage" and (ctx.kind != "npu" or not fusion):
+        from ir.errors import TensorizeError
+
+        raise TensorizeError("programs per stage require an NPU target with fusion on, got "
+                             f"{ctx.target} of kind {ctx.kind}"
+                             + ("" if fusion else " with fusion off"))
     executor = executor_for(ctx, fusion)
     graph = executor.prepare(graph)
     inputs = random_inputs(graph, ctx.seed)
@@ -103,9 +121,15 @@ def run_model(graph: Graph, ctx: RunContext, progress: Progress | None = None,
     records, notes, passed, timelines = [], [], [], []
     measures = Measures.of(ctx, executor.roofline)
     run_start = time.perf_counter()
-    for index, layer in enumerate(graph.layers):
-        layer_start = time.perf_counter()
-        result = executor.run(layer, [values[name] for name in layer.inputs])
+    layer_start = run_start
+    staged = None
+    if programs == "stage":
+        from tensorize.model.npu_stages import StagedRuns
+
+        staged = StagedRuns(executor, graph.layers, values)
+    runs = _layer_runs(executor, graph, values) if staged is None else staged
+    for index, result in runs:
+        layer = graph.layers[index]
         tool_s = time.perf_counter() - layer_start
         ok, check = compare(result.output, expected[layer.output], result.kernel_check)
         # A mismatch would spread to every later layer and hide whether they are right:
@@ -122,11 +146,21 @@ def run_model(graph: Graph, ctx: RunContext, progress: Progress | None = None,
         timelines.append(result.timeline)
         if progress is not None:
             progress(index, len(graph.layers), layer, entry)
+        layer_start = time.perf_counter()
     timings["run"] = time.perf_counter() - run_start
     timings.update((f"run: {kind}", seconds) for kind, seconds in executor.timings.items())
     totals = compute_totals(records)
     return ModelRun(graph.path, ctx.target, records, totals, executor.roofline, all(passed),
-                    notes, timings, measures.machine, timelines)
+                    notes, timings, measures.machine, timelines,
+                    [] if staged is None else staged.stages)
+
+
+def _layer_runs(executor: Executor, graph: Graph, values: dict[str, np.ndarray]
+                ) -> Iterator[tuple[int, LayerRun]]:
+    """Each layer's index and run, in order, each run on ``values`` as they stand when it
+    is taken (the caller adds each output before taking the next)."""
+    for index, layer in enumerate(graph.layers):
+        yield index, executor.run(layer, [values[name] for name in layer.inputs])
 
 
 def _notes(layer: Layer, result: LayerRun, fused_by_ort: str | None) -> str | None:

@@ -53,6 +53,19 @@ def layer_timeline(sims: Sequence[Any]) -> LayerTimeline:
                                  for unit, parts in spans.items()})
 
 
+def part_timeline(table: np.ndarray, numbers: tuple[int, int], start: int, end: int
+                  ) -> LayerTimeline:
+    """The timeline of one layer of a linked program (:mod:`targets.npu.link`) whose
+    simulation's records are ``table`` (:meth:`simulator.trace.Records.table`): the layer's
+    instructions are those numbered ``[numbers[0], numbers[1])``, its cycles those from
+    ``start`` to ``end`` of the program. A span that began before ``start`` (the layer's
+    loads while the layer before drained) keeps its place: it begins before the layer."""
+    mine = table[(table[:, 3] >= numbers[0]) & (table[:, 3] < numbers[1])]
+    busy = {unit: _union(mine[mine[:, 0] == index][:, 1:3]) - start
+            for index, unit in enumerate(UNITS)}
+    return LayerTimeline(end - start, busy)
+
+
 _EMPTY = np.zeros((0, 2), dtype=np.int64)
 
 

@@ -1,0 +1,379 @@
+"""A network's NPU layers as linked programs, one per stage: the layers between two points
+where the host must step in.
+
+Each layer is planned as the model run plans it (:meth:`NpuExecutor.device_form`: its fused
+form, its epilogue on the vector unit), then consecutive device layers are linked into one
+program (:mod:`targets.npu.link`) over one DRAM image. A layer's input that an earlier layer
+of the stage produced is read where that layer stored it, when the two layouts agree byte
+for byte (:func:`same_bytes`: a 1x1 convolution's rows are the previous convolution's
+output rows; a joined residual add's skip is an earlier output as it lies): the activation
+never goes back to the host between them. A stage ends where a layer needs the host first:
+its input must be laid out anew (a 3x3 convolution's padded image, a strided
+convolution's rows), it runs on the host, or its plan has host stages. Its inputs from
+before the stage are packed on the host and placed in the image as the per-layer run
+places them.
+
+Each layer is checked against onnxruntime on the output it left in the stage's DRAM image;
+its cycles are those from the end of the layer before it in the program to its own end, so
+a stage's layers add up to the stage's cycles, and a layer's loads that ran while the layer
+before it drained count as the earlier layer's time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ir.onnx import Layer
+from ir.onnx.fused import GemmPack, ImagePack
+from simulator import Roofline, simulate
+from targets.npu.link import LinkError, Part, Region, counts, link, relocate
+from targets.npu.memory import DRAM_ALIGN, element_bytes
+from tensorize.model.executors import DeviceForm, LayerRun, NpuExecutor
+from tensorize.model.timeline import part_timeline
+
+# Digits of the position probes (:func:`same_bytes`): each fits int8 with room to spare.
+_BASE = 251
+
+
+@dataclass
+class _Member:
+    """A layer of a stage: its graph index and layer, the form that runs and its plan, and
+    per kernel parameter read where an earlier member stored it, that member's position."""
+
+    index: int
+    layer: Layer
+    choice: DeviceForm
+    aliases: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def compiled(self) -> Any:
+        return self.choice.planned.stages[0].compiled
+
+    @property
+    def output(self) -> Any:
+        """The kernel's output parameter (a Buffer), as the program placed it."""
+        name = self.choice.planned.func.params[-1].name
+        return next(buffer for buffer in self.compiled.dram if buffer.name == name)
+
+
+@dataclass(frozen=True)
+class StageSummary:
+    """A stage as the report gives it: its number (from 1), its layers' indices, its
+    program's cycles and instructions, and why the next layer did not join it (None after
+    the last layer)."""
+
+    number: int
+    layers: tuple[int, ...]
+    cycles: int
+    instructions: int
+    ends: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary as plain data."""
+        return {"number": self.number, "layers": list(self.layers), "cycles": self.cycles,
+                "instructions": self.instructions, "ends": self.ends}
+
+
+class StagedRuns:
+    """Each layer's index and run, in order, the NPU's layers linked into stages (module
+    docstring); iterating runs them. ``values`` holds every tensor computed so far by
+    name: the caller adds each layer's output before taking the next run (a stage's layers
+    come after the whole stage ran). ``stages`` fills as the stages run."""
+
+    def __init__(self, executor: NpuExecutor, layers: tuple[Layer, ...],
+                 values: Mapping[str, np.ndarray]) -> None:
+        self.executor = executor
+        self.layers = layers
+        self.values = values
+        self.stages: list[StageSummary] = []
+
+    def __iter__(self) -> Iterator[tuple[int, LayerRun]]:
+        stage: list[_Member] = []
+        for index, layer in enumerate(self.layers):
+            member, alone = _member(self.executor, index, layer)
+            why = None if member is None or not stage else _joins(stage, member)
+            if member is not None and stage and why is None:
+                stage.append(member)
+                continue
+            if stage:
+                yield from self._run(stage, why or f"layer {index} {layer.name} {alone}")
+                stage = []
+            if member is not None:
+                stage = [member]
+            else:
+                yield index, self.executor.run(layer, [self.values[name]
+                                                       for name in layer.inputs])
+        if stage:
+            yield from self._run(stage, None)
+
+    def _run(self, stage: list[_Member], ends: str | None) -> Iterator[tuple[int, LayerRun]]:
+        runs, cycles, instructions = _run_stage(self.executor, stage, self.values,
+                                                len(self.stages) + 1)
+        self.stages.append(StageSummary(len(self.stages) + 1,
+                                        tuple(m.index for m in stage), cycles, instructions,
+                                        ends))
+        yield from runs
+
+
+def _member(executor: NpuExecutor, index: int, layer: Layer
+            ) -> tuple[_Member | None, str | None]:
+    """``layer`` as a stage member, where its device form is one NPU program (no host
+    stage) that the linker can move; else None and what it runs as instead (it runs as
+    the per-layer run runs it)."""
+    if layer.func is None and layer.vector is None and layer.fused is None:
+        return None, "runs on the host"
+    choice = executor.device_form(layer)
+    if not isinstance(choice, DeviceForm):
+        return None, f"runs on the host ({choice.reason})"
+    if len(choice.planned.stages) != 1 or choice.planned.stages[0].compiled is None:
+        return None, "runs as a program with host stages"
+    member = _Member(index, layer, choice)
+    compiled = member.compiled
+    try:
+        relocate(Part(compiled.program, _own_regions(compiled)), executor.config.datapath)
+    except LinkError as err:
+        return None, f"runs as a program of its own ({err.message})"
+    return member, None
+
+
+def _own_regions(compiled: Any) -> tuple[Region, ...]:
+    """A program's DRAM regions where they are: each buffer's, and the scratch past them."""
+    regions = [Region(p.base, p.nbytes, p.base) for p in compiled.dram.values()]
+    end = max((p.base + p.nbytes for p in compiled.dram.values()), default=0)
+    if compiled.dram_bytes > end:
+        regions.append(Region(end, compiled.dram_bytes - end, end))
+    return tuple(regions)
+
+
+def _joins(stage: list[_Member], member: _Member) -> str | None:
+    """None where ``member`` joins ``stage``: every input an earlier member produced is read
+    where that member stored it (its aliases are set); else why the host must step in."""
+    produced = {m.layer.output: position for position, m in enumerate(stage)}
+    inputs = {name for name in member.layer.inputs if name in produced}
+    form = member.choice.form
+    reads = {}
+    for param in form.func.params[:-1]:
+        source = _source(form, param.name)
+        if source is None:
+            continue
+        tensor = member.layer.inputs[source[0]]
+        if tensor not in produced:
+            continue
+        reads[tensor] = param
+        if same_bytes(stage[produced[tensor]], form, param, source[1]):
+            member.aliases[param.name] = produced[tensor]
+            inputs.discard(tensor)
+    if not inputs:
+        return None
+    tensor = sorted(inputs)[0]
+    producer = stage[produced[tensor]]
+    param = reads.get(tensor)
+    how = "its kernel does not read it as one tensor" if param is None else \
+        f"its kernel reads {param.name} {param.shape}"
+    return (f"layer {member.index} {member.layer.name} needs the host to lay out "
+            f"{producer.layer.name}'s output first: {how}, which that layer's kernel "
+            f"stored as {producer.output.shape}")
+
+
+def _source(form: Layer, param: str
+            ) -> tuple[int, Callable[[np.ndarray], np.ndarray]] | None:
+    """Where a kernel parameter of ``form`` comes from, when it is one of the layer's
+    inputs laid out for the kernel: (that input's index, the layout function); None for a
+    constant, or a parameter made of several inputs."""
+    pack = form.pack
+    if not isinstance(pack, GemmPack | ImagePack):
+        return None
+    fused = pack.fused
+    if param == "Skip" and pack.skip is not None and fused.output_rows is not None:
+        return pack.inputs, fused.output_rows
+    if pack.inputs != 1:
+        return None
+    if param == "A" and isinstance(pack, GemmPack):
+        return 0, lambda tensor: fused.rows([tensor])
+    if param == "X" and isinstance(pack, ImagePack):
+        return 0, lambda tensor: fused.image.padded([tensor])
+    return None
+
+
+def same_bytes(producer: _Member, form: Layer, param: Any,
+               layout: Callable[[np.ndarray], np.ndarray]) -> bool:
+    """Whether kernel parameter ``param`` of ``form`` (laid out from the producer's output
+    by ``layout``) is, byte for byte, the start of the producer's kernel output, padding
+    aside: the same dtype, no larger, and every element ``layout`` gives where the
+    producer's kernel stored it. Positions are probed digit by digit (base 251, int8
+    values), so a layout that moves, drops or changes any element is caught. The padding
+    differs (the producer leaves its padded rows and columns as it computed them, the pack
+    zeros): a GEMM's padded depth meets zero weight rows, and padded rows and columns give
+    outputs the unpack drops."""
+    pack = producer.choice.form.pack
+    out = producer.output
+    if not isinstance(pack, GemmPack | ImagePack) or out.dtype != param.dtype or \
+            param.size > out.size or len(out.shape) != 2:
+        return False
+    m, n = pack.fused.m, pack.fused.weights.shape[1]
+    positions = np.arange(m * n, dtype=np.int64).reshape(m, n)
+    scale = 1
+    while True:
+        digits = (positions // scale % _BASE - _BASE // 2).astype(np.int8)
+        laid = np.asarray(layout(pack.fused.output(digits)))
+        if laid.dtype != np.int8 or not _embeds(laid, param.shape, out.shape, digits):
+            return False
+        scale *= _BASE
+        if scale >= m * n:
+            return True
+
+
+def _embeds(laid: np.ndarray, shape: tuple[int, ...], stored: tuple[int, int],
+            digits: np.ndarray) -> bool:
+    """Whether ``laid`` (a kernel parameter before its padding to ``shape``) holds, at
+    every element, what the producer's kernel stores at the same byte of its ``stored``
+    output, whose valid part is ``digits``; and holds every one of those."""
+    if laid.ndim != len(shape) or any(have > want for have, want in zip(laid.shape, shape)):
+        return False
+    m, n = digits.shape
+    kernel = np.zeros(stored, np.int16)
+    kernel[:] = -1000  # the producer's padding: no element of the layer's output
+    kernel[:m, :n] = digits
+    start = np.zeros(shape, np.int16)
+    start.reshape(-1)[:] = kernel.reshape(-1)[:start.size]
+    inside = start[tuple(slice(0, size) for size in laid.shape)]
+    return laid.size == m * n and np.array_equal(inside, laid)
+
+
+def _run_stage(executor: NpuExecutor, stage: list[_Member],
+               values: Mapping[str, np.ndarray], number: int
+               ) -> tuple[list[tuple[int, LayerRun]], int, int]:
+    """The stage linked, simulated and unpacked: each member's index and run, in order,
+    and the program's cycles and executed instructions."""
+    start = time.perf_counter()
+    config = executor.config
+    image = _Image()
+    parts, outputs = [], []
+    for member in stage:
+        compiled = member.compiled
+        regions = []
+        for buffer, placed in compiled.dram.items():
+            producer = member.aliases.get(buffer.name)
+            new = outputs[producer] if producer is not None else image.take(placed.nbytes)
+            regions.append(Region(placed.base, placed.nbytes, new))
+        own_end = max((p.base + p.nbytes for p in compiled.dram.values()), default=0)
+        if compiled.dram_bytes > own_end:
+            scratch = compiled.dram_bytes - own_end
+            regions.append(Region(own_end, scratch, image.take(scratch)))
+        outputs.append(next(r.new for r, b in zip(regions, compiled.dram)
+                            if b is member.output))
+        parts.append(Part(compiled.program, tuple(regions)))
+    with executor.timings.measure("link"):
+        linked = link(parts, config)
+    dram = np.zeros(image.size, np.uint8)
+    arrays_of = []
+    for member, part in zip(stage, parts):
+        arrays = [values[name] if name in values else _placeholder(stage, name)
+                  for name in member.layer.inputs]
+        arrays_of.append(arrays)
+        with executor.timings.measure("pack"):
+            packed = member.choice.form.pack(arrays)
+        for (buffer, placed), region in zip(member.compiled.dram.items(), part.regions):
+            if buffer.name in member.aliases or buffer.name not in packed:
+                continue
+            raw = np.ascontiguousarray(packed[buffer.name])
+            if raw.shape != buffer.shape or raw.dtype != buffer.dtype.numpy:
+                raise LinkError(f"layer {member.layer.name}: its pack gives {buffer.name} "
+                                f"{raw.shape} {raw.dtype}, its kernel requires "
+                                f"{buffer.shape} {buffer.dtype}")
+            dram[region.new:region.new + placed.nbytes] = raw.reshape(-1).view(np.uint8)
+    with executor.timings.measure("simulate"):
+        sim = simulate(linked.program, config, dram)
+    table = sim.records.table()
+    ends, first = _part_ends(table, linked.executed)
+    seconds = (time.perf_counter() - start) / len(stage)
+    produced: dict[str, np.ndarray] = {}
+    runs = []
+    span = f"layers {stage[0].index}-{stage[-1].index}" if len(stage) > 1 \
+        else f"layer {stage[0].index}"
+    for position, (member, part) in enumerate(zip(stage, parts)):
+        out = member.output
+        base = outputs[position]
+        raw = sim.dram[base:base + out.size * element_bytes(out)]
+        arrays = [produced.get(name, array)
+                  for name, array in zip(member.layer.inputs, arrays_of[position])]
+        with executor.timings.measure("unpack and epilogue"):
+            output = member.choice.form.unpack(
+                raw.view(out.dtype.numpy).reshape(out.shape).copy(), arrays)
+        produced[member.layer.output] = output
+        begin = ends[position - 1] if position else 0
+        cycles = ends[position] - begin
+        figures = counts(part.program, config)
+        notes = _notes(member, stage, number, span)
+        runs.append((member.index, _layer_run(
+            executor, member, output, cycles, figures, notes, seconds,
+            part_timeline(table, first[position], begin, ends[position]))))
+    return runs, sim.cycles, sum(linked.executed)
+
+
+class _Image:
+    """The stage's DRAM image, taken region by region, each aligned as a program's are."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def take(self, nbytes: int) -> int:
+        """A fresh region of ``nbytes``: its address."""
+        at = self.size
+        self.size += -(-nbytes // DRAM_ALIGN) * DRAM_ALIGN
+        return at
+
+
+def _placeholder(stage: list[_Member], name: str) -> np.ndarray:
+    """An input a member reads where an earlier member stored it, before the stage ran:
+    zeros of its shape, for the pack to lay out (its result is not placed)."""
+    producer = next(m.layer for m in stage if m.layer.output == name)
+    return np.zeros(producer.output_shape, producer.output_dtype)
+
+
+def _part_ends(table: np.ndarray, executed: tuple[int, ...]
+               ) -> tuple[list[int], list[tuple[int, int]]]:
+    """Per part of a linked program, the cycle its last instruction ended and the numbers
+    of its instructions ``[first, end)``."""
+    bounds = np.cumsum((0,) + executed)
+    ends, numbers = [], []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        mine = table[(table[:, 3] >= lo) & (table[:, 3] < hi)]
+        ends.append(int(mine[:, 2].max()) if len(mine) else (ends[-1] if ends else 0))
+        numbers.append((int(lo), int(hi)))
+    for n in range(1, len(ends)):
+        ends[n] = max(ends[n], ends[n - 1])
+    return ends, numbers
+
+
+def _notes(member: _Member, stage: list[_Member], number: int, span: str) -> list[str]:
+    notes = [f"stage {number} ({span}, one program)"]
+    read = [stage[p].layer.name for p in dict.fromkeys(member.aliases.values())]
+    if read:
+        notes.append(f"reads the output of {', '.join(read)} where it lies in DRAM")
+    if member.compiled.folded:
+        notes.append(f"copies done by the program's loads and stores: "
+                     f"{', '.join(member.compiled.folded)}")
+    if member.choice.note:
+        notes.append(member.choice.note)
+    return notes
+
+
+def _layer_run(executor: NpuExecutor, member: _Member, output: np.ndarray, cycles: int,
+               figures: Any, notes: list[str], seconds: float, timeline: Any) -> LayerRun:
+    """A member's run from its share of the stage's program."""
+    config = executor.config
+    roofline = Roofline.of(figures.macs, member.compiled.min_dram_bytes, config)
+    peak = config.array.rows * config.array.cols
+    layer = member.choice.form
+    return LayerRun(output, "tensorized", member.choice.outcome.intrinsic, None,
+                    member.choice.calls, cycles, seconds=seconds,
+                    utilisation=layer.macs / (cycles * peak) if cycles else None,
+                    dram_bytes=figures.dram_bytes,
+                    bound="compute" if roofline.binds == "compute" else "memory",
+                    notes=notes, ran=layer, timeline=timeline)
