@@ -13,7 +13,10 @@ runs on the target, on the outputs of our earlier layers:
   with its bias and requantisation on the vector unit in the same program; a residual add
   joins the convolution before it in one program; max pools and quantised adds run on the
   vector unit and global average pools on the array, each as a program of its own
-  (--unfused: every epilogue and add a program of its own, the figures without fusion);
+  (--unfused: every epilogue and add a program of its own, the figures without fusion;
+  --programs stage: the consecutive device layers linked into one program per stage, each
+  layer reading the one before's output where it lies in DRAM, a stage ending where the host
+  must lay an input out anew, and said why);
 - arm, x86 (a CPU target): tensorized, compiled by LLVM and run (arm: instructions executed
   under the AArch64 emulator; x86: time, natively), with the target's features changed by
   --features (arm +fp16fml: float16 layers on FMLAL);
@@ -46,6 +49,7 @@ from tensorize.cli.errors import UsageError
 from tensorize.cli.outputs import check_output_path
 from tensorize.cli.progress import phase_printer
 from tensorize.cli.registry_args import add_registry_arguments
+from tensorize.model.runner import PROGRAMS
 
 if TYPE_CHECKING:
     from tensorize.runners.context import RunContext
@@ -57,6 +61,7 @@ examples:
   tensorize model resnet50_int8.onnx --target npu               # per-layer table
   tensorize model resnet50_int8.onnx --target npu --report out  # + CSV, JSON, plots, HTML
   tensorize model resnet50_int8.onnx --target npu --trace t.json # network timeline (Perfetto)
+  tensorize model resnet50_int8.onnx --target npu --programs stage  # linked, one per stage
   tensorize model model.onnx --target host --json               # every layer vs onnxruntime
   tensorize model model.onnx --target arm                       # instructions, emulated
   tensorize model model_fp16.onnx --target arm --features +fp16fml   # float16 on FMLAL
@@ -90,6 +95,12 @@ def register(subparsers: Any) -> None:
                         help="NPU: run each layer's bias and requantisation as a program of "
                              "its own after its GEMM's, which stores its int32 sums (the "
                              "network's figures without fusion, to compare)")
+    parser.add_argument("--programs", choices=PROGRAMS, default="layer",
+                        help="NPU: layer (default) runs each layer as a program of its own; "
+                             "stage links consecutive device layers into one program per "
+                             "stage over one DRAM image (a layer reads the one before's "
+                             "output where it lies; its loads start while that one drains), "
+                             "every layer still checked, on what it left in DRAM")
     parser.add_argument("--trace", metavar="FILE",
                         help="NPU: write the network's timeline to FILE (Chrome trace JSON "
                              "for ui.perfetto.dev: a slice per layer, each unit's busy "
@@ -132,7 +143,7 @@ def handle(args: argparse.Namespace) -> int:
               f"({import_s:.2f} s)", file=sys.stderr)
     progress = None if args.quiet else _progress
     run = run_model(graph, ctx, progress, phase_printer(not (args.quiet or args.json)),
-                    fusion=not args.unfused)
+                    fusion=not args.unfused, programs=args.programs)
     run.timings["import"] = import_s
     failures = [f"layer {r['index']} {r['name']}: {r['check']}" for r in run.records
                 if not _passed(r["check"])]
@@ -250,9 +261,13 @@ def _context(args: argparse.Namespace) -> RunContext:
     from ir.errors import TensorizeError
     from tensorize.runners.context import make_context
 
-    for option, given in (("--machine", args.machine), ("--unfused", args.unfused)):
+    for option, given in (("--machine", args.machine), ("--unfused", args.unfused),
+                          ("--programs stage", args.programs == "stage")):
         if given and args.target != "npu":
             raise UsageError(f"{option} applies to --target npu only")
+    if args.unfused and args.programs == "stage":
+        raise UsageError("--programs stage links the fused layers' programs: it does not "
+                         "apply with --unfused")
     if args.threads and not args.bench:
         raise UsageError("--threads applies with --bench (the compiled network's timing)")
     if args.bench and args.target in ("host", "npu"):
@@ -290,3 +305,19 @@ def _print_summary(run: Any, files: Any, trace: Path | None) -> None:
             print(f"  {note}")
     if trace is not None:
         print(f"timeline: {trace} (open in ui.perfetto.dev)")
+    if run.stages:
+        _print_stages(run)
+
+
+def _print_stages(run: Any) -> None:
+    """The stages of a run with programs per stage: a row each, and the network's cycles."""
+    names = {r["index"]: r["name"] for r in run.records}
+    cycles = sum(stage.cycles for stage in run.stages)
+    print(f"\n{len(run.stages)} stages, one NPU program each ({cycles:,} cycles in all); "
+          "the host works between them:")
+    print(f"  {'stage':>5}  {'layers':<44} {'cycles':>12}  why it ends")
+    for stage in run.stages:
+        first, last = names[stage.layers[0]], names[stage.layers[-1]]
+        span = first if len(stage.layers) == 1 else f"{first} .. {last} ({len(stage.layers)})"
+        print(f"  {stage.number:>5}  {span[:44]:<44} {stage.cycles:>12,}  "
+              f"{stage.ends or 'the network ends'}")

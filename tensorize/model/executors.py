@@ -123,6 +123,11 @@ def run_on_host(layer: Layer, arrays: list[np.ndarray]) -> np.ndarray:
     return unpack(out[func.params[-1].name], arrays)
 
 
+def host_reason(layer: Layer) -> str:
+    """Why a layer without a kernel runs on the host."""
+    return layer.epilogue or f"{layer.op} is not a GEMM: no compute intrinsic does it"
+
+
 class Executor:
     """Runs layers on one target; :func:`executor_for` picks the class. ``timings`` says
     where the time went."""
@@ -164,8 +169,7 @@ class Executor:
         if layer.func is None:
             with self.timings.measure("host layers"):
                 output = run_on_host(layer, arrays)
-            why = layer.epilogue or f"{layer.op} is not a GEMM: no compute intrinsic does it"
-            return LayerRun(output, "host", why_not=why,
+            return LayerRun(output, "host", why_not=host_reason(layer),
                             seconds=time.perf_counter() - start)
         return self.run_func(layer, arrays)
 
@@ -434,8 +438,10 @@ class NpuExecutor(Executor):
         with the epilogue on the host (or its first variant that tensorizes). A host layer
         with a device form runs that: its vector kernel (a quantised add, a max pool:
         :attr:`Layer.vector`) as a program of its own on the vector unit, a pool with a GEMM
-        form (its ``fused``) as that GEMM."""
+        form (its ``fused``) as that GEMM. A host layer with neither runs on the host."""
         if layer.func is None:
+            if layer.vector is None and layer.fused is None:
+                return Refused(layer, host_reason(layer))
             if layer.vector is not None:
                 device = self._vector_layer(layer)
                 note = "on the vector unit, a program of its own"

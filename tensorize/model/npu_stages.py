@@ -125,8 +125,6 @@ def _member(executor: NpuExecutor, index: int, layer: Layer
     """``layer`` as a stage member, where its device form is one NPU program (no host
     stage) that the linker can move; else None and what it runs as instead (it runs as
     the per-layer run runs it)."""
-    if layer.func is None and layer.vector is None and layer.fused is None:
-        return None, "runs on the host"
     choice = executor.device_form(layer)
     if not isinstance(choice, DeviceForm):
         return None, f"runs on the host ({choice.reason})"

@@ -98,6 +98,31 @@ def test_trace_and_unfused_are_for_the_npu_only(qdq_path, tmp_path, capsys):
     assert "--unfused applies to --target npu only" in capsys.readouterr().err
 
 
+def test_programs_per_stage_are_listed_with_why_each_ends(qdq_path, capsys):
+    assert main(["model", str(qdq_path), "--target", "npu", "--programs", "stage",
+                 "--json", "--quiet"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] and data["stages"]
+    layers = [i for stage in data["stages"] for i in stage["layers"]]
+    assert layers == sorted(set(layers))
+    cycles = {r["index"]: r["cycles"] for r in data["layers"]}
+    assert sum(s["cycles"] for s in data["stages"]) == sum(cycles[i] for i in layers)
+    assert all(s["ends"] for s in data["stages"][:-1])
+    assert main(["model", str(qdq_path), "--target", "npu", "--programs", "stage",
+                 "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(data['stages'])} stages, one NPU program each" in out
+    assert "why it ends" in out
+
+
+def test_programs_per_stage_are_for_fused_npu_runs(qdq_path, capsys):
+    assert main(["model", str(qdq_path), "--programs", "stage"]) == 2
+    assert "--programs stage applies to --target npu only" in capsys.readouterr().err
+    assert main(["model", str(qdq_path), "--target", "npu", "--programs", "stage",
+                 "--unfused"]) == 2
+    assert "does not apply with --unfused" in capsys.readouterr().err
+
+
 def test_bad_model_and_usage_exit_2(tmp_path, capsys):
     assert main(["model", str(tmp_path / "none.onnx")]) == 2
     assert "none.onnx: requires an ONNX model file" in capsys.readouterr().err

@@ -1,0 +1,109 @@
+"""A network's NPU layers linked into one program per stage: every layer exact against
+onnxruntime on what it left in the stage's DRAM image, a stage ending where the host must lay
+an input out anew, and the layers' figures adding up to the stage's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ir.errors import TensorizeError
+from ir.onnx import import_model
+from tensorize.model import networks, run_model
+from tensorize.model.executors import DeviceForm, NpuExecutor
+from tensorize.model.npu_stages import _Member, _source, same_bytes
+from tests.ir.onnx import models
+
+
+@pytest.fixture(scope="module")
+def resnet(tmp_path_factory, context):
+    """A small ResNet-50 (one bottleneck per stage), run per layer and per stage."""
+    built = networks.quantize(networks.resnet50(**networks.SMALL["resnet50"]))
+    path = models.save(built, tmp_path_factory.mktemp("stages"), "resnet50.onnx")
+    graph = import_model(path)
+    ctx = context("npu")
+    return graph, ctx, run_model(graph, ctx), run_model(graph, ctx, programs="stage")
+
+
+def test_every_layer_of_a_staged_run_is_exact(resnet):
+    _, _, _, staged = resnet
+    assert staged.ok
+    assert all(r["check"] == "exact" for r in staged.records if r["placement"] == "tensorized")
+    assert any(len(stage.layers) >= 3 for stage in staged.stages)
+
+
+def test_a_stages_layers_are_consecutive_and_add_up_to_its_program(resnet):
+    _, _, _, staged = resnet
+    cycles = {r["index"]: r["cycles"] for r in staged.records}
+    for stage in staged.stages:
+        assert list(stage.layers) == list(range(stage.layers[0], stage.layers[-1] + 1))
+        assert sum(cycles[i] for i in stage.layers) == stage.cycles
+
+
+def test_linking_moves_the_same_bytes_in_fewer_cycles(resnet):
+    # The same programs, each layer's transfers moved, not changed; the seams overlap.
+    _, _, alone, staged = resnet
+    for ours, theirs in zip(staged.records, alone.records):
+        assert (ours["name"], ours["dram_bytes"]) == (theirs["name"], theirs["dram_bytes"])
+    linked = [i for stage in staged.stages if len(stage.layers) > 1 for i in stage.layers]
+    assert sum(staged.records[i]["cycles"] for i in linked) < \
+        sum(alone.records[i]["cycles"] for i in linked)
+
+
+def test_a_stage_ends_where_an_input_needs_the_host(resnet):
+    # A 3x3 convolution reads its input as a padded image (or as rows the host gathers),
+    # which no earlier kernel stores.
+    _, _, _, staged = resnet
+    last = len(staged.records) - 1
+    for stage in staged.stages:
+        if stage.ends is None:
+            assert stage.layers[-1] == last
+            continue
+        after = staged.records[stage.layers[-1] + 1]
+        assert stage.ends.startswith(f"layer {after['index']} {after['name']} ")
+        if "3x3" in after["shape"]:
+            assert "needs the host to lay out" in stage.ends
+            assert "its kernel reads " in stage.ends
+
+
+def test_a_layer_reading_an_earlier_members_output_says_so(resnet):
+    _, _, _, staged = resnet
+    reading = [n for n in staged.notes if n and "where it lies in DRAM" in n]
+    assert reading and all(n.startswith("stage ") for n in reading)
+
+
+def test_only_a_layout_that_keeps_every_byte_is_read_in_place(resnet):
+    graph, ctx, _, _ = resnet
+    executor = NpuExecutor(ctx)
+    members = {}
+    for index, layer in enumerate(executor.prepare(graph).layers):
+        choice = executor.device_form(layer)
+        if isinstance(choice, DeviceForm):
+            members[layer.name] = _Member(index, layer, choice)
+
+    def x_of(name):
+        form = members[name].choice.form
+        (x,) = [p for p in form.func.params if p.name == "X"]
+        return form, x, _source(form, "X")[1]
+
+    # A 3x3 convolution's padded 4 x 4 image holds as many bytes as the 2 x 2 x 16 x ...
+    form, x, layout = x_of("layer3.0.conv2")
+    producer = members["layer3.0.conv1"]
+    assert x.size == producer.output.size
+    assert not same_bytes(producer, form, x, layout)
+    # ... rows it stores, which the 1x1 convolution after it reads as they lie ...
+    form, x, layout = x_of("layer3.0.conv3 + layer3.0.add")
+    assert same_bytes(members["layer3.0.conv2"], form, x, layout)
+    # ... and transposed, would not.
+    assert not same_bytes(members["layer3.0.conv2"], form, x,
+                          lambda t: np.ascontiguousarray(layout(t).transpose(0, 2, 1, 3)))
+
+
+def test_stages_require_an_npu_run_with_fusion(resnet, context):
+    graph, _, _, _ = resnet
+    with pytest.raises(TensorizeError, match="programs per stage require an NPU target"):
+        run_model(graph, context("host"), programs="stage")
+    with pytest.raises(TensorizeError, match="with fusion off"):
+        run_model(graph, context("npu"), fusion=False, programs="stage")
+    with pytest.raises(ValueError, match="programs in"):
+        run_model(graph, context("npu"), programs="network")
