@@ -25,9 +25,12 @@ import numpy as np
 
 import ir
 from ir import te
-from ir.function import PrimFunc
+from ir.buffer import Buffer
+from ir.function import PrimFunc, make_root
 from ir.onnx.host_ops import qlinear_add_terms
 from ir.onnx.quant import QuantisedAdd
+from ir.stmt import seq
+from ir.visitor import replace_buffers
 
 
 @dataclass(frozen=True, slots=True)
@@ -507,3 +510,31 @@ def depthwise_requantised(shape: ConvShape, q: Requantisation) -> PrimFunc:
     W = te.placeholder(shape.weight_shape, "int8", "W")
     bias, scale, out = _requantised(_convolution(shape, X, W, "int8"), q)
     return te.create_prim_func([X, W, bias, scale, out], "depthwise_requantised")
+
+
+def stored_in_image(func: PrimFunc, image: tuple[int, int, int], padded: tuple[int, int]
+                    ) -> PrimFunc:
+    """``func`` (whose last parameter is an int8 ``rows x channels`` output, a row per
+    pixel of an ``image`` = ``(n, h, w)`` in order, rows past them padding) with that
+    output copied into the image a convolution after it reads: ``Image``, ``(n,) + padded
+    + (channels,)``, each pixel ``(b, y, x)`` at ``Image[b, y, x]``. Placed
+    ``top * padded[1] + left`` pixels into the next convolution's padded input, that is its
+    interior; the rest of ``Image`` is left as it was (the halo the caller fills). The
+    output becomes an intermediate and the copy a block after the kernel's, which a device
+    whose stores scatter does in them."""
+    out = func.params[-1]
+    n, h, w = image
+    rows, channels = out.shape
+    if out.dtype.numpy != np.int8 or rows < n * h * w or padded[0] < h or padded[1] < w:
+        raise ValueError(f"stored_in_image requires an int8 output of at least {n * h * w} "
+                         f"rows for a {n}x{h}x{w} image inside {padded}, got {out.shape} "
+                         f"{out.dtype}")
+    source = te.placeholder(out.shape, "int8", out.name)
+    copy = te.compute((n, h, w, channels),
+                      lambda b, y, x, c: source[(b * h + y) * w + x, c], "Image")
+    scatter = te.create_prim_func([source, copy], "stored_in_image")
+    target = scatter.params[-1]
+    placed = Buffer(target.name, (n, *padded, channels), "int8", scope=target.scope)
+    body = replace_buffers(scatter.root.body, {scatter.params[0]: out, target: placed})
+    root = make_root(seq(func.root.body, body), func.allocs + (out,))
+    return PrimFunc(f"{func.name}_in_image", func.params[:-1] + (placed,), root)

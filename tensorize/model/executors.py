@@ -297,7 +297,7 @@ class NpuExecutor(Executor):
         if not self.fusion or isinstance(self._tile, str):
             return graph
         return self._join_residuals(graph, self._tile,
-                                    lambda joined: not isinstance(self._on_device(joined), str))
+                                    lambda joined: not isinstance(self.on_device(joined), str))
 
     @property
     def roofline(self) -> dict[str, Any]:
@@ -377,10 +377,10 @@ class NpuExecutor(Executor):
             lambda tile: base.fused.implicit_layer(base, tile)
             if isinstance(base.fused, FusedGemm) else None))
         if implicit is not None:
-            device = self._on_device(implicit)
+            device = self.on_device(implicit)
             if not isinstance(device, str):
                 return device
-        return self._on_device(_cached_form(self._fused_layers, layer, lambda base:
+        return self.on_device(_cached_form(self._fused_layers, layer, lambda base:
                                             self._row_tiled(lambda t: base.fused.layer(base, t))))
 
     def _row_tiled(self, build: Callable[[tuple[int, int, int]], Layer | None]
@@ -419,7 +419,7 @@ class NpuExecutor(Executor):
                 return implicit
         return self._row_tiled(lambda t: base.fused.joined(base, add, t))
 
-    def _on_device(self, form: Layer) -> tuple[Layer, Any, Any] | str:
+    def on_device(self, form: Layer) -> tuple[Layer, Any, Any] | str:
         """``form`` (a layer's device form) tensorized with every block on the NPU:
         ``(form, its outcome, plan)``; else why not, for the report."""
         outcome, plan = self._family_plan(form)
@@ -508,7 +508,7 @@ class NpuExecutor(Executor):
             vector = layer.vector(layer, self._tile)
         except ValueError as err:
             return str(err)
-        return self._on_device(vector)
+        return self.on_device(vector)
 
     def _run_plan(self, layer: Layer, arrays: list[np.ndarray], outcome: Any, plan: Any,
                   note: str | None, start: float) -> LayerRun:

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from ir.onnx import Layer
+from ir.onnx import Layer, kernels
 from ir.onnx.fused import GemmPack, ImagePack
 from simulator import Roofline, simulate
 from targets.npu.link import LinkError, Part, Region, counts, link, relocate
@@ -40,15 +40,27 @@ from tensorize.model.timeline import part_timeline
 _BASE = 251
 
 
+@dataclass(frozen=True)
+class _Alias:
+    """A kernel parameter read where an earlier member (at ``producer``, its position in the
+    stage) stored its output: at the parameter's start, or (``image``) ``shift`` bytes into
+    it, the producer having stored its output into the interior of the parameter, a padded
+    image whose halo the parameter's pack fills before the stage runs."""
+
+    producer: int
+    image: bool = False
+    shift: int = 0
+
+
 @dataclass
 class _Member:
     """A layer of a stage: its graph index and layer, the form that runs and its plan, and
-    per kernel parameter read where an earlier member stored it, that member's position."""
+    the kernel parameters it reads where an earlier member stored them."""
 
     index: int
     layer: Layer
     choice: DeviceForm
-    aliases: dict[str, int] = field(default_factory=dict)
+    aliases: dict[str, _Alias] = field(default_factory=dict)
 
     @property
     def compiled(self) -> Any:
@@ -96,7 +108,8 @@ class StagedRuns:
         stage: list[_Member] = []
         for index, layer in enumerate(self.layers):
             member, alone = _member(self.executor, index, layer)
-            why = None if member is None or not stage else _joins(stage, member)
+            why = None if member is None or not stage else _joins(self.executor, stage,
+                                                                    member)
             if member is not None and stage and why is None:
                 stage.append(member)
                 continue
@@ -148,9 +161,11 @@ def _own_regions(compiled: Any) -> tuple[Region, ...]:
     return tuple(regions)
 
 
-def _joins(stage: list[_Member], member: _Member) -> str | None:
+def _joins(executor: NpuExecutor, stage: list[_Member], member: _Member) -> str | None:
     """None where ``member`` joins ``stage``: every input an earlier member produced is read
-    where that member stored it (its aliases are set); else why the host must step in."""
+    where that member stored it (its aliases are set; a producer whose output the member
+    reads as a padded image takes the form that stores it there, :func:`_into_image`);
+    else why the host must step in."""
     produced = {m.layer.output: position for position, m in enumerate(stage)}
     inputs = {name for name in member.layer.inputs if name in produced}
     form = member.choice.form
@@ -163,8 +178,18 @@ def _joins(stage: list[_Member], member: _Member) -> str | None:
         if tensor not in produced:
             continue
         reads[tensor] = param
-        if same_bytes(stage[produced[tensor]], form, param, source[1]):
-            member.aliases[param.name] = produced[tensor]
+        position = produced[tensor]
+        if same_bytes(stage[position], form, param, source[1]):
+            member.aliases[param.name] = _Alias(position)
+            inputs.discard(tensor)
+            continue
+        read_after = any(p.producer == position for m in stage[position + 1:]
+                         for p in m.aliases.values())
+        stored = None if read_after else _into_image(executor, stage[position], form, param,
+                                                     source[1])
+        if stored is not None:
+            stage[position], shift = stored
+            member.aliases[param.name] = _Alias(position, image=True, shift=shift)
             inputs.discard(tensor)
     if not inputs:
         return None
@@ -176,6 +201,86 @@ def _joins(stage: list[_Member], member: _Member) -> str | None:
     return (f"layer {member.index} {member.layer.name} needs the host to lay out "
             f"{producer.layer.name}'s output first: {how}, which that layer's kernel "
             f"stored as {producer.output.shape}")
+
+
+def _into_image(executor: NpuExecutor, producer: _Member, form: Layer, param: Any,
+                layout: Callable[[np.ndarray], np.ndarray]) -> tuple[_Member, int] | None:
+    """The producer in the form that stores its output into the interior of ``param``, the
+    padded image ``form`` (a convolution's implicit GEMM) reads
+    (:func:`ir.onnx.kernels.stored_in_image`, a scatter the program's stores do), and the
+    bytes from the image's start to its interior; None where the image's interior is not
+    the producer's output, pixel by pixel (probed as :func:`same_bytes` probes), or the
+    machine does not run that form as one program."""
+    pack, made = form.pack, producer.choice.form.pack
+    if not isinstance(pack, ImagePack) or param.name != "X" or \
+            not isinstance(made, GemmPack | ImagePack):
+        return None
+    shape = pack.fused.image.shape
+    top, left, bottom, right = shape.pads
+    padded = (shape.h + top + bottom, shape.w + left + right)
+    m, n = made.fused.m, made.fused.weights.shape[1]
+    out = producer.choice.form.func.params[-1]
+    if m != shape.n * shape.h * shape.w or n != shape.c or out.shape[1] != n or \
+            param.shape != (shape.n, *padded, shape.c) or not _interior_matches(
+                made.fused, layout, (shape.n, shape.h, shape.w), (top, left)):
+        return None
+    base = producer.choice.form
+    func = kernels.stored_in_image(base.func, (shape.n, shape.h, shape.w), padded)
+    family = None if base.family is None else replace(
+        base.family, key=base.family.key + ("stored_in_image", padded))
+    stored = replace(base, func=func, unpack=_interior_unpack(made.fused, shape),
+                     family=family)
+    device = executor.on_device(stored)
+    if isinstance(device, str) or len(device[2][0].stages) != 1 or \
+            device[2][0].stages[0].compiled is None:
+        return None
+    _, outcome, (planned, calls) = device
+    note = "; ".join(filter(None, [producer.choice.note, "its output stored into the next "
+                                   "convolution's padded input, in the program"]))
+    member = _Member(producer.index, producer.layer,
+                     DeviceForm(stored, outcome, planned, calls, note), producer.aliases)
+    try:
+        relocate(Part(member.compiled.program, _own_regions(member.compiled)),
+                 executor.config.datapath)
+    except LinkError:
+        return None
+    return member, (top * padded[1] + left) * shape.c
+
+
+def _interior_matches(fused: Any, layout: Callable[[np.ndarray], np.ndarray],
+                      image: tuple[int, int, int], corner: tuple[int, int]) -> bool:
+    """Whether ``layout`` of the producer's output puts output row ``(b * h + y) * w + x``
+    at pixel ``(b, top + y, left + x)`` of the image, every channel in place (probed digit
+    by digit, as :func:`same_bytes` probes)."""
+    n, h, w = image
+    top, left = corner
+    m, channels = fused.m, fused.weights.shape[1]
+    positions = np.arange(m * channels, dtype=np.int64).reshape(m, channels)
+    scale = 1
+    while True:
+        digits = (positions // scale % _BASE - _BASE // 2).astype(np.int8)
+        laid = np.asarray(layout(fused.output(digits)))
+        if laid.dtype != np.int8 or laid.ndim != 4 or laid.shape[0] != n or \
+                laid.shape[3] != channels:
+            return False
+        inside = laid[:, top:top + h, left:left + w, :]
+        if inside.shape != (n, h, w, channels) or \
+                not np.array_equal(inside.reshape(m, channels), digits):
+            return False
+        scale *= _BASE
+        if scale >= m * channels:
+            return True
+
+
+def _interior_unpack(fused: Any, shape: Any) -> Callable[[np.ndarray, Any], np.ndarray]:
+    """The unpack of a form storing into an image: the pixels from its corner, as the
+    layer's output."""
+    m, h, w = fused.m, shape.h, shape.w
+
+    def unpack(image: np.ndarray, arrays: Any) -> np.ndarray:
+        return fused.output(np.ascontiguousarray(image[:, :h, :w, :]).reshape(m, -1))
+
+    return unpack
 
 
 def _source(form: Layer, param: str
@@ -251,20 +356,36 @@ def _run_stage(executor: NpuExecutor, stage: list[_Member],
     start = time.perf_counter()
     config = executor.config
     image = _Image()
-    parts, outputs = [], []
-    for member in stage:
+    # A padded image a producer stores into comes first: the producer's output lies in it.
+    images: dict[tuple[int, str], int] = {}
+    outputs: dict[int, int] = {}
+    for position, member in enumerate(stage):
+        for name, alias in member.aliases.items():
+            if alias.image:
+                (nbytes,) = [p.nbytes for b, p in member.compiled.dram.items()
+                             if b.name == name]
+                images[(position, name)] = image.take(nbytes + alias.shift)
+                outputs[alias.producer] = images[(position, name)] + alias.shift
+    parts = []
+    for position, member in enumerate(stage):
         compiled = member.compiled
         regions = []
         for buffer, placed in compiled.dram.items():
-            producer = member.aliases.get(buffer.name)
-            new = outputs[producer] if producer is not None else image.take(placed.nbytes)
+            alias = member.aliases.get(buffer.name)
+            if alias is not None:
+                new = images[(position, buffer.name)] if alias.image \
+                    else outputs[alias.producer]
+            elif buffer is member.output and position in outputs:
+                new = outputs[position]
+            else:
+                new = image.take(placed.nbytes)
             regions.append(Region(placed.base, placed.nbytes, new))
         own_end = max((p.base + p.nbytes for p in compiled.dram.values()), default=0)
         if compiled.dram_bytes > own_end:
             scratch = compiled.dram_bytes - own_end
             regions.append(Region(own_end, scratch, image.take(scratch)))
-        outputs.append(next(r.new for r, b in zip(regions, compiled.dram)
-                            if b is member.output))
+        outputs[position] = next(r.new for r, b in zip(regions, compiled.dram)
+                                 if b is member.output)
         parts.append(Part(compiled.program, tuple(regions)))
     with executor.timings.measure("link"):
         linked = link(parts, config)
@@ -277,7 +398,9 @@ def _run_stage(executor: NpuExecutor, stage: list[_Member],
         with executor.timings.measure("pack"):
             packed = member.choice.form.pack(arrays)
         for (buffer, placed), region in zip(member.compiled.dram.items(), part.regions):
-            if buffer.name in member.aliases or buffer.name not in packed:
+            alias = member.aliases.get(buffer.name)
+            # A plain alias holds its producer's output; an image's halo comes from the pack.
+            if alias is not None and not alias.image or buffer.name not in packed:
                 continue
             raw = np.ascontiguousarray(packed[buffer.name])
             if raw.shape != buffer.shape or raw.dtype != buffer.dtype.numpy:
@@ -351,7 +474,8 @@ def _part_ends(table: np.ndarray, executed: tuple[int, ...]
 
 def _notes(member: _Member, stage: list[_Member], number: int, span: str) -> list[str]:
     notes = [f"stage {number} ({span}, one program)"]
-    read = [stage[p].layer.name for p in dict.fromkeys(member.aliases.values())]
+    read = [stage[p].layer.name
+            for p in dict.fromkeys(alias.producer for alias in member.aliases.values())]
     if read:
         notes.append(f"reads the output of {', '.join(read)} where it lies in DRAM")
     if member.compiled.folded:
