@@ -194,3 +194,29 @@ def test_a_refused_gather_leaves_its_copy_on_the_host_and_stays_exact():
     expected = host.run(func, [inputs[p.name] for p in func.params[:4]]
                         + [np.zeros(func.params[-1].shape, np.int8)])[func.params[-1].name]
     np.testing.assert_array_equal(out, expected)
+
+
+def test_rows_stored_into_a_padded_image_go_out_one_image_row_at_a_time():
+    # A 1x1 convolution of a 12 x 12 image (144 rows) whose output is the interior of the
+    # 14 x 14 padded input of a 3x3 convolution after it: the scatter folds into the
+    # stores, each run one image row of 12 pixels, and the halo (here 77, the pack's fill)
+    # is left as it was.
+    shape = conv(size=12, kernel=1, pad=0)
+    base = rows_kernel(shape)
+    func = kernels.stored_in_image(base, (1, 12, 12), (14, 14))
+    result = auto_tensorize(func, "npu", registry=REGISTRY, config=CONFIG)
+    planned = npu.plan(result.func, CONFIG, lookup=REGISTRY.get)
+    (stage,) = planned.stages
+    assert stage.compiled is not None and "Image" in stage.compiled.folded
+    stores = [i for i in stage.compiled.program if isinstance(i, Store)]
+    assert stores and all(s.rows <= 12 for s in stores)
+    rng = np.random.default_rng(5)
+    inputs = {"X": rng.integers(-128, 128, (1, 12, 12, 16), dtype=np.int8),
+              "B": rng.integers(-128, 128, (16, 16), dtype=np.int8),
+              "Bias": rng.integers(-900, 900, 16).astype(np.int32),
+              "Scale": rng.uniform(1e-3, 0.05, 16).astype(np.float32)}
+    halo = np.full((1, 14, 14, 16), 77, np.int8)
+    image = npu.execute(planned, {**inputs, "Image": halo}).outputs["Image"]
+    expected = host.run(base, inputs)[base.params[-1].name]
+    assert np.array_equal(image[0, :12, :12].reshape(144, 16), expected)
+    assert (image[0, 12:] == 77).all() and (image[0, :, 12:] == 77).all()

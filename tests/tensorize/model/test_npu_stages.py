@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 from ir.errors import TensorizeError
 from ir.onnx import import_model
@@ -107,3 +108,37 @@ def test_stages_require_an_npu_run_with_fusion(resnet, context):
         run_model(graph, context("npu"), fusion=False, programs="stage")
     with pytest.raises(ValueError, match="programs in"):
         run_model(graph, context("npu"), programs="network")
+
+
+def bottleneck(size: int = 8, channels: int = 16):
+    """1x1, 3x3 (padded) and 1x1 convolutions with ReLUs, ``channels`` wide throughout."""
+    rng = np.random.default_rng(11)
+    nodes, inits, x = [], [], "x"
+    for n, kernel in enumerate((1, 3, 1)):
+        pads = [kernel // 2] * 4
+        nodes += [helper.make_node("Conv", [x, f"w{n}", f"b{n}"], [f"c{n}"], name=f"conv{n}",
+                                   pads=pads),
+                  helper.make_node("Relu", [f"c{n}"], [f"r{n}"], name=f"relu{n}")]
+        inits += [models.weights(rng, f"w{n}", [channels, channels, kernel, kernel]),
+                  models.weights(rng, f"b{n}", [channels])]
+        x = f"r{n}"
+    nodes[-1] = helper.make_node("Relu", ["c2"], ["y"], name="relu2")
+    shape = [1, channels, size, size]
+    return models.model(nodes, [("x", TensorProto.FLOAT, shape)],
+                        [("y", TensorProto.FLOAT, shape)], inits)
+
+
+def test_a_convolution_stores_into_the_next_ones_padded_input(tmp_path, context):
+    # The 3x3 convolution reads a padded image: the 1x1 convolution before it stores its
+    # output into that image's interior, the 3x3's pack fills the halo, and the three
+    # convolutions are one program.
+    graph = import_model(models.save(models.quantize(bottleneck(), tmp_path), tmp_path,
+                                     "bottleneck.onnx"))
+    run = run_model(graph, context("npu"), programs="stage")
+    assert run.ok
+    convs = [r["index"] for r in run.records if r["op"].startswith("QDQ Conv")]
+    assert len(convs) == 3 and all(run.records[i]["check"] == "exact" for i in convs)
+    (stage,) = [s for s in run.stages if convs[0] in s.layers]
+    assert set(convs) <= set(stage.layers)
+    assert "stored into the next convolution's padded input" in run.notes[convs[0]]
+    assert f"reads the output of {run.records[convs[0]]['name']}" in run.notes[convs[1]]
