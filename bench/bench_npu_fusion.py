@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--keep", metavar="DIR", help="keep the built models in DIR")
     args = parser.parse_args()
     if args.machine:  # a bench is an edge: the machine file, or the built-in descriptions
-        ctx = make_context(machine_registry(args.machine, None), "npu",
+        ctx = make_context(machine_registry(args.machine), "npu",
                            machine=load_machine(args.machine))
     else:
         ctx = make_context(default_registry(), "npu")

@@ -8,8 +8,9 @@ onnxruntime, every layer.
     .venv/bin/python bench/bench_npu_stages.py --networks resnet50 mobilenetv2 bert_layer
     .venv/bin/python bench/bench_npu_stages.py --machine examples/machines/npu32x32.yaml
 
-Per network: the device layers, the stages and how many layers the longest links, the
-simulated cycles both ways and what linking saves, the DRAM bytes (the same: linking moves
+Per network: the layers in stages, the stages and how many layers the longest links (a
+layer whose program has host stages, an epilogue on the host, runs as a program of its own
+and in no stage), the network's simulated cycles both ways and what linking saves, the DRAM bytes (the same: linking moves
 transfers, it does not change them), why the stages end (counted by kind), and the tool's
 wall time both ways. Figures, not assertions.
 """
@@ -54,13 +55,14 @@ def compare(name: str, path: Path, ctx) -> None:
     start = time.perf_counter()
     staged = run_model(graph, ctx, programs="stage")
     staged_s = time.perf_counter() - start
-    cycles = sum(r["cycles"] or 0 for r in alone.records)
-    linked = sum(stage.cycles for stage in staged.stages)
+    # Layers in no stage (a program with host stages) run as programs of their own.
+    cycles, linked = (sum(r["cycles"] or 0 for r in run.records) for run in (alone, staged))
     dram = [sum(r["dram_bytes"] or 0 for r in run.records) for run in (alone, staged)]
     sizes = [len(stage.layers) for stage in staged.stages]
     ends = collections.Counter(ends_kind(stage.ends) for stage in staged.stages)
     why = ", ".join(f"{n} {kind}" for kind, n in ends.most_common())
-    print(f"| {name} | {ctx.machine.name} | {sum(sizes)} | {len(sizes)} | {max(sizes)} | "
+    print(f"| {name} | {ctx.machine.name} | {sum(sizes)} | {len(sizes)} | "
+          f"{max(sizes, default=0)} | "
           f"{cycles:,} | {linked:,} | {cycles - linked:,} ({(cycles - linked) / cycles:.3%}) "
           f"| {'same' if dram[0] == dram[1] else f'{dram[0]:,} / {dram[1]:,}'} | {why} | "
           f"{alone_s:.1f} s / {staged_s:.1f} s | "
@@ -77,7 +79,7 @@ def main() -> None:
     parser.add_argument("--keep", metavar="DIR", help="keep the built models in DIR")
     args = parser.parse_args()
     if args.machine:  # a bench is an edge: the machine file, or the built-in descriptions
-        ctx = make_context(machine_registry(args.machine, None), "npu",
+        ctx = make_context(machine_registry(args.machine), "npu",
                            machine=load_machine(args.machine))
     else:
         ctx = make_context(default_registry(), "npu")
