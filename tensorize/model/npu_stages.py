@@ -6,12 +6,13 @@ form, its epilogue on the vector unit), then consecutive device layers are linke
 program (:mod:`targets.npu.link`) over one DRAM image. A layer's input that an earlier layer
 of the stage produced is read where that layer stored it, when the two layouts agree byte
 for byte (:func:`same_bytes`: a 1x1 convolution's rows are the previous convolution's
-output rows; a joined residual add's skip is an earlier output as it lies): the activation
-never goes back to the host between them. A stage ends where a layer needs the host first:
-its input must be laid out anew (a 3x3 convolution's padded image, a strided
-convolution's rows), it runs on the host, or its plan has host stages. Its inputs from
-before the stage are packed on the host and placed in the image as the per-layer run
-places them.
+output rows; a joined residual add's skip is an earlier output as it lies), or, for a
+convolution reading a padded image, where the layer before stored its output into that
+image's interior (:func:`_into_image`; the pack fills the halo): the activation never goes
+back to the host between them. A stage ends where a layer needs the host first: its input
+must be laid out anew (a max pool's windows, a depthwise layer's channel groups), it runs
+on the host, or its plan has host stages. Its inputs from before the stage are packed on
+the host and placed in the image as the per-layer run places them.
 
 Each layer is checked against onnxruntime on the output it left in the stage's DRAM image;
 its cycles are those from the end of the layer before it in the program to its own end, so
@@ -31,11 +32,14 @@ import numpy as np
 from ir.onnx import Layer, kernels
 from ir.onnx.fused import GemmPack, ImagePack
 from simulator import Roofline, simulate
+from simulator.isa import DRAM_BITS
 from targets.npu.link import LinkError, Part, Region, counts, link, relocate
 from targets.npu.memory import DRAM_ALIGN, element_bytes
 from tensorize.model.executors import DeviceForm, LayerRun, NpuExecutor
 from tensorize.model.timeline import part_timeline
 
+# The bytes a DMA's address field reaches: a stage's image must lie inside them.
+DRAM_SPAN = 1 << DRAM_BITS
 # Digits of the position probes (:func:`same_bytes`): each fits int8 with room to spare.
 _BASE = 251
 
@@ -64,6 +68,7 @@ class _Member:
 
     @property
     def compiled(self) -> Any:
+        """The member's one NPU program (a :class:`targets.npu.CompiledStage`)."""
         return self.choice.planned.stages[0].compiled
 
     @property
@@ -108,8 +113,8 @@ class StagedRuns:
         stage: list[_Member] = []
         for index, layer in enumerate(self.layers):
             member, alone = _member(self.executor, index, layer)
-            why = None if member is None or not stage else _joins(self.executor, stage,
-                                                                    member)
+            why = None if member is None or not stage else _fits(stage, member) or \
+                _joins(self.executor, stage, member)
             if member is not None and stage and why is None:
                 stage.append(member)
                 continue
@@ -152,24 +157,42 @@ def _member(executor: NpuExecutor, index: int, layer: Layer
     return member, None
 
 
+def _fits(stage: list[_Member], member: _Member) -> str | None:
+    """None where the stage's DRAM image, ``member``'s regions added, stays inside the
+    machine's DRAM addresses (every buffer counted apart, a bound on the image); else why
+    the stage ends."""
+    nbytes = sum(m.compiled.dram_bytes for m in (*stage, member))
+    if nbytes < DRAM_SPAN:
+        return None
+    return (f"layer {member.index} {member.layer.name} would take the stage's DRAM image "
+            f"past the {DRAM_SPAN:,} bytes a transfer can address")
+
+
 def _own_regions(compiled: Any) -> tuple[Region, ...]:
     """A program's DRAM regions where they are: each buffer's, and the scratch past them."""
     regions = [Region(p.base, p.nbytes, p.base) for p in compiled.dram.values()]
-    end = max((p.base + p.nbytes for p in compiled.dram.values()), default=0)
-    if compiled.dram_bytes > end:
-        regions.append(Region(end, compiled.dram_bytes - end, end))
+    scratch = _scratch(compiled)
+    if scratch is not None:
+        regions.append(Region(*scratch, scratch[0]))
     return tuple(regions)
 
 
+def _scratch(compiled: Any) -> tuple[int, int] | None:
+    """Where a program's scratch lies in its own DRAM image, past its buffers (zero rows
+    its folded copies load, rows its stores discard), and its bytes; None without one."""
+    end = max((p.base + p.nbytes for p in compiled.dram.values()), default=0)
+    return (end, compiled.dram_bytes - end) if compiled.dram_bytes > end else None
+
+
 def _joins(executor: NpuExecutor, stage: list[_Member], member: _Member) -> str | None:
-    """None where ``member`` joins ``stage``: every input an earlier member produced is read
-    where that member stored it (its aliases are set; a producer whose output the member
-    reads as a padded image takes the form that stores it there, :func:`_into_image`);
-    else why the host must step in."""
+    """None where ``member`` joins ``stage``, its aliases set: every input an earlier member
+    produced is read where that member stored it (a producer whose output the member reads
+    as a padded image takes the form that stores it there, :func:`_into_image`); else why
+    the host must step in, the stage and the member left as they were."""
     produced = {m.layer.output: position for position, m in enumerate(stage)}
     inputs = {name for name in member.layer.inputs if name in produced}
     form = member.choice.form
-    reads = {}
+    reads, aliases, stored = {}, {}, {}
     for param in form.func.params[:-1]:
         source = _source(form, param.name)
         if source is None:
@@ -180,27 +203,30 @@ def _joins(executor: NpuExecutor, stage: list[_Member], member: _Member) -> str 
         reads[tensor] = param
         position = produced[tensor]
         if same_bytes(stage[position], form, param, source[1]):
-            member.aliases[param.name] = _Alias(position)
+            aliases[param.name] = _Alias(position)
             inputs.discard(tensor)
             continue
         read_after = any(p.producer == position for m in stage[position + 1:]
                          for p in m.aliases.values())
-        stored = None if read_after else _into_image(executor, stage[position], form, param,
-                                                     source[1])
-        if stored is not None:
-            stage[position], shift = stored
-            member.aliases[param.name] = _Alias(position, image=True, shift=shift)
+        image = None if read_after or position in stored else _into_image(
+            executor, stage[position], form, param, source[1])
+        if image is not None:
+            stored[position], shift = image
+            aliases[param.name] = _Alias(position, image=True, shift=shift)
             inputs.discard(tensor)
-    if not inputs:
-        return None
-    tensor = sorted(inputs)[0]
-    producer = stage[produced[tensor]]
-    param = reads.get(tensor)
-    how = "its kernel does not read it as one tensor" if param is None else \
-        f"its kernel reads {param.name} {param.shape}"
-    return (f"layer {member.index} {member.layer.name} needs the host to lay out "
-            f"{producer.layer.name}'s output first: {how}, which that layer's kernel "
-            f"stored as {producer.output.shape}")
+    if inputs:
+        tensor = sorted(inputs)[0]
+        producer = stage[produced[tensor]]
+        param = reads.get(tensor)
+        how = "its kernel does not read it as one tensor" if param is None else \
+            f"its kernel reads {param.name} {param.shape}"
+        return (f"layer {member.index} {member.layer.name} needs the host to lay out "
+                f"{producer.layer.name}'s output first: {how}, which that layer's kernel "
+                f"stored as {producer.output.shape}")
+    for position, replacement in stored.items():
+        stage[position] = replacement
+    member.aliases.update(aliases)
+    return None
 
 
 def _into_image(executor: NpuExecutor, producer: _Member, form: Layer, param: Any,
@@ -354,9 +380,42 @@ def _run_stage(executor: NpuExecutor, stage: list[_Member],
     """The stage linked, simulated and unpacked: each member's index and run, in order,
     and the program's cycles and executed instructions."""
     start = time.perf_counter()
-    config = executor.config
+    parts, outputs, size = _placed(stage)
+    with executor.timings.measure("link"):
+        linked = link(parts, executor.config)
+    dram, arrays_of = _filled(executor, stage, parts, values, size)
+    with executor.timings.measure("simulate"):
+        sim = simulate(linked.program, executor.config, dram)
+    table = sim.records.table()
+    ends, numbers = _part_ends(table, linked.executed)
+    seconds = (time.perf_counter() - start) / len(stage)
+    produced: dict[str, np.ndarray] = {}
+    runs = []
+    span = f"layers {stage[0].index}-{stage[-1].index}" if len(stage) > 1 \
+        else f"layer {stage[0].index}"
+    for position, (member, part) in enumerate(zip(stage, parts)):
+        out, base = member.output, outputs[position]
+        raw = sim.dram[base:base + out.size * element_bytes(out)]
+        arrays = [produced.get(name, array)
+                  for name, array in zip(member.layer.inputs, arrays_of[position])]
+        with executor.timings.measure("unpack and epilogue"):
+            output = member.choice.form.unpack(
+                raw.view(out.dtype.numpy).reshape(out.shape).copy(), arrays)
+        produced[member.layer.output] = output
+        begin = ends[position - 1] if position else 0
+        timeline = part_timeline(table, numbers[position], begin, ends[position])
+        runs.append((member.index, _layer_run(
+            executor, member, output, ends[position] - begin,
+            counts(part.program, executor.config), _notes(member, stage, number, span),
+            seconds, timeline)))
+    return runs, sim.cycles, sum(linked.executed)
+
+
+def _placed(stage: list[_Member]) -> tuple[list[Part], dict[int, int], int]:
+    """Where every member's DRAM regions lie in the stage's image: the parts to link, each
+    member's output address (by position) and the image's size. A padded image a producer
+    stores into is placed first, so the producer's output lies in it."""
     image = _Image()
-    # A padded image a producer stores into comes first: the producer's output lies in it.
     images: dict[tuple[int, str], int] = {}
     outputs: dict[int, int] = {}
     for position, member in enumerate(stage):
@@ -380,16 +439,22 @@ def _run_stage(executor: NpuExecutor, stage: list[_Member],
             else:
                 new = image.take(placed.nbytes)
             regions.append(Region(placed.base, placed.nbytes, new))
-        own_end = max((p.base + p.nbytes for p in compiled.dram.values()), default=0)
-        if compiled.dram_bytes > own_end:
-            scratch = compiled.dram_bytes - own_end
-            regions.append(Region(own_end, scratch, image.take(scratch)))
+        scratch = _scratch(compiled)
+        if scratch is not None:
+            regions.append(Region(*scratch, image.take(scratch[1])))
         outputs[position] = next(r.new for r, b in zip(regions, compiled.dram)
                                  if b is member.output)
         parts.append(Part(compiled.program, tuple(regions)))
-    with executor.timings.measure("link"):
-        linked = link(parts, config)
-    dram = np.zeros(image.size, np.uint8)
+    return parts, outputs, image.size
+
+
+def _filled(executor: NpuExecutor, stage: list[_Member], parts: list[Part],
+            values: Mapping[str, np.ndarray], size: int
+            ) -> tuple[np.ndarray, list[list[np.ndarray]]]:
+    """The stage's DRAM image before it runs, every member's packed inputs in their regions
+    (an input an earlier member stores is left to it, but a padded image's halo, which the
+    pack fills), and the arrays each member's pack was given."""
+    dram = np.zeros(size, np.uint8)
     arrays_of = []
     for member, part in zip(stage, parts):
         arrays = [values[name] if name in values else _placeholder(stage, name)
@@ -399,7 +464,6 @@ def _run_stage(executor: NpuExecutor, stage: list[_Member],
             packed = member.choice.form.pack(arrays)
         for (buffer, placed), region in zip(member.compiled.dram.items(), part.regions):
             alias = member.aliases.get(buffer.name)
-            # A plain alias holds its producer's output; an image's halo comes from the pack.
             if alias is not None and not alias.image or buffer.name not in packed:
                 continue
             raw = np.ascontiguousarray(packed[buffer.name])
@@ -408,33 +472,7 @@ def _run_stage(executor: NpuExecutor, stage: list[_Member],
                                 f"{raw.shape} {raw.dtype}, its kernel requires "
                                 f"{buffer.shape} {buffer.dtype}")
             dram[region.new:region.new + placed.nbytes] = raw.reshape(-1).view(np.uint8)
-    with executor.timings.measure("simulate"):
-        sim = simulate(linked.program, config, dram)
-    table = sim.records.table()
-    ends, first = _part_ends(table, linked.executed)
-    seconds = (time.perf_counter() - start) / len(stage)
-    produced: dict[str, np.ndarray] = {}
-    runs = []
-    span = f"layers {stage[0].index}-{stage[-1].index}" if len(stage) > 1 \
-        else f"layer {stage[0].index}"
-    for position, (member, part) in enumerate(zip(stage, parts)):
-        out = member.output
-        base = outputs[position]
-        raw = sim.dram[base:base + out.size * element_bytes(out)]
-        arrays = [produced.get(name, array)
-                  for name, array in zip(member.layer.inputs, arrays_of[position])]
-        with executor.timings.measure("unpack and epilogue"):
-            output = member.choice.form.unpack(
-                raw.view(out.dtype.numpy).reshape(out.shape).copy(), arrays)
-        produced[member.layer.output] = output
-        begin = ends[position - 1] if position else 0
-        cycles = ends[position] - begin
-        figures = counts(part.program, config)
-        notes = _notes(member, stage, number, span)
-        runs.append((member.index, _layer_run(
-            executor, member, output, cycles, figures, notes, seconds,
-            part_timeline(table, first[position], begin, ends[position]))))
-    return runs, sim.cycles, sum(linked.executed)
+    return dram, arrays_of
 
 
 class _Image:

@@ -142,3 +142,17 @@ def test_a_convolution_stores_into_the_next_ones_padded_input(tmp_path, context)
     assert set(convs) <= set(stage.layers)
     assert "stored into the next convolution's padded input" in run.notes[convs[0]]
     assert f"reads the output of {run.records[convs[0]]['name']}" in run.notes[convs[1]]
+
+
+def test_a_stage_ends_before_its_image_would_pass_the_dram_addresses(tmp_path, context,
+                                                                      monkeypatch):
+    from tensorize.model import npu_stages
+
+    graph = import_model(models.save(models.quantize(bottleneck(), tmp_path), tmp_path,
+                                     "bottleneck.onnx"))
+    monkeypatch.setattr(npu_stages, "DRAM_SPAN", 1)
+    run = run_model(graph, context("npu"), programs="stage")
+    assert run.ok
+    assert all(len(stage.layers) == 1 for stage in run.stages)
+    assert any("past the 1 bytes a transfer can address" in (s.ends or "")
+               for s in run.stages)
