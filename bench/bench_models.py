@@ -66,6 +66,34 @@ def network_seconds(graph, target: str, threads: int, runs: int = 5):
     return timings["ours"], timings["onnxruntime"]
 
 
+def npu_table(doc: str, header: str, compare) -> None:
+    """A bench's table of networks on one NPU: the options (``--networks``, ``--machine``,
+    ``--small``, ``--keep``), the command and ``header`` (the table's first line), then
+    ``compare(name, path, ctx)`` per network, which prints its row."""
+    from targets.npu import load_machine, machine_registry
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--networks", nargs="+", choices=NETWORKS, default=["resnet50"])
+    parser.add_argument("--machine", metavar="FILE.yaml",
+                        help="the NPU (default: the built-in 16x16)")
+    parser.add_argument("--small", action="store_true", help="the tests' small sizes")
+    parser.add_argument("--keep", metavar="DIR", help="keep the built models in DIR")
+    args = parser.parse_args()
+    if args.machine:  # a bench is an edge: the machine file, or the built-in descriptions
+        ctx = make_context(machine_registry(args.machine), "npu",
+                           machine=load_machine(args.machine))
+    else:
+        ctx = make_context(default_registry(), "npu")
+    print(f"# {' '.join(sys.argv)}")
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(args.keep or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in args.networks:
+            compare(name, model_path(name, folder, args.small), ctx)
+
+
 def model_path(name: str, folder: Path, small: bool) -> Path:
     """The int8 network ``name`` in ``folder``, built and quantised there first if missing."""
     sizes = networks.SMALL[name] if small else {}

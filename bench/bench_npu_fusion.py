@@ -16,20 +16,20 @@ assertions.
 
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_models import NETWORKS, model_path
+from bench_models import npu_table
 
-from intrinsics import default_registry
 from ir.onnx import import_model
-from targets.npu import load_machine, machine_registry
 from tensorize.model import run_model
-from tensorize.runners import make_context
+
+
+HEADER = ("| network | machine | layers with the epilogue in the GEMM's program | cycles, "
+          "fused | cycles, unfused | unfused / fused | DRAM bytes, fused | DRAM bytes, "
+          "unfused | bytes saved | saved bytes as port cycles | cycles saved | exact |")
 
 
 def compare(name: str, path: Path, ctx) -> None:
@@ -54,28 +54,7 @@ def compare(name: str, path: Path, ctx) -> None:
 
 def main() -> None:
     """Parse the options and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--networks", nargs="+", choices=NETWORKS, default=["resnet50"])
-    parser.add_argument("--machine", metavar="FILE.yaml",
-                        help="the NPU (default: the built-in 16x16)")
-    parser.add_argument("--small", action="store_true", help="the tests' small sizes")
-    parser.add_argument("--keep", metavar="DIR", help="keep the built models in DIR")
-    args = parser.parse_args()
-    if args.machine:  # a bench is an edge: the machine file, or the built-in descriptions
-        ctx = make_context(machine_registry(args.machine), "npu",
-                           machine=load_machine(args.machine))
-    else:
-        ctx = make_context(default_registry(), "npu")
-    print(f"# {' '.join(sys.argv)}")
-    print("| network | machine | layers with the epilogue in the GEMM's program | cycles, "
-          "fused | cycles, unfused | unfused / fused | DRAM bytes, fused | DRAM bytes, "
-          "unfused | bytes saved | saved bytes as port cycles | cycles saved | exact |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(args.keep or tmp)
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in args.networks:
-            compare(name, model_path(name, folder, args.small), ctx)
+    npu_table(__doc__, HEADER, compare)
 
 
 if __name__ == "__main__":

@@ -17,22 +17,17 @@ wall time both ways. Figures, not assertions.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_models import NETWORKS, model_path
+from bench_models import npu_table
 
-from intrinsics import default_registry
 from ir.onnx import import_model
-from targets.npu import load_machine, machine_registry
 from tensorize.model import run_model
-from tensorize.runners import make_context
 
 
 def ends_kind(ends: str | None) -> str:
@@ -44,6 +39,11 @@ def ends_kind(ends: str | None) -> str:
     if "runs on the host" in ends:
         return "a host layer"
     return "a program of its own"
+
+
+HEADER = ("| network | machine | layers in stages | stages | longest | cycles, a program "
+          "per layer | cycles, a program per stage | saved | DRAM bytes | stages end at | "
+          "tool time, per layer / per stage | exact |")
 
 
 def compare(name: str, path: Path, ctx) -> None:
@@ -71,28 +71,7 @@ def compare(name: str, path: Path, ctx) -> None:
 
 def main() -> None:
     """Parse the options and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--networks", nargs="+", choices=NETWORKS, default=["resnet50"])
-    parser.add_argument("--machine", metavar="FILE.yaml",
-                        help="the NPU (default: the built-in 16x16)")
-    parser.add_argument("--small", action="store_true", help="the tests' small sizes")
-    parser.add_argument("--keep", metavar="DIR", help="keep the built models in DIR")
-    args = parser.parse_args()
-    if args.machine:  # a bench is an edge: the machine file, or the built-in descriptions
-        ctx = make_context(machine_registry(args.machine), "npu",
-                           machine=load_machine(args.machine))
-    else:
-        ctx = make_context(default_registry(), "npu")
-    print(f"# {' '.join(sys.argv)}")
-    print("| network | machine | layers in stages | stages | longest | cycles, a program "
-          "per layer | cycles, a program per stage | saved | DRAM bytes | stages end at | "
-          "tool time, per layer / per stage | exact |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(args.keep or tmp)
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in args.networks:
-            compare(name, model_path(name, folder, args.small), ctx)
+    npu_table(__doc__, HEADER, compare)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ buffer in one copy.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +56,7 @@ from targets.npu.coalesce import bank_rows, coalesce, merged
 from targets.npu.memory import DRAM_ALIGN, InDram, OnChip, element_bytes
 from targets.npu.remap import Remap, RemapRefused, discarded_bytes, expand, region_rows
 from targets.npu.reroll import Fold, Mark, RerollFailed, reroll
-from targets.npu.tokens import Merge, insert_tokens, stuck
+from targets.npu.tokens import Merge, balance, insert_tokens, stuck
 
 _QUEUE_OF_KIND = {"load": Queue.LOAD, "store": Queue.STORE, "compute": Queue.COMPUTE,
                   "fill": Queue.COMPUTE}
@@ -184,17 +183,10 @@ def _tokens(items: list, sizes: dict[str, int], config: MachineConfig) -> list:
 def _check_tokens_balance(program: list[Instruction]) -> None:
     """Every token pushed is popped, counting each loop's iterations: folding kept the
     pairing of the straight-line tokens (a safety net; the simulator checks every access)."""
-    balance: Counter[tuple[int, int]] = Counter()
-    for node in placed(structure(program)):
-        deps, q = node.insn.deps, int(node.insn.queue)
-        times = math.prod(node.counts)
-        balance[(q, q - 1)] += deps.push_prev * times
-        balance[(q, q + 1)] += deps.push_next * times
-        balance[(q - 1, q)] -= deps.pop_prev * times
-        balance[(q + 1, q)] -= deps.pop_next * times
-    if any(balance.values()):
+    counted = balance(placed(structure(program)))
+    if any(counted.values()):
         raise ExecutionError(f"internal error: folded NPU program pairs tokens unevenly "
-                             f"({dict(balance)})")
+                             f"({dict(counted)})")
 
 
 @dataclass

@@ -29,14 +29,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ir.errors import ExecutionError
 from simulator.config import FloatDatapathConfig, MachineConfig, element_bytes
 from simulator.isa import STEP_FIELDS, Deps, Finish, Gemm, Instruction, Load, Nop, Queue, Store
 from simulator.loops import Placed, placed, span, structure
-from targets.npu.tokens import Access, accesses, stuck
+from targets.npu.tokens import Access, accesses, balance, stuck
 
 
 class LinkError(ExecutionError):
@@ -82,7 +82,7 @@ def link(parts: Sequence[Part], config: MachineConfig) -> Linked:
     datapath = config.datapath
     words: list[Instruction] = []
     executed: list[int] = []
-    balance: Counter[tuple[int, int]] = Counter()
+    paired: Counter[tuple[int, int]] = Counter()
     last: list[Placed] = []  # the previous part's instructions, at their words here
     for number, part in enumerate(parts):
         program, nodes = _relocated(part, datapath)
@@ -92,12 +92,12 @@ def link(parts: Sequence[Part], config: MachineConfig) -> Linked:
         if words:
             words, seam = _seam(words, last, nodes, datapath)
             executed[-1] += len(seam)
-            balance.update(_balance(Placed(0, insn, (), (), ()) for insn in seam))
+            paired.update(balance(Placed(0, insn, (), (), ()) for insn in seam))
         offset = len(words)
         words += program[:-1]
         last = [node._replace(index=node.index + offset) for node in nodes]
-        balance.update(_balance(nodes))
-        balance.update(_balance([Placed(0, finish, (), (), ())]))
+        paired.update(balance(nodes))
+        paired.update(balance([Placed(0, finish, (), (), ())]))
         kept = number == len(parts) - 1 or finish.deps.bits
         if number == len(parts) - 1:
             words.append(finish)
@@ -105,9 +105,9 @@ def link(parts: Sequence[Part], config: MachineConfig) -> Linked:
             # Its tokens pair with the program's own: a compute NOP keeps them.
             words.append(Nop(Queue.COMPUTE, finish.deps))
         executed.append(sum(math.prod(node.counts) for node in nodes) + bool(kept))
-    if any(balance.values()):
+    if any(paired.values()):
         raise ExecutionError(f"internal error: the linked NPU program pairs tokens unevenly "
-                             f"({dict(balance)})")
+                             f"({dict(paired)})")
     depths = (config.queues.token_depth, config.queues.instruction_depth)
     why = stuck(words, *depths)
     if why is not None:
@@ -256,20 +256,6 @@ def _footprint(nodes: Sequence[Placed], datapath: FloatDatapathConfig | None
 
 def _overlap(ours: Sequence[Access], theirs: Sequence[Access]) -> bool:
     return any(m == n and lo < hi2 and lo2 < hi for m, lo, hi in ours for n, lo2, hi2 in theirs)
-
-
-def _balance(nodes: Iterable[Placed]) -> Counter[tuple[int, int]]:
-    """Per channel (from queue, to queue), the tokens ``nodes`` push less those they pop,
-    each loop's iterations counted."""
-    balance: Counter[tuple[int, int]] = Counter()
-    for node in nodes:
-        deps, q = node.insn.deps, int(node.insn.queue)
-        times = math.prod(node.counts)
-        balance[(q, q - 1)] += deps.push_prev * times
-        balance[(q, q + 1)] += deps.push_next * times
-        balance[(q - 1, q)] -= deps.pop_prev * times
-        balance[(q + 1, q)] -= deps.pop_next * times
-    return balance
 
 
 @dataclass(frozen=True, slots=True)

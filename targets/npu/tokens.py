@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Sequence
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -40,6 +42,7 @@ from simulator.isa import (
     Vec,
     VecOp,
 )
+from simulator.loops import Placed
 
 DRAM_CHUNK = 64  # DRAM hazards are tracked per 64-byte chunk (conservative, and small)
 
@@ -189,6 +192,21 @@ def insert_tokens(program: Sequence[Instruction | T], sizes: dict[str, int],
     flags.append({})
     return [insn if not f else dataclasses.replace(insn, deps=Deps(**{**_flags(insn), **f}))
             for insn, f in zip(out, flags)]
+
+
+def balance(nodes: Iterable[Placed]) -> Counter[tuple[int, int]]:
+    """Per channel (from queue, to queue), the tokens ``nodes`` (a program's instructions,
+    :func:`simulator.loops.placed`) push less those they pop, each loop's iterations counted:
+    all zero for a program whose every push is popped."""
+    counted: Counter[tuple[int, int]] = Counter()
+    for node in nodes:
+        deps, q = node.insn.deps, int(node.insn.queue)
+        times = math.prod(node.counts)
+        counted[(q, q - 1)] += deps.push_prev * times
+        counted[(q, q + 1)] += deps.push_next * times
+        counted[(q - 1, q)] -= deps.pop_prev * times
+        counted[(q + 1, q)] -= deps.pop_next * times
+    return counted
 
 
 def stuck(program: Sequence[Instruction | T], token_depth: int, instruction_depth: int
