@@ -24,7 +24,7 @@ import numpy as np
 
 from ir.onnx import kernels
 from ir.onnx.channels_last import DepthwiseNhwc
-from ir.onnx.fused import round_up
+from ir.onnx.fused import ConvImage, ImagePack, round_up
 from ir.onnx.graph import Arrays, Layer
 
 _HOST_WORK = "host: the input's windows gathered per channel group in the pack"
@@ -55,6 +55,9 @@ class DepthwiseGemm:
     # The layer on its input held channels last, with no diagonal tiles: for a caller that
     # keeps activations so and compiles it as it is (:mod:`tensorize.model.native`).
     nhwc: DepthwiseNhwc | None = None
+    # The convolution's input and shape, for a kernel that gathers its windows itself
+    # (:meth:`implicit_layer`); None: not known.
+    image: ConvImage | None = None
 
     def layer(self, base: Layer, tile: tuple[int, int, int]) -> Layer:
         """``base`` as :func:`ir.onnx.kernels.grouped_matmul_requantised` over groups of
@@ -74,6 +77,25 @@ class DepthwiseGemm:
         return Layer(base.name, base.op, base.inputs, base.output, base.input_shapes,
                      base.output_shape, base.output_dtype, base.macs, base.detail, func,
                      pack, self._unpack(), epilogue=self.host_work)
+
+    def implicit_layer(self, base: Layer, tile: tuple[int, int, int]) -> Layer | None:
+        """:meth:`layer` whose kernel gathers each group's windows from the convolution's
+        padded channels-last input itself (:func:`ir.onnx.kernels.
+        grouped_conv_rows_requantised`), which a device whose transfers gather does in them;
+        the pack then hands over that input. None without the input's shape, for a single
+        group (the plain GEMM's form), or where the channels are no whole groups."""
+        sizes = self._sizes(tile)
+        groups, mp, kp, width = sizes
+        if self.image is None or groups == 1 or self.image.shape.c % width:
+            return None
+        q = self.requantisation
+        func = kernels.grouped_conv_rows_requantised(self.image.shape, mp, kp, width, q)
+        family = kernels.KernelFamily(("grouped_conv_rows_requantised", self.image.shape, mp,
+                                       kp, width), q)
+        return Layer(base.name, base.op, base.inputs, base.output, base.input_shapes,
+                     base.output_shape, base.output_dtype, base.macs, base.detail, func,
+                     ImagePack(self, len(base.inputs), None, self._constants(sizes)),
+                     self._unpack(), family=family)
 
     def joined(self, base: Layer, add: Layer, tile: tuple[int, int, int]) -> Layer:
         """Refused: no residual add joins a depthwise layer."""

@@ -512,29 +512,79 @@ def depthwise_requantised(shape: ConvShape, q: Requantisation) -> PrimFunc:
     return te.create_prim_func([X, W, bias, scale, out], "depthwise_requantised")
 
 
+@functools.cache
+def grouped_conv_rows_requantised(shape: ConvShape, rows: int, depth: int, width: int,
+                                  q: Requantisation) -> PrimFunc:
+    """:func:`grouped_matmul_requantised` of a depthwise convolution (its channels in
+    groups of ``width``, each group's window taps times ``width`` deep, padded to ``depth``,
+    its rows padded to ``rows``), the rows gathered from the padded channels-last input
+    ``X`` by a copy in the kernel, as :func:`conv_rows_requantised` gathers a convolution's:
+    ``A[g, p, t * width + i]`` is channel ``g * width + i`` of output pixel ``p``'s window
+    at tap ``t``, zeros past the pixels and taps. Parameters ``X``, ``B`` (``groups x depth x
+    width``, diagonal tiles), ``Bias`` and ``Scale`` (``groups x width``) and the int8
+    output (``groups x rows x width``). Cached like :func:`conv2d`."""
+    s = shape
+    if not s.depthwise or s.c % width:
+        raise ValueError(f"grouped_conv_rows_requantised requires a depthwise convolution "
+                         f"of whole groups of {width} channels, got {s.groups} groups of "
+                         f"{s.c} channels")
+    top, left, bottom, right = s.pads
+    oh, ow = s.out_hw
+    (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
+    m, k, groups = s.n * oh * ow, kh * kw * width, s.c // width
+    X = te.placeholder((s.n, s.h + top + bottom, s.w + left + right, s.c), "int8", "X")
+
+    def window(g: ir.Expr, i: ir.Expr, j: ir.Expr) -> ir.Expr:
+        # Wrapped into range as _image_rows wraps them: past the rows and taps, the select
+        # takes its zero.
+        y, x = (i % m if rows > m else i), (j % k if depth > k else j)
+        tap = x // width
+        value = X[y // (oh * ow), y // ow % oh * sh + tap // kw * dh,
+                  y % ow * sw + tap % kw * dw, g * width + x % width]
+        if (rows, depth) == (m, k):
+            return value
+        inside = i < m if depth == k else (j < k if rows == m else ir.and_(i < m, j < k))
+        return te.if_then_else(inside, value, ir.const(0, "int8"))
+
+    A = te.compute((groups, rows, depth), window, "im2col")
+    B = te.placeholder((groups, depth, width), "int8", "B")
+    r = te.reduce_axis(depth, "k")
+    acc = te.compute((groups, rows, width), lambda g, i, j: te.sum(
+        ir.cast("int32", A[g, i, r]) * ir.cast("int32", B[g, r, j]), axis=r), "matmul")
+    bias, scale, out = _requantised(acc, q, grouped=True)
+    return te.create_prim_func([X, B, bias, scale, out], "grouped_conv_rows_requantised")
+
+
 def stored_in_image(func: PrimFunc, image: tuple[int, int, int], padded: tuple[int, int]
                     ) -> PrimFunc:
-    """``func`` (whose last parameter is an int8 ``rows x channels`` output, a row per
-    pixel of an ``image`` = ``(n, h, w)`` in order, rows past them padding) with that
-    output copied into the image a convolution after it reads: ``Image``, ``(n,) + padded
-    + (channels,)``, each pixel ``(b, y, x)`` at ``Image[b, y, x]``. Placed
-    ``top * padded[1] + left`` pixels into the next convolution's padded input, that is its
-    interior; the rest of ``Image`` is left as it was (the halo the caller fills). The
-    output becomes an intermediate and the copy a block after the kernel's, which a device
-    whose stores scatter does in them."""
+    """``func`` (whose last parameter is an int8 output of a row per pixel of an ``image``
+    = ``(n, h, w)`` in order, rows past them padding: ``rows x channels``, or ``groups x
+    rows x width``, a depthwise layer's channels by group) with that output copied into the
+    image a convolution after it reads: ``Image``, ``(n,) + padded + (channels,)`` (grouped:
+    ``(groups, width)`` in place of ``channels``, the same bytes), each pixel ``(b, y, x)``
+    at ``Image[b, y, x]``. Placed ``top * padded[1] + left`` pixels into the next
+    convolution's padded input, that is its interior (with ``padded`` the image's own size,
+    the input itself); the rest of ``Image`` is left as it was (the halo the caller fills).
+    The output becomes an intermediate and the copy a block after the kernel's, which a
+    device whose stores scatter does in them."""
     out = func.params[-1]
     n, h, w = image
-    rows, channels = out.shape
-    if out.dtype.numpy != np.int8 or rows < n * h * w or padded[0] < h or padded[1] < w:
+    rows = out.shape[-2]
+    if out.dtype.numpy != np.int8 or len(out.shape) not in (2, 3) or rows < n * h * w or \
+            padded[0] < h or padded[1] < w:
         raise ValueError(f"stored_in_image requires an int8 output of at least {n * h * w} "
                          f"rows for a {n}x{h}x{w} image inside {padded}, got {out.shape} "
                          f"{out.dtype}")
     source = te.placeholder(out.shape, "int8", out.name)
-    copy = te.compute((n, h, w, channels),
-                      lambda b, y, x, c: source[(b * h + y) * w + x, c], "Image")
+    if len(out.shape) == 2:
+        copy = te.compute((n, h, w, out.shape[1]),
+                          lambda b, y, x, c: source[(b * h + y) * w + x, c], "Image")
+    else:
+        copy = te.compute((n, h, w, out.shape[0], out.shape[2]),
+                          lambda b, y, x, g, c: source[g, (b * h + y) * w + x, c], "Image")
     scatter = te.create_prim_func([source, copy], "stored_in_image")
     target = scatter.params[-1]
-    placed = Buffer(target.name, (n, *padded, channels), "int8", scope=target.scope)
+    placed = Buffer(target.name, (n, *padded, *target.shape[3:]), "int8", scope=target.scope)
     body = replace_buffers(scatter.root.body, {scatter.params[0]: out, target: placed})
     root = make_root(seq(func.root.body, body), func.allocs + (out,))
     return PrimFunc(f"{func.name}_in_image", func.params[:-1] + (placed,), root)

@@ -269,7 +269,8 @@ def integer_conv(name: str, op: str, x: str, x_shape: Sequence[int], xq: QParams
             nhwc = DepthwiseNhwc(computed, x_zp, w, bias, scales, out_q.requantisation)
             return DepthwiseGemm(lambda arrays: gathered(arrays).reshape(rows, taps, shape.c),
                                  rows, w.reshape(taps, shape.c), bias, scales,
-                                 out_q.requantisation, output, nhwc=nhwc)
+                                 out_q.requantisation, output, nhwc=nhwc,
+                                 image=ConvImage(shape, padded))
 
         def output_rows(tensor: np.ndarray) -> np.ndarray:
             return np.ascontiguousarray(tensor.transpose(0, 2, 3, 1)).reshape(rows, -1)

@@ -30,6 +30,7 @@ import numpy as np
 from ir import BlockRealize, ExecutionError, IterKind
 from intrinsics import runnable
 from ir.onnx import Graph, Layer
+from ir.onnx.depthwise import DepthwiseGemm
 from ir.onnx.fused import FusedGemm
 from ir.onnx.residual import residual_joins
 from tensorize.model.check import hardware_check
@@ -284,6 +285,7 @@ class NpuExecutor(Executor):
         self._plans: dict[int, tuple[Any, Any, Any]] = {}
         self._fused_layers: dict[int, tuple[Layer, Layer]] = {}
         self._implicit_layers: dict[int, tuple[Layer, Layer | None]] = {}
+        self._gathering_layers: dict[int, tuple[Layer, Layer | None]] = {}
         # The first kernel planned of each family (KernelFamily.key): its constants, outcome
         # and plan, which the family's other kernels retarget.
         self._families: dict[tuple, tuple[Any, Any, Any]] = {}
@@ -469,6 +471,24 @@ class NpuExecutor(Executor):
                 reason = f"{fused}; the layer's own kernel: {reason}"
             return Refused(form, reason)
         return DeviceForm(form, outcome, plan[0], plan[1], note)
+
+    def gathering_form(self, layer: Layer) -> DeviceForm | None:
+        """``layer``'s form whose program gathers its input's windows itself where the
+        machine runs it whole and the layer's own form leaves that to the pack (a depthwise
+        layer's grouped GEMMs, :meth:`ir.onnx.depthwise.DepthwiseGemm.implicit_layer`): for
+        a caller that keeps the input in the device's layout
+        (:mod:`tensorize.model.npu_stages`); None where there is none."""
+        if isinstance(self._tile, str) or not isinstance(layer.fused, DepthwiseGemm):
+            return None
+        form = _cached_form(self._gathering_layers, layer, lambda base: self._row_tiled(
+            lambda tile: base.fused.implicit_layer(base, tile)))
+        device = None if form is None else self.on_device(form)
+        if device is None or isinstance(device, str):
+            return None
+        form, outcome, (planned, calls) = device
+        return DeviceForm(form, outcome, planned, calls,
+                          "grouped GEMMs of diagonal tiles, the windows gathered by the "
+                          "program's loads, requantised on the vector unit, in the program")
 
     def run(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
         """Run ``layer``: its device form (:meth:`device_form`) simulated; without fusion, a

@@ -115,6 +115,9 @@ class StagedRuns:
             member, alone = _member(self.executor, index, layer)
             why = None if member is None or not stage else _fits(stage, member) or \
                 _joins(self.executor, stage, member)
+            if why is not None:
+                # A form that gathers its input from the device's layout may join instead.
+                member, why = _gathering(self.executor, stage, member, why)
             if member is not None and stage and why is None:
                 stage.append(member)
                 continue
@@ -138,12 +141,26 @@ class StagedRuns:
         yield from runs
 
 
-def _member(executor: NpuExecutor, index: int, layer: Layer
-            ) -> tuple[_Member | None, str | None]:
-    """``layer`` as a stage member, where its device form is one NPU program (no host
-    stage) that the linker can move; else None and what it runs as instead (it runs as
-    the per-layer run runs it)."""
-    choice = executor.device_form(layer)
+def _gathering(executor: NpuExecutor, stage: list[_Member], member: _Member, why: str
+               ) -> tuple[_Member, str | None]:
+    """``member`` in the form that gathers its input itself
+    (:meth:`NpuExecutor.gathering_form`) where that form joins ``stage``; else ``member``
+    and ``why`` it does not."""
+    choice = executor.gathering_form(member.layer)
+    other = None if choice is None else _member(executor, member.index, member.layer,
+                                                choice)[0]
+    if other is None or _fits(stage, other) is not None or \
+            _joins(executor, stage, other) is not None:
+        return member, why
+    return other, None
+
+
+def _member(executor: NpuExecutor, index: int, layer: Layer,
+            choice: DeviceForm | None = None) -> tuple[_Member | None, str | None]:
+    """``layer`` as a stage member, in its device form (or ``choice``), where that is one
+    NPU program (no host stage) that the linker can move; else None and what it runs as
+    instead (it runs as the per-layer run runs it)."""
+    choice = choice or executor.device_form(layer)
     if not isinstance(choice, DeviceForm):
         return None, f"runs on the host ({choice.reason})"
     if len(choice.planned.stages) != 1 or choice.planned.stages[0].compiled is None:
@@ -246,7 +263,9 @@ def _into_image(executor: NpuExecutor, producer: _Member, form: Layer, param: An
     padded = (shape.h + top + bottom, shape.w + left + right)
     m, n = made.fused.m, made.fused.weights.shape[1]
     out = producer.choice.form.func.params[-1]
-    if m != shape.n * shape.h * shape.w or n != shape.c or out.shape[1] != n or \
+    # A depthwise layer's output holds its channels by group: groups x rows x width.
+    stored = out.shape[-1] * (out.shape[0] if len(out.shape) == 3 else 1)
+    if m != shape.n * shape.h * shape.w or n != shape.c or stored != n or \
             param.shape != (shape.n, *padded, shape.c) or not _interior_matches(
                 made.fused, layout, (shape.n, shape.h, shape.w), (top, left)):
         return None
@@ -261,8 +280,10 @@ def _into_image(executor: NpuExecutor, producer: _Member, form: Layer, param: An
             device[2][0].stages[0].compiled is None:
         return None
     _, outcome, (planned, calls) = device
-    note = "; ".join(filter(None, [producer.choice.note, "its output stored into the next "
-                                   "convolution's padded input, in the program"]))
+    where = "into the next convolution's padded input" if any(shape.pads) else \
+        "in the next convolution's input layout"
+    note = "; ".join(filter(None, [producer.choice.note,
+                                   f"its output stored {where}, in the program"]))
     member = _Member(producer.index, producer.layer,
                      DeviceForm(stored, outcome, planned, calls, note), producer.aliases)
     try:

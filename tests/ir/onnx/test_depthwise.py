@@ -63,6 +63,27 @@ def test_the_grouped_form_equals_onnxruntime(net, tile):
         assert got.dtype == expected[layer.output].dtype
 
 
+def test_the_form_gathering_its_own_windows_equals_onnxruntime(tmp_path):
+    # 32 channels: two whole groups of 16, the form's condition; both layers (pad 1, and
+    # stride 2) gather their windows from the padded input in the kernel.
+    built = models.quantize(depthwise_net(channels=32), tmp_path)
+    graph = import_model(models.save(built, tmp_path, "dw32.onnx"))
+    inputs = random_inputs(graph, 4)
+    expected = run_reference(graph, inputs)
+    for layer in _depthwise(graph):
+        form = layer.fused.implicit_layer(layer, (16, 16, 16))
+        assert form.func.params[0].name == "X" and form.func.params[0].shape[1] in (11, 9)
+        arrays = [expected.get(name, inputs.get(name)) for name in layer.inputs]
+        np.testing.assert_array_equal(run_on_host(form, arrays), expected[layer.output],
+                                      err_msg=layer.name)
+
+
+def test_no_form_gathers_windows_of_a_partial_group(net):
+    graph, _, _ = net
+    assert all(layer.fused.implicit_layer(layer, (16, 16, 16)) is None
+               for layer in _depthwise(graph))
+
+
 def test_the_unfused_programs_equal_onnxruntime(net):
     graph, inputs, expected = net
     for layer in _depthwise(graph):

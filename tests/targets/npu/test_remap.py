@@ -220,3 +220,25 @@ def test_rows_stored_into_a_padded_image_go_out_one_image_row_at_a_time():
     expected = host.run(base, inputs)[base.params[-1].name]
     assert np.array_equal(image[0, :12, :12].reshape(144, 16), expected)
     assert (image[0, 12:] == 77).all() and (image[0, :, 12:] == 77).all()
+
+
+def test_a_depthwise_layers_windows_and_channels_go_through_its_transfers():
+    # Depthwise 3x3 over 14 x 14 x 32 as two groups of 16 channels: its loads gather each
+    # tap's 16 channels from the padded image, and its stores lay the groups' channels side
+    # by side as the next layer reads them, (n, h, w, groups, 16), the bytes of (n, h, w, c).
+    shape = kernels.ConvShape(1, 32, 14, 14, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 32)
+    base = kernels.grouped_conv_rows_requantised(shape, 208, 144, 16, QUANT)
+    func = kernels.stored_in_image(base, (1, 14, 14), (14, 14))
+    result = auto_tensorize(func, "npu", registry=REGISTRY, config=CONFIG)
+    planned = npu.plan(result.func, CONFIG, lookup=REGISTRY.get)
+    (stage,) = planned.stages
+    assert stage.compiled is not None and set(stage.compiled.folded) == {"im2col", "Image"}
+    rng = np.random.default_rng(9)
+    inputs = {"X": rng.integers(-128, 128, (1, 16, 16, 32), dtype=np.int8),
+              "B": rng.integers(-128, 128, (2, 144, 16), dtype=np.int8),
+              "Bias": rng.integers(-900, 900, (2, 16)).astype(np.int32),
+              "Scale": rng.uniform(1e-3, 0.05, (2, 16)).astype(np.float32)}
+    image = npu.execute(planned, inputs).outputs["Image"]
+    expected = host.run(base, inputs)[base.params[-1].name]  # groups x rows x 16
+    assert image.shape == (1, 14, 14, 2, 16)
+    assert np.array_equal(image.reshape(196, 2, 16).transpose(1, 0, 2), expected[:, :196])

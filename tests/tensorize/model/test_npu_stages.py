@@ -156,3 +156,38 @@ def test_a_stage_ends_before_its_image_would_pass_the_dram_addresses(tmp_path, c
     assert all(len(stage.layers) == 1 for stage in run.stages)
     assert any("past the 1 bytes a transfer can address" in (s.ends or "")
                for s in run.stages)
+
+
+def inverted_residual(size: int = 8):
+    """MobileNet-v2's block: 1x1 expansion of 16 to 32 channels, depthwise 3x3 (pad 1),
+    1x1 projection back to 16, with ReLUs after the first two."""
+    rng = np.random.default_rng(12)
+    nodes = [helper.make_node("Conv", ["x", "we", "be"], ["e"], name="expand"),
+             helper.make_node("Relu", ["e"], ["re"], name="relu_e"),
+             helper.make_node("Conv", ["re", "wd", "bd"], ["d"], name="depthwise", group=32,
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["d"], ["rd"], name="relu_d"),
+             helper.make_node("Conv", ["rd", "wp", "bp"], ["y"], name="project")]
+    inits = [models.weights(rng, name, shape) for name, shape in (
+        ("we", [32, 16, 1, 1]), ("be", [32]), ("wd", [32, 1, 3, 3]), ("bd", [32]),
+        ("wp", [16, 32, 1, 1]), ("bp", [16]))]
+    return models.model(nodes, [("x", TensorProto.FLOAT, [1, 16, size, size])],
+                        [("y", TensorProto.FLOAT, [1, 16, size, size])], inits)
+
+
+def test_a_depthwise_layer_gathers_its_windows_to_join_a_stage(tmp_path, context):
+    # Per layer, the depthwise layer's windows are gathered by its pack; in a stage the
+    # expansion stores into its padded input, its loads gather the windows, and its stores
+    # lay its channel groups out as the projection reads them: one program of three.
+    graph = import_model(models.save(models.quantize(inverted_residual(), tmp_path),
+                                     tmp_path, "block.onnx"))
+    run = run_model(graph, context("npu"), programs="stage")
+    assert run.ok
+    convs = [r["index"] for r in run.records if r["op"].startswith("QDQ Conv")]
+    assert len(convs) == 3 and all(run.records[i]["check"] == "exact" for i in convs)
+    (stage,) = [s for s in run.stages if convs[0] in s.layers]
+    assert set(convs) <= set(stage.layers)
+    expand, depthwise, _ = (run.notes[i] for i in convs)
+    assert "stored into the next convolution's padded input" in expand
+    assert "the windows gathered by the program's loads" in depthwise
+    assert "stored in the next convolution's input layout" in depthwise
