@@ -9,9 +9,11 @@ for byte (:func:`same_bytes`: a 1x1 convolution's rows are the previous convolut
 output rows; a joined residual add's skip is an earlier output as it lies), or, for a
 convolution reading a padded image, where the layer before stored its output into that
 image's interior (:func:`_into_image`; the pack fills the halo): the activation never goes
-back to the host between them. A stage ends where a layer needs the host first: its input
-must be laid out anew (a max pool's windows, a depthwise layer's channel groups), it runs
-on the host, or its plan has host stages. Its inputs from before the stage are packed on
+back to the host between them. A layer whose own form has the pack gather its input (a
+depthwise layer's windows) joins in the form whose loads gather them
+(:meth:`NpuExecutor.gathering_form`). A stage ends where a layer needs the host first: its
+input must be laid out anew (a max pool's windows), it runs on the host, or its plan has
+host stages. Its inputs from before the stage are packed on
 the host and placed in the image as the per-layer run places them.
 
 Each layer is checked against onnxruntime on the output it left in the stage's DRAM image;
