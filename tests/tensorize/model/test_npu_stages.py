@@ -128,18 +128,24 @@ def bottleneck(size: int = 8, channels: int = 16):
                         [("y", TensorProto.FLOAT, shape)], inits)
 
 
-def test_a_convolution_stores_into_the_next_ones_padded_input(tmp_path, context):
-    # The 3x3 convolution reads a padded image: the 1x1 convolution before it stores its
-    # output into that image's interior, the 3x3's pack fills the halo, and the three
-    # convolutions are one program.
-    graph = import_model(models.save(models.quantize(bottleneck(), tmp_path), tmp_path,
-                                     "bottleneck.onnx"))
+def three_convolutions_linked(built, tmp_path, context):
+    """``built`` (a float model of three convolutions) quantised and run per stage, checked
+    exact with its convolutions in one stage: the run and the convolutions' indices."""
+    graph = import_model(models.save(models.quantize(built, tmp_path), tmp_path, "m.onnx"))
     run = run_model(graph, context("npu"), programs="stage")
     assert run.ok
     convs = [r["index"] for r in run.records if r["op"].startswith("QDQ Conv")]
     assert len(convs) == 3 and all(run.records[i]["check"] == "exact" for i in convs)
     (stage,) = [s for s in run.stages if convs[0] in s.layers]
     assert set(convs) <= set(stage.layers)
+    return run, convs
+
+
+def test_a_convolution_stores_into_the_next_ones_padded_input(tmp_path, context):
+    # The 3x3 convolution reads a padded image: the 1x1 convolution before it stores its
+    # output into that image's interior, the 3x3's pack fills the halo, and the three
+    # convolutions are one program.
+    run, convs = three_convolutions_linked(bottleneck(), tmp_path, context)
     assert "stored into the next convolution's padded input" in run.notes[convs[0]]
     assert f"reads the output of {run.records[convs[0]]['name']}" in run.notes[convs[1]]
 
@@ -179,14 +185,7 @@ def test_a_depthwise_layer_gathers_its_windows_to_join_a_stage(tmp_path, context
     # Per layer, the depthwise layer's windows are gathered by its pack; in a stage the
     # expansion stores into its padded input, its loads gather the windows, and its stores
     # lay its channel groups out as the projection reads them: one program of three.
-    graph = import_model(models.save(models.quantize(inverted_residual(), tmp_path),
-                                     tmp_path, "block.onnx"))
-    run = run_model(graph, context("npu"), programs="stage")
-    assert run.ok
-    convs = [r["index"] for r in run.records if r["op"].startswith("QDQ Conv")]
-    assert len(convs) == 3 and all(run.records[i]["check"] == "exact" for i in convs)
-    (stage,) = [s for s in run.stages if convs[0] in s.layers]
-    assert set(convs) <= set(stage.layers)
+    run, convs = three_convolutions_linked(inverted_residual(), tmp_path, context)
     expand, depthwise, _ = (run.notes[i] for i in convs)
     assert "stored into the next convolution's padded input" in expand
     assert "the windows gathered by the program's loads" in depthwise
