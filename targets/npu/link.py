@@ -29,14 +29,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ir.errors import ExecutionError
-from simulator.config import FloatDatapathConfig, MachineConfig, element_bytes
+from simulator.config import FloatDatapathConfig, MachineConfig
 from simulator.isa import STEP_FIELDS, Deps, Finish, Gemm, Instruction, Load, Nop, Queue, Store
 from simulator.loops import Placed, placed, span, structure
-from targets.npu.tokens import Access, accesses, balance, stuck
+from targets.npu.tokens import Access, accesses, balance, row_bytes, stuck
 
 
 class LinkError(ExecutionError):
@@ -90,7 +90,7 @@ def link(parts: Sequence[Part], config: MachineConfig) -> Linked:
             raise LinkError("a program to link must end with FINISH")
         finish, nodes = program[-1], nodes[:-1]
         if words:
-            words, seam = _seam(words, last, nodes, datapath)
+            seam = _seam(words, last, nodes, datapath)
             executed[-1] += len(seam)
             paired.update(balance(Placed(0, insn, (), (), ()) for insn in seam))
         offset = len(words)
@@ -98,13 +98,14 @@ def link(parts: Sequence[Part], config: MachineConfig) -> Linked:
         last = [node._replace(index=node.index + offset) for node in nodes]
         paired.update(balance(nodes))
         paired.update(balance([Placed(0, finish, (), (), ())]))
-        kept = number == len(parts) - 1 or finish.deps.bits
+        # The last part keeps its FINISH; another's becomes a compute NOP where it holds
+        # tokens (they pair with the program's own), else goes.
+        kept = number == len(parts) - 1 or bool(finish.deps.bits)
         if number == len(parts) - 1:
             words.append(finish)
         elif kept:
-            # Its tokens pair with the program's own: a compute NOP keeps them.
             words.append(Nop(Queue.COMPUTE, finish.deps))
-        executed.append(sum(math.prod(node.counts) for node in nodes) + bool(kept))
+        executed.append(sum(math.prod(node.counts) for node in nodes) + kept)
     if any(paired.values()):
         raise ExecutionError(f"internal error: the linked NPU program pairs tokens unevenly "
                              f"({dict(paired)})")
@@ -155,25 +156,17 @@ def _dram_extent(node: Placed, datapath: FloatDatapathConfig | None) -> tuple[in
     low = high = insn.dram
     if node.steps:
         (low, _), (high, _) = span(node, STEP_FIELDS[type(insn)].index("dram"))
-    return low, high + (insn.rows - 1) * insn.stride + _row_bytes(insn, datapath)
+    return low, high + (insn.rows - 1) * insn.stride + row_bytes(insn, datapath)
 
 
-def _row_bytes(insn: Load | Store, datapath: FloatDatapathConfig | None) -> int:
-    """The DRAM bytes of one row a load or store moves."""
-    if isinstance(insn, Store):
-        return insn.cols * (1 if insn.narrow else 4)
-    if datapath is None:
-        return insn.cols * insn.element_bytes
-    return insn.cols * element_bytes(datapath, insn.mem.name.lower())
+def _seam(words: list[Instruction], last: list[Placed], after: list[Placed],
+          datapath: FloatDatapathConfig | None) -> list[Instruction]:
+    """The seam to the part whose instructions are ``after``, put into ``words`` (the
+    program so far, whose last part's instructions are ``last``): its store NOPs among
+    the words, then the NOPs that follow them, which are returned, all of them. Together
+    they start ``after``'s queues as early as the data allows.
 
-
-def _seam(before: list[Instruction], last: list[Placed], after: list[Placed],
-          datapath: FloatDatapathConfig | None) -> tuple[list[Instruction], list[Instruction]]:
-    """``before`` with the store NOPs of the seam to the part whose instructions are
-    ``after`` (``last``: the instructions of ``before``'s last part) put in, and the NOPs
-    that follow it: together they start ``after``'s queues as early as the data allows.
-
-    The store NOP pushed before the final run of ``before``'s stores says the stores before
+    The store NOP pushed before the final run of the program's stores says the stores before
     it have landed; a compute NOP, after every earlier compute instruction, takes that and
     lets ``after``'s loads begin. Where ``after`` touches what the run reads or writes, a
     second store NOP after the run and a second compute NOP hold ``after``'s compute until
@@ -183,15 +176,17 @@ def _seam(before: list[Instruction], last: list[Placed], after: list[Placed],
     Each NOP pops or pushes where every earlier token of its channel is already paired."""
     covered = next((n for n, node in enumerate(after)
                     if node.insn.queue is Queue.LOAD and node.insn.deps.pop_next), len(after))
-    early = [node for node in after[:covered] if node.insn.queue is Queue.LOAD]
+    early = [_footprint([node], datapath) for node in after[:covered]
+             if node.insn.queue is Queue.LOAD]
     run = _final_store_run(last)
-    touched = [n for n, store in enumerate(run) if _touches(early, [store], datapath)]
+    touched = [n for n, store in enumerate(run)
+               if _touches(early, _footprint([store], datapath))]
     if touched:
         run = run[touched[-1] + 1:]
     later = [node for node in after if node.insn.queue is Queue.COMPUTE] + \
         [node for node in after[covered:] if node.insn.queue is Queue.LOAD]
-    drained = bool(run) and _touches(later, run, datapath)
-    words = list(before)
+    drained = bool(run) and _touches((_footprint([node], datapath) for node in later),
+                                     _footprint(run, datapath))
     landed = Nop(Queue.STORE, Deps(push_prev=True))
     seam: list[Instruction] = [landed]
     if run:
@@ -204,7 +199,8 @@ def _seam(before: list[Instruction], last: list[Placed], after: list[Placed],
         words.append(seam[-1])
         follow.append(Nop(Queue.COMPUTE, Deps(pop_next=True)))
     follow.append(Nop(Queue.LOAD, Deps(pop_next=True)))
-    return words + follow, seam + follow
+    words += follow
+    return seam + follow
 
 
 def _final_store_run(nodes: Sequence[Placed]) -> list[Placed]:
@@ -221,18 +217,13 @@ def _final_store_run(nodes: Sequence[Placed]) -> list[Placed]:
     return run[::-1]
 
 
-def _touches(nodes: Sequence[Placed], stores: Sequence[Placed],
-             datapath: FloatDatapathConfig | None) -> bool:
-    """Whether any of ``nodes`` (over all its iterations) writes what ``stores`` read or
-    write, or reads what they write."""
-    if not nodes or not stores:
-        return False
-    store_reads, store_writes = _footprint(stores, datapath)
-    for node in nodes:
-        reads, writes = _footprint([node], datapath)
-        if _overlap(writes, store_reads + store_writes) or _overlap(reads, store_writes):
-            return True
-    return False
+def _touches(footprints: Iterable[tuple[list[Access], list[Access]]],
+             stores: tuple[list[Access], list[Access]]) -> bool:
+    """Whether any of ``footprints`` (instructions' reads and writes, :func:`_footprint`)
+    writes what ``stores`` (a footprint too) read or write, or reads what they write."""
+    store_reads, store_writes = stores
+    return any(_overlap(writes, store_reads + store_writes) or _overlap(reads, store_writes)
+               for reads, writes in footprints)
 
 
 def _footprint(nodes: Sequence[Placed], datapath: FloatDatapathConfig | None
@@ -275,7 +266,7 @@ def counts(program: Sequence[Instruction], config: MachineConfig) -> Counts:
     for node in placed(structure(program)):
         insn, times = node.insn, math.prod(node.counts)
         if isinstance(insn, Load | Store):
-            dram += times * insn.rows * _row_bytes(insn, config.datapath)
+            dram += times * insn.rows * row_bytes(insn, config.datapath)
         elif isinstance(insn, Gemm):
             macs += times * insn.rows * insn.k * config.array.cols
     return Counts(dram, macs)

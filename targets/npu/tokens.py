@@ -57,13 +57,11 @@ def accesses(insn: Instruction, datapath: FloatDatapathConfig | None = None
     a machine whose float array is ``datapath`` (None: int8)."""
     if isinstance(insn, Load):
         mem = insn.mem.name.lower()
-        width = insn.element_bytes if datapath is None else element_bytes(datapath, mem)
-        return ([_dram(insn.dram, (insn.rows - 1) * insn.stride + insn.cols * width)],
+        return ([_dram(insn.dram, (insn.rows - 1) * insn.stride + row_bytes(insn, datapath))],
                 [(mem, insn.sram, insn.sram + insn.rows)])
     if isinstance(insn, Store):
-        width = 1 if insn.narrow else 4
         return ([("acc", insn.sram, insn.sram + insn.rows)],
-                [_dram(insn.dram, (insn.rows - 1) * insn.stride + insn.cols * width)])
+                [_dram(insn.dram, (insn.rows - 1) * insn.stride + row_bytes(insn, datapath))])
     if isinstance(insn, Gemm):
         acc = ("acc", insn.acc, insn.acc + insn.rows)
         return ([("inp", insn.inp, insn.inp + insn.rows), ("wgt", insn.wgt, insn.wgt + insn.k),
@@ -85,6 +83,17 @@ def accesses(insn: Instruction, datapath: FloatDatapathConfig | None = None
         return [dst, ("acc", insn.src, insn.src + insn.rows),
                 ("acc", insn.par, insn.par + 3)], [dst]
     return [], []
+
+
+def row_bytes(insn: Load | Store, datapath: FloatDatapathConfig | None = None) -> int:
+    """The DRAM bytes of one row a load or store moves, on a machine whose float array is
+    ``datapath`` (None: int8): a store's int32 or narrowed int8 elements, a load's of its
+    memory's width."""
+    if isinstance(insn, Store):
+        return insn.cols * (1 if insn.narrow else 4)
+    if datapath is None:
+        return insn.cols * insn.element_bytes
+    return insn.cols * element_bytes(datapath, insn.mem.name.lower())
 
 
 def _dram(start: int, nbytes: int) -> Access:
