@@ -266,8 +266,8 @@ def _into_image(executor: NpuExecutor, producer: _Member, form: Layer, param: An
     m, n = made.fused.m, made.fused.weights.shape[1]
     out = producer.choice.form.func.params[-1]
     # A depthwise layer's output holds its channels by group: groups x rows x width.
-    stored = out.shape[-1] * (out.shape[0] if len(out.shape) == 3 else 1)
-    if m != shape.n * shape.h * shape.w or n != shape.c or stored != n or \
+    channels = out.shape[-1] * (out.shape[0] if len(out.shape) == 3 else 1)
+    if m != shape.n * shape.h * shape.w or n != shape.c or channels != n or \
             param.shape != (shape.n, *padded, shape.c) or not _interior_matches(
                 made.fused, layout, (shape.n, shape.h, shape.w), (top, left)):
         return None
@@ -278,47 +278,37 @@ def _into_image(executor: NpuExecutor, producer: _Member, form: Layer, param: An
     stored = replace(base, func=func, unpack=_interior_unpack(made.fused, shape),
                      family=family)
     device = executor.on_device(stored)
-    if isinstance(device, str) or len(device[2][0].stages) != 1 or \
-            device[2][0].stages[0].compiled is None:
+    if isinstance(device, str):
         return None
     _, outcome, (planned, calls) = device
     where = "into the next convolution's padded input" if any(shape.pads) else \
         "in the next convolution's input layout"
     note = "; ".join(filter(None, [producer.choice.note,
                                    f"its output stored {where}, in the program"]))
-    member = _Member(producer.index, producer.layer,
-                     DeviceForm(stored, outcome, planned, calls, note), producer.aliases)
-    try:
-        relocate(Part(member.compiled.program, _own_regions(member.compiled)),
-                 executor.config.datapath)
-    except LinkError:
+    member, _ = _member(executor, producer.index, producer.layer,
+                        DeviceForm(stored, outcome, planned, calls, note))
+    if member is None:
         return None
+    member.aliases = producer.aliases
     return member, (top * padded[1] + left) * shape.c
 
 
 def _interior_matches(fused: Any, layout: Callable[[np.ndarray], np.ndarray],
                       image: tuple[int, int, int], corner: tuple[int, int]) -> bool:
     """Whether ``layout`` of the producer's output puts output row ``(b * h + y) * w + x``
-    at pixel ``(b, top + y, left + x)`` of the image, every channel in place (probed digit
-    by digit, as :func:`same_bytes` probes)."""
+    at pixel ``(b, top + y, left + x)`` of the image, every channel in place (probed as
+    :func:`same_bytes` probes)."""
     n, h, w = image
     top, left = corner
-    m, channels = fused.m, fused.weights.shape[1]
-    positions = np.arange(m * channels, dtype=np.int64).reshape(m, channels)
-    scale = 1
-    while True:
-        digits = (positions // scale % _BASE - _BASE // 2).astype(np.int8)
-        laid = np.asarray(layout(fused.output(digits)))
-        if laid.dtype != np.int8 or laid.ndim != 4 or laid.shape[0] != n or \
-                laid.shape[3] != channels:
+
+    def inside(laid: np.ndarray, digits: np.ndarray) -> bool:
+        if laid.ndim != 4:
             return False
-        inside = laid[:, top:top + h, left:left + w, :]
-        if inside.shape != (n, h, w, channels) or \
-                not np.array_equal(inside.reshape(m, channels), digits):
-            return False
-        scale *= _BASE
-        if scale >= m * channels:
-            return True
+        pixels = laid[:, top:top + h, left:left + w, :]
+        return pixels.shape == (n, h, w, digits.shape[1]) and \
+            np.array_equal(pixels.reshape(digits.shape), digits)
+
+    return _probed(fused, layout, inside)
 
 
 def _interior_unpack(fused: Any, shape: Any) -> Callable[[np.ndarray, Any], np.ndarray]:
@@ -367,16 +357,27 @@ def same_bytes(producer: _Member, form: Layer, param: Any,
     if not isinstance(pack, GemmPack | ImagePack) or out.dtype != param.dtype or \
             param.size > out.size or len(out.shape) != 2:
         return False
-    m, n = pack.fused.m, pack.fused.weights.shape[1]
-    positions = np.arange(m * n, dtype=np.int64).reshape(m, n)
+    return _probed(pack.fused, layout, lambda laid, digits: _embeds(
+        laid, param.shape, out.shape, digits))
+
+
+def _probed(fused: Any, layout: Callable[[np.ndarray], np.ndarray],
+            holds: Callable[[np.ndarray, np.ndarray], bool]) -> bool:
+    """Whether ``holds(laid, digits)`` for every digit of the producer's output positions:
+    ``digits`` the ``(m, channels)`` positions' digit (base 251, as int8 values), ``laid``
+    what ``layout`` makes of the layer's output holding them (an int8 array, else the
+    probe fails). Each element's digits together name its position, so a layout that
+    moves, drops or changes any element fails some round."""
+    m, channels = fused.m, fused.weights.shape[1]
+    positions = np.arange(m * channels, dtype=np.int64).reshape(m, channels)
     scale = 1
     while True:
         digits = (positions // scale % _BASE - _BASE // 2).astype(np.int8)
-        laid = np.asarray(layout(pack.fused.output(digits)))
-        if laid.dtype != np.int8 or not _embeds(laid, param.shape, out.shape, digits):
+        laid = np.asarray(layout(fused.output(digits)))
+        if laid.dtype != np.int8 or not holds(laid, digits):
             return False
         scale *= _BASE
-        if scale >= m * n:
+        if scale >= m * channels:
             return True
 
 
