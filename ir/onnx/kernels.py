@@ -358,25 +358,42 @@ def _image_rows(shape: ConvShape, rows: int, depth: int) -> tuple[te.Tensor, te.
     GEMM rows as a copy, ``rows x depth``: one row per output pixel, its window in ``(kh,
     kw, c)`` order, the order of the HWIO weights flattened; zeros past the convolution's
     rows and depth."""
+    X = _padded_input(shape)
+    element = _window(shape, X, rows, depth, shape.c)
+    return X, te.compute((rows, depth), lambda i, j: element(i, j), "im2col")
+
+
+def _padded_input(shape: ConvShape) -> te.Tensor:
+    """The padded channels-last int8 input ``X`` of a convolution, as :func:`conv2d`'s."""
+    top, left, bottom, right = shape.pads
+    return te.placeholder((shape.n, shape.h + top + bottom, shape.w + left + right, shape.c),
+                          "int8", "X")
+
+
+def _window(shape: ConvShape, X: te.Tensor, rows: int, depth: int, width: int
+            ) -> Callable[[ir.Expr, ir.Expr, ir.Expr], ir.Expr]:
+    """Element ``(i, j, first)`` of a convolution's GEMM rows over ``width`` channels from
+    ``first`` on (None: from the first), gathered from ``X``: row ``i`` output pixel ``i``,
+    column ``j`` channel ``first + j % width`` at tap ``j // width`` of its window; zeros
+    past the pixels and taps, for rows and depth padded to ``rows`` and ``depth``."""
     s = shape
-    top, left, bottom, right = s.pads
     oh, ow = s.out_hw
     (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
-    m, k, c = s.n * oh * ow, kh * kw * s.c, s.c
-    X = te.placeholder((s.n, s.h + top + bottom, s.w + left + right, c), "int8", "X")
+    m, k = s.n * oh * ow, kh * kw * width
 
-    def window(i: ir.Expr, j: ir.Expr) -> ir.Expr:
+    def element(i: ir.Expr, j: ir.Expr, first: ir.Expr | None = None) -> ir.Expr:
         # Wrapped into range, the loads of the rows and columns past the convolution's stay
         # inside X (a select evaluates both of its values); they take the select's zero.
         y, x = (i % m if rows > m else i), (j % k if depth > k else j)
-        value = X[y // (oh * ow), y // ow % oh * sh + x // (kw * c) * dh,
-                  y % ow * sw + x // c % kw * dw, x % c]
+        channel = x % width if first is None else first + x % width
+        value = X[y // (oh * ow), y // ow % oh * sh + x // (kw * width) * dh,
+                  y % ow * sw + x // width % kw * dw, channel]
         if (rows, depth) == (m, k):
             return value
         inside = i < m if depth == k else (j < k if rows == m else ir.and_(i < m, j < k))
         return te.if_then_else(inside, value, ir.const(0, "int8"))
 
-    return X, te.compute((rows, depth), window, "im2col")
+    return element
 
 
 def _int8_gemm(A: te.Tensor, B: te.Tensor) -> te.Tensor:
@@ -523,28 +540,16 @@ def grouped_conv_rows_requantised(shape: ConvShape, rows: int, depth: int, width
     at tap ``t``, zeros past the pixels and taps. Parameters ``X``, ``B`` (``groups x depth x
     width``, diagonal tiles), ``Bias`` and ``Scale`` (``groups x width``) and the int8
     output (``groups x rows x width``). Cached like :func:`conv2d`."""
-    s = shape
-    if not s.depthwise or s.c % width:
+    if not shape.depthwise or shape.c % width:
         raise ValueError(f"grouped_conv_rows_requantised requires a depthwise convolution "
-                         f"of whole groups of {width} channels, got {s.groups} groups of "
-                         f"{s.c} channels")
-    top, left, bottom, right = s.pads
-    oh, ow = s.out_hw
-    (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
-    m, k, groups = s.n * oh * ow, kh * kw * width, s.c // width
-    X = te.placeholder((s.n, s.h + top + bottom, s.w + left + right, s.c), "int8", "X")
+                         f"of whole groups of {width} channels, got {shape.groups} groups "
+                         f"of {shape.c} channels")
+    groups = shape.c // width
+    X = _padded_input(shape)
+    element = _window(shape, X, rows, depth, width)
 
     def window(g: ir.Expr, i: ir.Expr, j: ir.Expr) -> ir.Expr:
-        # Wrapped into range as _image_rows wraps them: past the rows and taps, the select
-        # takes its zero.
-        y, x = (i % m if rows > m else i), (j % k if depth > k else j)
-        tap = x // width
-        value = X[y // (oh * ow), y // ow % oh * sh + tap // kw * dh,
-                  y % ow * sw + tap % kw * dw, g * width + x % width]
-        if (rows, depth) == (m, k):
-            return value
-        inside = i < m if depth == k else (j < k if rows == m else ir.and_(i < m, j < k))
-        return te.if_then_else(inside, value, ir.const(0, "int8"))
+        return element(i, j, g * width)
 
     A = te.compute((groups, rows, depth), window, "im2col")
     B = te.placeholder((groups, depth, width), "int8", "B")
