@@ -166,13 +166,17 @@ class Executor:
 
     def run(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
         """Run ``layer`` on its input ``arrays``."""
-        start = time.perf_counter()
         if layer.func is None:
-            with self.timings.measure("host layers"):
-                output = run_on_host(layer, arrays)
-            return LayerRun(output, "host", why_not=host_reason(layer),
-                            seconds=time.perf_counter() - start)
+            return self._on_host(layer, arrays, host_reason(layer), time.perf_counter())
         return self.run_func(layer, arrays)
+
+    def _on_host(self, layer: Layer, arrays: list[np.ndarray], why: str, start: float
+                 ) -> LayerRun:
+        """A host layer computed on the host, placed ``host`` with ``why``; ``start`` is
+        when the layer's run began."""
+        with self.timings.measure("host layers"):
+            output = run_on_host(layer, arrays)
+        return LayerRun(output, "host", why_not=why, seconds=time.perf_counter() - start)
 
     def run_func(self, layer: Layer, arrays: list[np.ndarray]) -> LayerRun:
         """A PrimFunc layer on this target (here: the host backend)."""
@@ -494,8 +498,6 @@ class NpuExecutor(Executor):
         """Run ``layer``: its device form (:meth:`device_form`) simulated; without fusion, a
         layer with a fused form as two programs where the machine can (:meth:`_unfused`);
         the host where the machine runs neither (a kernel layer placed ``fallback``)."""
-        if layer.func is None and layer.vector is None and layer.fused is None:
-            return super().run(layer, arrays)
         start = time.perf_counter()
         if not self.fusion and layer.fused is not None and layer.vector is None:
             stages = self._unfused(layer)
@@ -511,13 +513,6 @@ class NpuExecutor(Executor):
             return self._fallback(choice.form, arrays, choice.reason)
         return self._run_plan(choice.form, arrays, choice.outcome,
                               (choice.planned, choice.calls), choice.note, start)
-
-    def _on_host(self, layer: Layer, arrays: list[np.ndarray], why: str, start: float
-                 ) -> LayerRun:
-        """A host layer computed on the host, placed ``host`` with ``why``."""
-        with self.timings.measure("host layers"):
-            output = run_on_host(layer, arrays)
-        return LayerRun(output, "host", why_not=why, seconds=time.perf_counter() - start)
 
     def _vector_layer(self, layer: Layer) -> tuple[Layer, Any, Any] | str:
         """The host ``layer`` as its vector kernel (:attr:`Layer.vector`) with every block
