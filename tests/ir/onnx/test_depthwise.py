@@ -135,3 +135,16 @@ def test_one_group_of_channels_is_the_plain_gemm(tmp_path):
         sums, epilogue = layer.fused.unfused(layer, (16, 16, 16))
         np.testing.assert_array_equal(run_on_host(epilogue, [run_on_host(sums, arrays)]),
                                       expected[layer.output])
+
+
+def test_windows_gathered_in_the_kernel_require_whole_groups_of_a_depthwise_layer():
+    from ir.onnx import kernels
+
+    q = kernels.Requantisation(0)
+    partial = kernels.ConvShape(1, 20, 5, 5, 20, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 20)
+    with pytest.raises(ValueError, match="requires a depthwise convolution of whole groups "
+                                         "of 16 channels, got 20 groups of 20 channels"):
+        kernels.grouped_conv_rows_requantised(partial, 32, 144, 16, q)
+    dense = kernels.ConvShape(1, 32, 5, 5, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    with pytest.raises(ValueError, match="got 1 groups of 32 channels"):
+        kernels.grouped_conv_rows_requantised(dense, 32, 144, 16, q)
